@@ -1,0 +1,149 @@
+package pgtest_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestCluster_RunsUnprivileged(t *testing.T) {
+	c := pgtest.Shared(t)
+	pid := c.Pid()
+	st, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	if err != nil {
+		t.Fatalf("postmaster %d: %v", pid, err)
+	}
+	uid := st.Sys().(*syscall.Stat_t).Uid
+	if os.Geteuid() == 0 && uid == 0 {
+		t.Fatalf("postmaster runs as root")
+	}
+	conn, err := pgx.Connect(ctx(t), c.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx(t))
+	var wl string
+	if err := conn.QueryRow(ctx(t), "SHOW wal_level").Scan(&wl); err != nil || wl != "logical" {
+		t.Fatalf("wal_level = %q, %v; want logical", wl, err)
+	}
+}
+
+func TestCluster_SlotCreateAndConsume(t *testing.T) {
+	c := pgtest.Shared(t)
+	dsn := c.NewDB(t)
+	conn, err := pgx.Connect(ctx(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx(t))
+	for _, q := range []string{
+		"CREATE TABLE t (id int primary key)",
+		"SELECT pg_create_logical_replication_slot('harness_slot', 'test_decoding')",
+		"INSERT INTO t VALUES (1), (2)",
+	} {
+		if _, err := conn.Exec(ctx(t), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx(t), `SELECT count(*) FROM pg_logical_slot_get_changes('harness_slot', NULL, NULL) WHERE data LIKE 'table public.t: INSERT%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("consumed %d inserts, want 2", n)
+	}
+	s, ok, err := c.Slot(ctx(t), "harness_slot")
+	if err != nil || !ok {
+		t.Fatalf("slot: ok=%v err=%v", ok, err)
+	}
+	if s.ConfirmedFlushLSN == "" || s.Plugin != "test_decoding" {
+		t.Fatalf("slot = %+v", s)
+	}
+}
+
+func TestCluster_Restart(t *testing.T) {
+	c := pgtest.New(t, pgtest.Options{})
+	dsn := c.NewDB(t)
+	if err := c.Exec(ctx(t), "postgres", "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, immediate := range []bool{false, true} {
+		before := c.Pid()
+		if err := c.Restart(immediate); err != nil {
+			t.Fatalf("restart(immediate=%v): %v", immediate, err)
+		}
+		if c.Pid() == before {
+			t.Fatalf("pid unchanged after restart")
+		}
+		conn, err := pgx.Connect(ctx(t), dsn)
+		if err != nil {
+			t.Fatalf("connect after restart: %v", err)
+		}
+		conn.Close(ctx(t))
+	}
+	if err := c.Set(ctx(t), "wal_sender_timeout", "4s"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx(t))
+	var v string
+	if err := conn.QueryRow(ctx(t), "SHOW wal_sender_timeout").Scan(&v); err != nil || v != "4s" {
+		t.Fatalf("wal_sender_timeout = %q, %v", v, err)
+	}
+}
+
+// TestCluster_NoLeftoverAfterPanic runs a child test binary that starts a
+// cluster and panics, then checks the postmaster it printed is gone.
+func TestCluster_NoLeftoverAfterPanic(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD") == "1" {
+		c, err := pgtest.Start(pgtest.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString("PID=" + strconv.Itoa(c.Pid()) + "\n")
+		panic("child panics with a running cluster")
+	}
+	pgtest.Shared(t) // skip or fail exactly like the other tests when no binaries
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCluster_NoLeftoverAfterPanic$")
+	cmd.Env = append(os.Environ(), "PGTEST_CHILD=1")
+	out, _ := cmd.CombinedOutput()
+	var pid int
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "PID=") {
+			pid, _ = strconv.Atoi(strings.TrimPrefix(line, "PID="))
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("child printed no pid:\n%s", out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := syscall.Kill(pid, 0); err != nil {
+			return // gone
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("postmaster %d still alive after the test binary exited", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
