@@ -1,10 +1,14 @@
 module github.com/pgfeldera/pgfeldera
 
-go 1.26
-
-require github.com/jackc/pgx/v5 v5.13.0
+go 1.26.0
 
 require (
+	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/jackc/pgx/v5 v5.13.0
+)
+
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	golang.org/x/text v0.42.0 // indirect

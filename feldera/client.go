@@ -1,0 +1,351 @@
+package feldera
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// Defaults for Config.
+const (
+	DefaultRequestTimeout = 60 * time.Second
+	DefaultRetryMax       = 4
+	DefaultRetryWaitMin   = 200 * time.Millisecond
+	DefaultRetryWaitMax   = 5 * time.Second
+	DefaultPollInterval   = 20 * time.Millisecond
+	DefaultPollMax        = 500 * time.Millisecond
+)
+
+// IngressQuery is the query string of every ingress request. format defaults
+// to csv on the server, so it is always written out.
+const IngressQuery = "format=json&update_format=insert_delete"
+
+// Config configures a Client.
+type Config struct {
+	URL      string // base URL, e.g. http://localhost:8080
+	Pipeline string // pipeline name
+	APIKey   string // sent as a Bearer token; never logged
+
+	RequestTimeout time.Duration // one HTTP attempt; 0 = DefaultRequestTimeout
+	RetryMax       int           // retries per request on transient errors; 0 = DefaultRetryMax, <0 = none
+	RetryWaitMin   time.Duration
+	RetryWaitMax   time.Duration
+
+	// HTTPClient is the transport to use; nil means a pooled keep-alive client.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+}
+
+// Client talks to one Feldera pipeline.
+type Client struct {
+	base     *url.URL
+	pipeline string
+	apiKey   string
+	http     *retryablehttp.Client
+	logger   *slog.Logger
+}
+
+// New returns a client for the configured pipeline.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("feldera: URL %q is not an http(s) URL with a host", redactURL(cfg.URL))
+	}
+	if cfg.Pipeline == "" {
+		return nil, errors.New("feldera: pipeline name is empty")
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = DefaultRetryMax
+	} else if cfg.RetryMax < 0 {
+		cfg.RetryMax = 0
+	}
+	if cfg.RetryWaitMin == 0 {
+		cfg.RetryWaitMin = DefaultRetryWaitMin
+	}
+	if cfg.RetryWaitMax == 0 {
+		cfg.RetryWaitMax = DefaultRetryWaitMax
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 16
+		hc = &http.Client{Transport: tr}
+	}
+	hc.Timeout = cfg.RequestTimeout
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = hc
+	rc.RetryMax = cfg.RetryMax
+	rc.RetryWaitMin = cfg.RetryWaitMin
+	rc.RetryWaitMax = cfg.RetryWaitMax
+	rc.Logger = nil
+	rc.CheckRetry = checkRetry
+	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	logger := cfg.Logger.With("component", "feldera")
+	rc.RequestLogHook = func(_ retryablehttp.Logger, req *http.Request, attempt int) {
+		if attempt > 0 {
+			logger.Warn("feldera: retrying request", "method", req.Method, "path", req.URL.Path, "attempt", attempt)
+		}
+	}
+	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, logger: logger}, nil
+}
+
+// checkRetry retries only when the server surely did not reject the request
+// for good: no response, or a transient status.
+func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		return true, nil
+	}
+	return transientStatus(resp.StatusCode), nil
+}
+
+func transientStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+func (c *Client) endpoint(path string, query string) string {
+	u := *c.base
+	u.RawPath = c.base.EscapedPath() + "/v0/pipelines/" + url.PathEscape(c.pipeline) + path
+	u.Path, _ = url.PathUnescape(u.RawPath)
+	u.RawQuery = query
+	return u.String()
+}
+
+func (c *Client) do(ctx context.Context, method, path, query string, body []byte) (*http.Response, error) {
+	var rb any
+	if body != nil {
+		rb = body
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, method, c.endpoint(path, query), rb)
+	if err != nil {
+		return nil, err
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-ndjson")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, &APIError{Op: method + " " + path, Err: scrub(err, c.apiKey)}
+	}
+	return resp, nil
+}
+
+// scrub makes sure a transport error never carries the API key.
+func scrub(err error, key string) error {
+	if key == "" || !strings.Contains(err.Error(), key) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), key, "[redacted]"))
+}
+
+// Pipeline reads the pipeline's status and compiled schema.
+func (c *Client) Pipeline(ctx context.Context) (*Pipeline, error) {
+	resp, err := c.do(ctx, http.MethodGet, "", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse("GET pipeline", resp); err != nil {
+		return nil, err
+	}
+	var p Pipeline
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		return nil, fmt.Errorf("feldera: decode pipeline: %w", err)
+	}
+	return &p, nil
+}
+
+// Ingress pushes an NDJSON body of insert/delete events to a table and
+// returns the completion token that covers it. table is the canonical name.
+//
+// A 200 means the body was read and queued, not processed: wait for the
+// token before acknowledging the source. A transient failure is retried with
+// the same body; the server may already have ingested part or all of it, so
+// this is safe only because the target tables have primary keys, making a
+// replayed insert an upsert and a replayed delete a no-op. A 400 ParseErrors
+// may also have ingested the good lines: the caller must treat it as fatal
+// and redeliver, never as "nothing happened".
+func (c *Client) Ingress(ctx context.Context, table string, body []byte) (string, error) {
+	op := "POST ingress/" + table
+	resp, err := c.do(ctx, http.MethodPost, "/ingress/"+URLName(table), IngressQuery, body)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse(op, resp); err != nil {
+		return "", err
+	}
+	var tr struct {
+		Token string `json:"token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil || tr.Token == "" {
+		return "", &APIError{Op: op, StatusCode: resp.StatusCode, Message: "response has no completion token"}
+	}
+	return tr.Token, nil
+}
+
+// Completion reports whether the records covered by token are processed
+// and delivered to every output. A token of an earlier incarnation of the
+// pipeline returns an error for which IsPipelineRestarted is true.
+func (c *Client) Completion(ctx context.Context, token string) (bool, error) {
+	// The token is base64 and may hold '+', '/' and '=': always percent-encode.
+	resp, err := c.do(ctx, http.MethodGet, "/completion_status", "token="+url.QueryEscape(token), nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse("GET completion_status", resp); err != nil {
+		return false, err
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return false, fmt.Errorf("feldera: decode completion status: %w", err)
+	}
+	switch st.Status {
+	case "complete":
+		return true, nil
+	case "inprogress":
+		return false, nil
+	}
+	return false, &APIError{Op: "GET completion_status", StatusCode: resp.StatusCode, Message: fmt.Sprintf("unknown completion status %q", st.Status)}
+}
+
+// WaitComplete polls the token until it is complete, ctx ends, or the server
+// answers with an error. The poll interval starts at DefaultPollInterval and
+// doubles up to DefaultPollMax.
+func (c *Client) WaitComplete(ctx context.Context, token string) error {
+	wait := DefaultPollInterval
+	for {
+		done, err := c.Completion(ctx, token)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("feldera: wait for completion: %w", ctx.Err())
+		case <-t.C:
+		}
+		if wait *= 2; wait > DefaultPollMax {
+			wait = DefaultPollMax
+		}
+	}
+}
+
+// Query runs an ad-hoc SQL query and calls fn with each result row, a JSON
+// object keyed by column name. The answer is read as NDJSON, or as one JSON
+// array of objects. An error line ({"error": ...}) after rows ends the query
+// with an error: a partial answer is never a complete one.
+func (c *Client) Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error {
+	resp, err := c.do(ctx, http.MethodGet, "/query", "sql="+url.QueryEscape(sql)+"&format=json", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse("GET query", resp); err != nil {
+		return err
+	}
+	return decodeRows(resp.Body, fn)
+}
+
+func decodeRows(r io.Reader, fn func(json.RawMessage) error) error {
+	br := bufio.NewReader(r)
+	first, err := peekNonSpace(br)
+	if err == io.EOF {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("feldera: read query answer: %w", err)
+	}
+	dec := json.NewDecoder(br)
+	array := first == '['
+	if array {
+		if _, err := dec.Token(); err != nil {
+			return fmt.Errorf("feldera: query answer: %w", err)
+		}
+	}
+	for array && dec.More() || !array {
+		var row json.RawMessage
+		if err := dec.Decode(&row); err == io.EOF && !array {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("feldera: query answer: %w", err)
+		}
+		if msg, ok := errorLine(row); ok {
+			return &APIError{Op: "GET query", StatusCode: http.StatusOK, Code: "AdHocQueryError", Message: msg}
+		}
+		if err := fn(row); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return fmt.Errorf("feldera: query answer: unterminated array: %w", err)
+	}
+	return nil
+}
+
+func peekNonSpace(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		if b != ' ' && b != '\n' && b != '\r' && b != '\t' {
+			return b, br.UnreadByte()
+		}
+	}
+}
+
+// errorLine recognises the {"error": "..."} line Feldera appends when a
+// query fails after streaming has begun.
+func errorLine(row json.RawMessage) (string, bool) {
+	if !bytes.Contains(row, []byte(`"error"`)) {
+		return "", false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(row, &m) != nil || len(m) != 1 {
+		return "", false
+	}
+	raw, ok := m["error"]
+	if !ok {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		s = string(raw)
+	}
+	return s, true
+}

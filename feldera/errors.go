@@ -1,0 +1,131 @@
+package feldera
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Error codes the connector branches on.
+const (
+	CodePipelineRestarted = "PipelineRestarted"
+	CodeParseErrors       = "ParseErrors"
+	CodeAdHocQueryError   = "AdHocQueryError"
+	CodeUnknownInput      = "UnknownInputStream"
+)
+
+// APIError is a failed request: a non-2xx answer (StatusCode, and Code and
+// Message from Feldera's {message,error_code,details} body when there was
+// one) or no answer at all (Err set, StatusCode 0).
+type APIError struct {
+	Op         string
+	StatusCode int
+	Code       string
+	Message    string
+	Details    json.RawMessage
+	Err        error
+}
+
+func (e *APIError) Error() string {
+	var b strings.Builder
+	b.WriteString("feldera: ")
+	b.WriteString(e.Op)
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+		return b.String()
+	}
+	fmt.Fprintf(&b, ": %d", e.StatusCode)
+	if e.Code != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Code)
+	}
+	if e.Message != "" {
+		msg := e.Message
+		if len(msg) > 500 {
+			msg = msg[:500] + "…"
+		}
+		b.WriteString(": ")
+		b.WriteString(msg)
+	}
+	return b.String()
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+// IsTransient reports whether err is a failure worth retrying later: no
+// response, or status 408, 429, 502, 503 or 504. The server may still have
+// applied the request.
+func IsTransient(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Err != nil || transientStatus(ae.StatusCode)
+}
+
+// IsPipelineRestarted reports whether Feldera says the pipeline restarted
+// since the token was issued: its state since then is lost.
+func IsPipelineRestarted(err error) bool {
+	return hasCode(err, CodePipelineRestarted)
+}
+
+func hasCode(err error, code string) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Code == code || strings.HasSuffix(ae.Code, "."+code))
+}
+
+// IsParseErrors reports a 400 ParseErrors answer to an ingress request.
+// Feldera may have ingested the good lines of that request.
+func IsParseErrors(err error) bool { return hasCode(err, CodeParseErrors) }
+
+// IsAdHocQueryError reports a query Feldera refused, e.g. a table that is
+// neither materialized nor keyed.
+func IsAdHocQueryError(err error) bool { return hasCode(err, CodeAdHocQueryError) }
+
+// ErrorCode returns the Feldera error code carried by err, or "" (and
+// "transport" for a request with no answer).
+func ErrorCode(err error) string {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return ""
+	}
+	if ae.Err != nil {
+		return "transport"
+	}
+	if ae.Code == "" {
+		return http.StatusText(ae.StatusCode)
+	}
+	return ae.Code
+}
+
+func checkResponse(op string, resp *http.Response) error {
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &APIError{Op: op, StatusCode: resp.StatusCode}
+	var eb struct {
+		Message   string          `json:"message"`
+		ErrorCode string          `json:"error_code"`
+		Details   json.RawMessage `json:"details"`
+	}
+	if json.Unmarshal(body, &eb) == nil && (eb.ErrorCode != "" || eb.Message != "") {
+		e.Code, e.Message, e.Details = eb.ErrorCode, eb.Message, eb.Details
+	} else {
+		e.Message = strings.TrimSpace(string(body))
+	}
+	return e
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

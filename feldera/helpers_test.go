@@ -1,0 +1,13 @@
+package feldera_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func newHandler(t *testing.T, h http.HandlerFunc) string {
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}

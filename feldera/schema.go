@@ -1,0 +1,143 @@
+// Package feldera is a client for the parts of Feldera's HTTP API that a
+// Postgres CDC connector uses: reading a pipeline's status and compiled
+// schema, pushing NDJSON to a table's ingress endpoint, polling completion
+// tokens, and ad-hoc queries. It knows nothing of Postgres.
+//
+// A Client is safe for concurrent use. Requests are retried by
+// go-retryablehttp, bounded in count and time, only on transient failures
+// (no response, 408, 429, 502, 503, 504). See API.md in the project's shared
+// notes for the server behaviour this client is written against.
+package feldera
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Pipeline is the part of GET /v0/pipelines/{name} the connector reads.
+type Pipeline struct {
+	Name                    string       `json:"name"`
+	DeploymentStatus        string       `json:"deployment_status"`
+	DeploymentDesiredStatus string       `json:"deployment_desired_status,omitempty"`
+	DeploymentID            *string      `json:"deployment_id"`
+	ProgramStatus           string       `json:"program_status,omitempty"`
+	ProgramInfo             *ProgramInfo `json:"program_info"`
+	RuntimeConfig           *RuntimeConf `json:"runtime_config,omitempty"`
+}
+
+// RuntimeConf is the part of the pipeline's runtime configuration that says
+// which delivery guarantee survives a Feldera restart.
+type RuntimeConf struct {
+	// FaultTolerance is null (none) or an object with a model such as
+	// "at_least_once" or "exactly_once" (Enterprise).
+	FaultTolerance *struct {
+		Model string `json:"model"`
+	} `json:"fault_tolerance,omitempty"`
+}
+
+// ProgramInfo holds the compiled program's schema; nil until compiled.
+type ProgramInfo struct {
+	Schema ProgramSchema `json:"schema"`
+}
+
+// ProgramSchema lists the program's tables (inputs) and views (outputs).
+type ProgramSchema struct {
+	Inputs  []Relation `json:"inputs"`
+	Outputs []Relation `json:"outputs"`
+}
+
+// Relation is a table or view in the compiled schema.
+type Relation struct {
+	Name          string   `json:"name"`
+	CaseSensitive bool     `json:"case_sensitive"`
+	Fields        []Field  `json:"fields"`
+	Materialized  bool     `json:"materialized"`
+	PrimaryKey    []string `json:"primary_key"`
+}
+
+// Field is a column of a relation.
+type Field struct {
+	Name          string     `json:"name"`
+	CaseSensitive bool       `json:"case_sensitive"`
+	ColumnType    ColumnType `json:"columntype"`
+	Default       *string    `json:"default,omitempty"`
+}
+
+// ColumnType is Feldera's SQL type of a column.
+type ColumnType struct {
+	Type      string      `json:"type"`
+	Nullable  bool        `json:"nullable"`
+	Precision *int        `json:"precision,omitempty"`
+	Scale     *int        `json:"scale,omitempty"`
+	Component *ColumnType `json:"component,omitempty"`
+}
+
+// Canonical returns the canonical form of an identifier: as written when
+// quoted (case-sensitive), else folded to lower case, as Feldera does.
+func Canonical(name string, caseSensitive bool) string {
+	if caseSensitive {
+		return name
+	}
+	return strings.ToLower(name)
+}
+
+// CanonicalName is the relation's canonical identifier.
+func (r Relation) CanonicalName() string { return Canonical(r.Name, r.CaseSensitive) }
+
+// CanonicalName is the field's canonical identifier.
+func (f Field) CanonicalName() string { return Canonical(f.Name, f.CaseSensitive) }
+
+// Field returns the field whose canonical name matches name under Feldera's
+// rule: exact for a case-sensitive field, case-insensitive otherwise.
+func (r Relation) Field(name string) (Field, bool) {
+	for _, f := range r.Fields {
+		if f.CaseSensitive && f.Name == name {
+			return f, true
+		}
+	}
+	for _, f := range r.Fields {
+		if !f.CaseSensitive && strings.EqualFold(f.Name, name) {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
+// Input returns the table whose canonical name matches name, using the same
+// rule as Feldera's catalog: a quoted name ("Foo") is exact, an unquoted one
+// is folded to lower case.
+func (s ProgramSchema) Input(name string) (Relation, bool) {
+	want := TableIdent(name)
+	for _, r := range s.Inputs {
+		if r.CanonicalName() == want {
+			return r, true
+		}
+	}
+	return Relation{}, false
+}
+
+// TableIdent returns the canonical identifier of a table name as a user
+// writes it: "Quoted" keeps its case without the quotes, anything else is
+// folded to lower case.
+func TableIdent(name string) string {
+	if len(name) >= 2 && name[0] == '"' && name[len(name)-1] == '"' {
+		return strings.ReplaceAll(name[1:len(name)-1], `""`, `"`)
+	}
+	return strings.ToLower(name)
+}
+
+// URLName returns the table name as it must appear in an ingress URL path
+// segment: a canonical name that is not all lower case is quoted, and the
+// result is percent-encoded.
+func URLName(canonical string) string {
+	n := canonical
+	if n != strings.ToLower(n) {
+		n = `"` + strings.ReplaceAll(n, `"`, `""`) + `"`
+	}
+	return url.PathEscape(n)
+}
+
+// SQLIdent quotes a canonical identifier for use in an ad-hoc query.
+func SQLIdent(canonical string) string {
+	return `"` + strings.ReplaceAll(canonical, `"`, `""`) + `"`
+}
