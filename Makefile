@@ -1,0 +1,27 @@
+# pgfeldera: the two commands a new user needs are `make demo` and `make test`.
+GO      ?= go
+PKGS    ?= ./...
+TESTFLAGS ?= -race -timeout 45m
+
+.PHONY: demo test build vet fmt check-postgres
+
+demo: build
+	./bin/pgfeldera demo
+
+test: check-postgres
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+build:
+	$(GO) build -o bin/pgfeldera ./cmd/pgfeldera
+
+vet:
+	gofmt -l . | (! grep .) && $(GO) vet ./...
+
+# The integration tests start their own PostgreSQL (initdb into a temp dir):
+# they need the server binaries, not a running server.
+check-postgres:
+	@if [ -n "$$PG_BIN" ]; then test -x "$$PG_BIN/postgres" || { echo "PG_BIN=$$PG_BIN has no postgres binary" >&2; exit 1; }; \
+	elif ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then \
+	  echo "PostgreSQL server binaries not found (need initdb and postgres)." >&2; \
+	  echo "Install them (Debian/Ubuntu: apt-get install -y postgresql) or set PG_BIN to their directory." >&2; \
+	  exit 1; fi

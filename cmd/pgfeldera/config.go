@@ -1,0 +1,327 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/crashtest"
+)
+
+// Config is every setting of `pgfeldera run`, parsed from the environment
+// and flags (a flag wins over its variable), with defaults filled in.
+type Config struct {
+	DSN               string
+	Publication       string
+	Slot              string
+	Tables            []connector.Table
+	FelderaURL        string
+	Pipeline          string
+	APIKey            string
+	AckMode           string
+	RequirePrimaryKey bool
+	CompletionTimeout time.Duration
+	BatchMaxRows      int
+	BatchLinger       time.Duration
+	SnapshotMode      string
+	StateFile         string
+	NoProgressTimeout time.Duration
+	CrashAt           string
+	CrashAfterBatches int
+	HTTPAddr          string
+	LogLevel          string
+	LogFormat         string
+}
+
+// ConfigError is a bad setting: exit code 2, before any connection.
+type ConfigError struct{ Msg string }
+
+func (e *ConfigError) Error() string { return e.Msg }
+
+func badValue(env, value, allowed string) error {
+	return &ConfigError{Msg: fmt.Sprintf("%s=%q is invalid: %s", env, value, allowed)}
+}
+
+// setting is one configuration variable: its environment name, flag,
+// default and help, and how it is parsed into Config.
+type setting struct {
+	Env     string
+	Default string
+	Help    string
+	Secret  bool
+	parse   func(c *Config, v string) error
+}
+
+// Flag is the setting's flag name: PG_DSN → -pg-dsn.
+func (s setting) Flag() string { return strings.ToLower(strings.ReplaceAll(s.Env, "_", "-")) }
+
+var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// settings lists every variable in DESIGN.md's configuration table (plus
+// the single-table shorthand), in the order --help prints them.
+var settings = []setting{
+	{Env: "PG_DSN", Help: "libpq URL or key=value DSN of the source; replication=database is added for the stream", Secret: true,
+		parse: func(c *Config, v string) error { c.DSN = v; return nil }},
+	{Env: "PG_PUBLICATION", Default: "pgfeldera", Help: "publication to read",
+		parse: func(c *Config, v string) error {
+			if v == "" || len(v) > 63 {
+				return badValue("PG_PUBLICATION", v, "a publication name of 1 to 63 bytes")
+			}
+			c.Publication = v
+			return nil
+		}},
+	{Env: "PG_SLOT", Default: "pgfeldera", Help: "logical replication slot to own (created when missing)",
+		parse: func(c *Config, v string) error {
+			if !slotRE.MatchString(v) {
+				return badValue("PG_SLOT", v, "1 to 63 of a-z, 0-9 and _ (Postgres slot names)")
+			}
+			c.Slot = v
+			return nil
+		}},
+	{Env: "TABLES", Help: "tables to stream: users,items or users:USERS,public.items:LINEITEMS (pg name[:feldera name])",
+		parse: func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			t, err := connector.ParseTables(v)
+			if err != nil {
+				return badValue("TABLES", v, err.Error())
+			}
+			c.Tables = t
+			return nil
+		}},
+	{Env: "PG_TABLE", Help: "single-table shorthand for TABLES: the Postgres table"},
+	{Env: "FELDERA_TABLE", Help: "single-table shorthand: the Feldera table (default: PG_TABLE's name)"},
+	{Env: "FELDERA_URL", Help: "Feldera API base URL, e.g. http://localhost:8080",
+		parse: func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return badValue("FELDERA_URL", redactURL(v), "an http:// or https:// URL with a host")
+			}
+			c.FelderaURL = v
+			return nil
+		}},
+	{Env: "FELDERA_PIPELINE", Help: "Feldera pipeline name",
+		parse: func(c *Config, v string) error { c.Pipeline = v; return nil }},
+	{Env: "FELDERA_API_KEY", Help: "Feldera API key, sent as a Bearer token; never logged", Secret: true,
+		parse: func(c *Config, v string) error { c.APIKey = v; return nil }},
+	{Env: "FELDERA_ACK_MODE", Default: "completed", Help: "completed: ack after the completion token; accepted: ack on HTTP 200 (UNSAFE, demonstrates loss)",
+		parse: func(c *Config, v string) error {
+			if v != "completed" && v != "accepted" {
+				return badValue("FELDERA_ACK_MODE", v, "completed or accepted")
+			}
+			c.AckMode = v
+			return nil
+		}},
+	{Env: "FELDERA_REQUIRE_PRIMARY_KEY", Default: "true", Help: "refuse a Feldera table with no PRIMARY KEY (replays would duplicate rows)",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return badValue("FELDERA_REQUIRE_PRIMARY_KEY", v, "true or false")
+			}
+			c.RequirePrimaryKey = b
+			return nil
+		}},
+	{Env: "FELDERA_COMPLETION_TIMEOUT", Default: "60s", Help: "longest wait for a completion token; then the session ends as unavailable, nothing acked",
+		parse: durationInto("FELDERA_COMPLETION_TIMEOUT", func(c *Config) *time.Duration { return &c.CompletionTimeout })},
+	{Env: "BATCH_MAX_ROWS", Default: "10000", Help: "outbox flush size in rows: the memory bound",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10_000_000 {
+				return badValue("BATCH_MAX_ROWS", v, "an integer from 1 to 10000000")
+			}
+			c.BatchMaxRows = n
+			return nil
+		}},
+	{Env: "BATCH_LINGER_MS", Default: "50", Help: "flush deadline in ms from the oldest buffered row; 0 = one request per transaction",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 3_600_000 {
+				return badValue("BATCH_LINGER_MS", v, "an integer number of milliseconds from 0 to 3600000")
+			}
+			c.BatchLinger = time.Duration(n) * time.Millisecond
+			return nil
+		}},
+	{Env: "SNAPSHOT_MODE", Default: "initial", Help: "initial: snapshot under the slot's exported snapshot; never: stream only; inconsistent: copy then slot (UNSAFE, demonstrates loss)",
+		parse: func(c *Config, v string) error {
+			if v != "initial" && v != "never" && v != "inconsistent" {
+				return badValue("SNAPSHOT_MODE", v, "initial, never or inconsistent")
+			}
+			c.SnapshotMode = v
+			return nil
+		}},
+	{Env: "STATE_FILE", Default: "pgfeldera.state.json", Help: "snapshot progress file (never the stream position)",
+		parse: func(c *Config, v string) error {
+			if v == "" {
+				return badValue("STATE_FILE", v, "a file path")
+			}
+			c.StateFile = v
+			return nil
+		}},
+	{Env: "NO_PROGRESS_TIMEOUT", Default: "5m", Help: "exit non-zero when nothing was acked for this long while work is pending",
+		parse: durationInto("NO_PROGRESS_TIMEOUT", func(c *Config) *time.Duration { return &c.NoProgressTimeout })},
+	{Env: "CRASH_AT", Help: "crash point (exit 70) for tests: " + strings.Join(crashtest.Points, ", "),
+		parse: func(c *Config, v string) error {
+			if v != "" && !crashtest.Valid(v) {
+				return badValue("CRASH_AT", v, "one of "+strings.Join(crashtest.Points, ", "))
+			}
+			c.CrashAt = v
+			return nil
+		}},
+	{Env: "CRASH_AFTER_BATCHES", Default: "1", Help: "crash on the n-th batch to pass CRASH_AT",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return badValue("CRASH_AFTER_BATCHES", v, "an integer of at least 1")
+			}
+			c.CrashAfterBatches = n
+			return nil
+		}},
+	{Env: "HTTP_ADDR", Default: ":9187", Help: "listen address for /metrics, /healthz, /readyz; empty disables",
+		parse: func(c *Config, v string) error { c.HTTPAddr = v; return nil }},
+	{Env: "LOG_LEVEL", Default: "info", Help: "debug, info, warn or error",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "debug", "info", "warn", "error":
+				c.LogLevel = v
+				return nil
+			}
+			return badValue("LOG_LEVEL", v, "debug, info, warn or error")
+		}},
+	{Env: "LOG_FORMAT", Default: "text", Help: "text or json",
+		parse: func(c *Config, v string) error {
+			if v != "text" && v != "json" {
+				return badValue("LOG_FORMAT", v, "text or json")
+			}
+			c.LogFormat = v
+			return nil
+		}},
+}
+
+func durationInto(env string, field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return badValue(env, v, "a positive duration such as 500ms, 30s or 5m")
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+// parseConfig reads settings from flags (args) and the environment.
+func parseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	vals := map[string]*string{}
+	for _, s := range settings {
+		vals[s.Env] = fs.String(s.Flag(), "", s.Help)
+	}
+	fs.Usage = func() { usage(stderr, name) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &ConfigError{Msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, &ConfigError{Msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	value := func(s setting) (string, bool) {
+		if set[s.Flag()] {
+			return *vals[s.Env], true
+		}
+		if v, ok := lookup(getenv, s.Env); ok {
+			return v, true
+		}
+		return s.Default, false
+	}
+	c := &Config{}
+	given := map[string]string{}
+	for _, s := range settings {
+		v, explicit := value(s)
+		if explicit {
+			given[s.Env] = v
+		}
+		if s.parse != nil {
+			if err := s.parse(c, v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := c.resolve(given); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// lookup treats an empty variable as unset.
+func lookup(getenv func(string) string, k string) (string, bool) {
+	v := getenv(k)
+	return v, v != ""
+}
+
+// resolve checks what involves several settings.
+func (c *Config) resolve(given map[string]string) error {
+	pgTable, felTable := given["PG_TABLE"], given["FELDERA_TABLE"]
+	switch {
+	case given["TABLES"] != "" && (pgTable != "" || felTable != ""):
+		return &ConfigError{Msg: fmt.Sprintf("TABLES=%q and PG_TABLE/FELDERA_TABLE are both set: use TABLES alone, or the single-table shorthand alone", given["TABLES"])}
+	case pgTable == "" && felTable != "":
+		return badValue("FELDERA_TABLE", felTable, "needs PG_TABLE (the Postgres table to stream into it)")
+	case pgTable != "":
+		spec := pgTable
+		if felTable != "" {
+			spec += ":" + felTable
+		}
+		t, err := connector.ParseTables(spec)
+		if err != nil || len(t) != 1 {
+			return badValue("PG_TABLE", pgTable, "one [schema.]table name")
+		}
+		c.Tables = t
+	}
+	var missing []string
+	if c.DSN == "" {
+		missing = append(missing, "PG_DSN")
+	}
+	if len(c.Tables) == 0 {
+		missing = append(missing, "TABLES (or PG_TABLE)")
+	}
+	if c.FelderaURL == "" {
+		missing = append(missing, "FELDERA_URL")
+	}
+	if c.Pipeline == "" {
+		missing = append(missing, "FELDERA_PIPELINE")
+	}
+	if len(missing) > 0 {
+		return &ConfigError{Msg: "missing required setting: " + strings.Join(missing, ", ")}
+	}
+	if err := validateDSN(c.DSN); err != nil {
+		return err
+	}
+	return nil
+}
+
+func usage(w io.Writer, name string) {
+	fmt.Fprintf(w, "usage: pgfeldera %s [flags]\n\nEvery setting is an environment variable and a flag (the flag wins).\n\n", name)
+	fmt.Fprintf(w, "  %-28s %-32s %-22s %s\n", "VARIABLE", "FLAG", "DEFAULT", "MEANING")
+	for _, s := range settings {
+		def := s.Default
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(w, "  %-28s %-32s %-22s %s\n", s.Env, "-"+s.Flag(), def, s.Help)
+	}
+}

@@ -1,0 +1,112 @@
+// Command pgfeldera streams PostgreSQL row changes into a Feldera pipeline
+// and acknowledges WAL to PostgreSQL only after Feldera reports the changes
+// complete.
+//
+// Subcommands: run, demo, status, verify, version. Exit codes: 0 graceful
+// stop, 2 configuration error, 70 crash point, 1 any other fatal error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+)
+
+// Exit codes: a contract with scripts and orchestrators.
+const (
+	exitOK     = 0
+	exitFatal  = 1
+	exitConfig = 2
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, stop, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	os.Exit(code)
+}
+
+const topUsage = `usage: pgfeldera <command> [flags]
+
+commands:
+  run       stream PostgreSQL changes into Feldera (see: pgfeldera run --help)
+  demo      run against a throwaway local Postgres and the built-in Feldera double
+  status    show the slot, the state file and the pipeline
+  verify    compare each mapped table in Postgres and Feldera
+  version   print the version
+
+exit codes: 0 graceful stop, 2 configuration error, 70 crash point, 1 other fatal error
+`
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, stop func(), args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return exitConfig
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "pgfeldera", version)
+		return exitOK
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	case "run":
+		cfg, err := parseConfig("run", rest, getenv, stderr)
+		if code, done := configResult(err, stderr); done {
+			return code
+		}
+		logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "pgfeldera:", err)
+			return exitConfig
+		}
+		if err := crashtest.Configure(cfg.CrashAt, cfg.CrashAfterBatches); err != nil {
+			fmt.Fprintln(stderr, "pgfeldera:", err)
+			return exitConfig
+		}
+		return runConnector(ctx, stop, cfg, logger)
+	case "demo", "status", "verify":
+		fmt.Fprintf(stderr, "pgfeldera %s: not yet implemented\n", cmd)
+		return exitFatal
+	default:
+		fmt.Fprintf(stderr, "pgfeldera: unknown command %q\n\n%s", cmd, topUsage)
+		return exitConfig
+	}
+}
+
+// configResult maps a configuration outcome to an exit: --help is 0, a bad
+// setting is 2.
+func configResult(err error, stderr io.Writer) (int, bool) {
+	if err == nil {
+		return 0, false
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK, true
+	}
+	fmt.Fprintln(stderr, "pgfeldera: configuration error:", err)
+	return exitConfig, true
+}
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}

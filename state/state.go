@@ -1,0 +1,135 @@
+// Package state keeps pgfeldera's snapshot progress in a small JSON file:
+// which tables were copied into Feldera completely under which slot. It
+// never records the stream position: the replication slot is the only
+// checkpoint of the stream.
+//
+// Save is atomic and durable: the file is written to a temporary file,
+// fsynced, renamed over the old one (renameio), and then the directory is
+// fsynced, which renameio does not do. Load distinguishes absence
+// (ErrNotExist) from a file that exists but cannot be used (an error naming
+// the file): a corrupt state file is never treated as "start from scratch".
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/renameio/v2"
+)
+
+// Version is the state file format this build reads and writes.
+const Version = 1
+
+// Table statuses.
+const (
+	Pending  = "pending"
+	Complete = "complete"
+)
+
+// ErrNotExist means there is no state file: start from scratch.
+var ErrNotExist = errors.New("state file does not exist")
+
+// Table is the snapshot progress of one mapped table.
+type Table struct {
+	Source string `json:"source"` // schema.table in Postgres
+	Dest   string `json:"dest"`   // canonical Feldera table name
+	Status string `json:"status"` // Pending or Complete
+	// Rows and KeyDigest describe what the last complete snapshot made
+	// durable, to cross-check Feldera's answers during a retraction.
+	Rows      int64  `json:"rows,omitempty"`
+	KeyDigest string `json:"key_digest,omitempty"`
+}
+
+// State is the content of the state file.
+type State struct {
+	Version     int     `json:"version"`
+	Slot        string  `json:"slot"`
+	Publication string  `json:"publication"`
+	Tables      []Table `json:"tables"`
+}
+
+// Complete reports whether every table's snapshot is complete.
+func (s *State) Complete() bool {
+	for _, t := range s.Tables {
+		if t.Status != Complete {
+			return false
+		}
+	}
+	return len(s.Tables) > 0
+}
+
+// Load reads the state file. A missing file is ErrNotExist; a file that
+// cannot be read, parsed, or is of another version is an error naming it.
+func Load(path string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotExist
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state file %s: %w", path, err)
+	}
+	var s State
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("state file %s is corrupt (%v); fix or remove it to resnapshot", path, err)
+	}
+	if s.Version != Version {
+		return nil, fmt.Errorf("state file %s has version %d, this pgfeldera reads version %d", path, s.Version, Version)
+	}
+	for _, t := range s.Tables {
+		if t.Status != Pending && t.Status != Complete {
+			return nil, fmt.Errorf("state file %s: table %s has unknown status %q", path, t.Source, t.Status)
+		}
+	}
+	return &s, nil
+}
+
+// Save writes the state atomically and durably, with mode 0600.
+func Save(path string, s *State) error {
+	s.Version = Version
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	dir := filepath.Dir(path)
+	pf, err := renameio.NewPendingFile(path, renameio.WithPermissions(0o600), renameio.WithTempDir(dir))
+	if err != nil {
+		return fmt.Errorf("state file %s: %w", path, err)
+	}
+	defer pf.Cleanup()
+	if _, err := pf.Write(b); err != nil {
+		return fmt.Errorf("state file %s: write: %w", path, err)
+	}
+	if err := pf.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("state file %s: replace: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes the rename itself durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("state dir %s: fsync: %w", dir, err)
+	}
+	return nil
+}
+
+// Remove deletes the state file (and makes that durable); absence is fine.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("state file %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}

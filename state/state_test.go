@@ -1,0 +1,82 @@
+package state_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+func TestLoad_Absent(t *testing.T) {
+	_, err := state.Load(filepath.Join(t.TempDir(), "nope.json"))
+	if !errors.Is(err, state.ErrNotExist) {
+		t.Fatalf("err = %v, want ErrNotExist", err)
+	}
+}
+
+func TestSaveLoad_RoundTrip(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s.json")
+	in := &state.State{Slot: "s", Publication: "p", Tables: []state.Table{{Source: "public.a", Dest: "a", Status: state.Complete, Rows: 3}}}
+	if err := state.Save(p, in); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode = %v, want 0600", fi.Mode().Perm())
+	}
+	out, err := state.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Version != state.Version || out.Slot != "s" || len(out.Tables) != 1 || out.Tables[0].Rows != 3 || !out.Complete() {
+		t.Fatalf("loaded %+v", out)
+	}
+	if strings.Contains(readFile(t, p), "lsn") {
+		t.Fatal("the state file must not record a stream position")
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestLoad_CorruptAndUnknownVersion(t *testing.T) {
+	for name, content := range map[string]string{
+		"corrupt":        `{"version":1,"slot":`,
+		"unknownVersion": `{"version":99,"slot":"s","publication":"p","tables":[]}`,
+		"unknownStatus":  `{"version":1,"slot":"s","publication":"p","tables":[{"source":"a","dest":"a","status":"half"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "s.json")
+			os.WriteFile(p, []byte(content), 0o600)
+			_, err := state.Load(p)
+			if err == nil || errors.Is(err, state.ErrNotExist) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("err = %v; want an error naming %s", err, p)
+			}
+			if readFile(t, p) != content {
+				t.Fatal("Load changed the file")
+			}
+		})
+	}
+}
+
+func TestSave_NoTempFilesLeft(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "s.json")
+	for i := 0; i < 3; i++ {
+		if err := state.Save(p, &state.State{Slot: "s"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("dir has %d entries, want 1", len(ents))
+	}
+}
