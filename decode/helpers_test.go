@@ -1,0 +1,5 @@
+package decode_test
+
+import "encoding/json"
+
+func jsonValid(b []byte) bool { return json.Valid(b) }

@@ -1,0 +1,195 @@
+package decode
+
+import (
+	"fmt"
+)
+
+// Kind is what a decoded message means to the connector.
+type Kind int
+
+const (
+	KindOther    Kind = iota // origin, logical message: nothing to do
+	KindBegin                // a transaction starts
+	KindCommit               // a transaction ends: Commit.EndLSN may be acked once its rows are complete
+	KindRelation             // the relation cache changed; Warnings may say something
+	KindRows                 // Rows lines were appended to Route's buffer
+	KindTruncate             // Truncated tables must be retracted
+)
+
+// Event is the result of decoding one message.
+type Event struct {
+	Kind      Kind
+	Begin     Begin
+	Commit    Commit
+	Route     int
+	Rows      int
+	Rel       *Rel
+	Truncated []*Rel
+	Cascade   bool
+	Warnings  []string
+}
+
+// Buffers gives the decoder the NDJSON buffer of a route to append to.
+type Buffers interface {
+	Buffer(route int) *[]byte
+}
+
+// Decoder decodes a pgoutput stream. It holds the relation cache; it is not
+// safe for concurrent use.
+type Decoder struct {
+	targets map[string]*Target
+	rels    map[uint32]*Rel
+	types   map[uint32]string
+	change  Change
+	// RequirePrimaryKey refuses Feldera tables without a PRIMARY KEY.
+	RequirePrimaryKey bool
+}
+
+// NewDecoder returns a decoder for the mapped targets.
+func NewDecoder(targets []*Target) *Decoder {
+	d := &Decoder{targets: map[string]*Target{}, rels: map[uint32]*Rel{}, types: map[uint32]string{}, RequirePrimaryKey: true}
+	for _, t := range targets {
+		d.targets[t.Qualified()] = t
+	}
+	return d
+}
+
+func (d *Decoder) typeName(oid uint32) string {
+	if n, ok := d.types[oid]; ok {
+		return n
+	}
+	return TypeName(oid)
+}
+
+// Decode decodes one WALData payload. Row events append whole NDJSON lines
+// to the route's buffer; on error the buffer is restored to its length
+// before the message.
+func (d *Decoder) Decode(wal []byte, bufs Buffers, ev *Event) (err error) {
+	*ev = Event{}
+	if len(wal) == 0 {
+		return &ParseError{Reason: "empty message"}
+	}
+	switch wal[0] {
+	case MsgBegin:
+		ev.Kind = KindBegin
+		ev.Begin, err = ParseBegin(wal)
+	case MsgCommit:
+		ev.Kind = KindCommit
+		ev.Commit, err = ParseCommit(wal)
+	case MsgRelation:
+		ev.Kind = KindRelation
+		err = d.relation(wal, ev)
+	case MsgType:
+		var ti TypeInfo
+		if ti, err = ParseType(wal); err == nil {
+			d.types[ti.OID] = ti.Namespace + "." + ti.Name
+		}
+	case MsgInsert, MsgUpdate, MsgDelete:
+		err = d.rows(wal, bufs, ev)
+	case MsgTruncate:
+		err = d.truncate(wal, ev)
+	case MsgOrigin, MsgMessage:
+	default:
+		err = &ParseError{Msg: wal[0], Reason: "unknown message type"}
+	}
+	return err
+}
+
+func (d *Decoder) relation(wal []byte, ev *Event) error {
+	m, err := ParseRelation(wal)
+	if err != nil {
+		return err
+	}
+	qualified := m.Namespace + "." + m.Name
+	t, ok := d.targets[qualified]
+	if !ok {
+		return &RefusalError{Table: qualified, Reason: "the publication sends this table but TABLES does not map it (add it to TABLES or remove it from the publication)"}
+	}
+	if d.RequirePrimaryKey && len(t.Dest.PrimaryKey) == 0 {
+		return &RefusalError{Table: qualified, Reason: fmt.Sprintf("Feldera table %s has no PRIMARY KEY (replays would duplicate rows; FELDERA_REQUIRE_PRIMARY_KEY=false to allow)", t.Dest.Name)}
+	}
+	rel, warnings, err := NewRel(m.ID, t, m.ReplicaIdentity, m.Columns, d.typeName)
+	if err != nil {
+		return err
+	}
+	d.rels[m.ID] = rel // replaces the cached relation (ALTER TABLE mid-stream)
+	ev.Rel, ev.Warnings = rel, warnings
+	return nil
+}
+
+func (d *Decoder) rel(id uint32) (*Rel, error) {
+	r, ok := d.rels[id]
+	if !ok {
+		return nil, &RefusalError{Reason: fmt.Sprintf("change for relation OID %d before its RELATION message", id)}
+	}
+	return r, nil
+}
+
+func (d *Decoder) rows(wal []byte, bufs Buffers, ev *Event) error {
+	c := &d.change
+	if err := ParseChange(wal, c); err != nil {
+		return err
+	}
+	r, err := d.rel(c.RelID)
+	if err != nil {
+		return err
+	}
+	buf := bufs.Buffer(r.Target.Route)
+	mark := len(*buf)
+	dst := *buf
+	ev.Kind, ev.Route, ev.Rel = KindRows, r.Target.Route, r
+	switch c.Op {
+	case MsgInsert:
+		dst, err = r.appendRow(dst, "insert", c.New, nil, false)
+		ev.Rows = 1
+	case MsgUpdate:
+		var old []TupleCol
+		if c.OldKind != 0 {
+			// The key may have changed: retract the old key, insert the new row.
+			if err = r.checkRetraction(c.OldKind, c.Old); err == nil {
+				dst, err = r.appendRow(dst, "delete", c.Old, nil, r.Keyed())
+				ev.Rows = 1
+			}
+			if c.OldKind == 'O' {
+				old = c.Old
+			}
+		}
+		if err == nil {
+			dst, err = r.appendRow(dst, "insert", c.New, old, false)
+			ev.Rows++
+		}
+	case MsgDelete:
+		if err = r.checkRetraction(c.OldKind, c.Old); err == nil {
+			dst, err = r.appendRow(dst, "delete", c.Old, nil, r.Keyed())
+			ev.Rows = 1
+		}
+	}
+	if err != nil {
+		*buf = dst[:mark]
+		return err
+	}
+	*buf = dst
+	return nil
+}
+
+func (d *Decoder) truncate(wal []byte, ev *Event) error {
+	m, err := ParseTruncate(wal)
+	if err != nil {
+		return err
+	}
+	ev.Kind, ev.Cascade = KindTruncate, m.Options&1 == 1
+	for _, id := range m.RelIDs {
+		r, err := d.rel(id)
+		if err != nil {
+			return err
+		}
+		ev.Truncated = append(ev.Truncated, r)
+	}
+	return nil
+}
+
+// Target returns the mapped target of a qualified Postgres table name.
+func (d *Decoder) Target(qualified string) (*Target, bool) {
+	t, ok := d.targets[qualified]
+	return t, ok
+}

@@ -1,0 +1,307 @@
+package decode_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+)
+
+// msg builds pgoutput messages for tests.
+type msg []byte
+
+func (m msg) u8(b byte) msg     { return append(m, b) }
+func (m msg) u16(v uint16) msg  { return binary.BigEndian.AppendUint16(m, v) }
+func (m msg) u32(v uint32) msg  { return binary.BigEndian.AppendUint32(m, v) }
+func (m msg) u64(v uint64) msg  { return binary.BigEndian.AppendUint64(m, v) }
+func (m msg) str(s string) msg  { return append(append(m, s...), 0) }
+func (m msg) text(s string) msg { return m.u8('t').u32(uint32(len(s))).append(s) }
+func (m msg) append(s string) msg {
+	return append(m, s...)
+}
+
+type col struct {
+	name string
+	oid  uint32
+	key  bool
+}
+
+func relationMsg(id uint32, ns, name string, ident byte, cols ...col) []byte {
+	m := msg{'R'}.u32(id).str(ns).str(name).u8(ident).u16(uint16(len(cols)))
+	for _, c := range cols {
+		var f byte
+		if c.key {
+			f = 1
+		}
+		m = m.u8(f).str(c.name).u32(c.oid).u32(0xffffffff)
+	}
+	return m
+}
+
+// tuple: "n" null, "u" unchanged toast, anything else text.
+func tuple(m msg, vals ...string) msg {
+	m = m.u16(uint16(len(vals)))
+	for _, v := range vals {
+		switch v {
+		case "\x00n":
+			m = m.u8('n')
+		case "\x00u":
+			m = m.u8('u')
+		default:
+			m = m.text(v)
+		}
+	}
+	return m
+}
+
+const null, toast = "\x00n", "\x00u"
+
+func insertMsg(rel uint32, vals ...string) []byte { return tuple(msg{'I'}.u32(rel).u8('N'), vals...) }
+func deleteMsg(rel uint32, kind byte, vals ...string) []byte {
+	return tuple(msg{'D'}.u32(rel).u8(kind), vals...)
+}
+func updateMsg(rel uint32, kind byte, old []string, vals ...string) []byte {
+	m := msg{'U'}.u32(rel)
+	if kind != 0 {
+		m = tuple(m.u8(kind), old...)
+	}
+	return tuple(m.u8('N'), vals...)
+}
+
+type bufs map[int]*[]byte
+
+func (b bufs) Buffer(route int) *[]byte {
+	if b[route] == nil {
+		b[route] = new([]byte)
+	}
+	return b[route]
+}
+
+func newDecoder(t testing.TB) *decode.Decoder {
+	rels := felderatest.MustParseDDL(`
+CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, big VARCHAR);
+CREATE TABLE catalog_items (sku INT NOT NULL, region VARCHAR NOT NULL, price DECIMAL(10,2), PRIMARY KEY (sku, region));
+CREATE TABLE loose (a INT, b VARCHAR);`)
+	return decode.NewDecoder([]*decode.Target{
+		{Schema: "public", Name: "users", Route: 0, Dest: rels[0]},
+		{Schema: "public", Name: "items", Route: 1, Dest: rels[1]},
+		{Schema: "public", Name: "loose", Route: 2, Dest: rels[2]},
+	})
+}
+
+var usersCols = []col{{"id", decode.OIDInt8, true}, {"name", decode.OIDText, false}, {"big", decode.OIDText, false}}
+
+func run(t *testing.T, d *decode.Decoder, b bufs, msgs ...[]byte) error {
+	t.Helper()
+	var ev decode.Event
+	for _, m := range msgs {
+		if err := d.Decode(m, b, &ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestDecoder_InsertUpdateDelete(t *testing.T) {
+	d := newDecoder(t)
+	b := bufs{}
+	err := run(t, d, b,
+		relationMsg(10, "public", "users", 'd', usersCols...),
+		insertMsg(10, "1", "ann", null),
+		updateMsg(10, 0, nil, "1", "ann2", "x"),                          // key unchanged: upsert
+		updateMsg(10, 'K', []string{"1", null, null}, "99", "ann3", "y"), // key changed
+		deleteMsg(10, 'K', "99", null, null),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"insert":{"id":1,"name":"ann","big":null}}
+{"insert":{"id":1,"name":"ann2","big":"x"}}
+{"delete":{"id":1}}
+{"insert":{"id":99,"name":"ann3","big":"y"}}
+{"delete":{"id":99}}
+`
+	if got := string(*b[0]); got != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestDecoder_CompositeKeyFullIdentity(t *testing.T) {
+	d := newDecoder(t)
+	b := bufs{}
+	cols := []col{{"sku", decode.OIDInt4, true}, {"region", decode.OIDText, true}, {"price", decode.OIDNumeric, true}, {"extra", decode.OIDText, true}}
+	err := run(t, d, b,
+		relationMsg(11, "public", "items", 'f', cols...),
+		updateMsg(11, 'O', []string{"1", "eu", "9.99", "x"}, "1", "us", "9.99", "x"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"delete":{"sku":1,"region":"eu"}}
+{"insert":{"sku":1,"region":"us","price":"9.99"}}
+`
+	if got := string(*b[1]); got != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestDecoder_Toast(t *testing.T) {
+	d := newDecoder(t)
+	b := bufs{}
+	// FULL: the old tuple fills the hole.
+	err := run(t, d, b,
+		relationMsg(10, "public", "users", 'f', usersCols...),
+		updateMsg(10, 'O', []string{"1", "a", "BIG"}, "1", "b", toast))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(*b[0]), `{"insert":{"id":1,"name":"b","big":"BIG"}}`) {
+		t.Fatalf("hole not filled: %s", *b[0])
+	}
+	// DEFAULT: refused, naming table and column, and the buffer is untouched.
+	before := len(*b[0])
+	err = run(t, d, b,
+		relationMsg(10, "public", "users", 'd', usersCols...),
+		updateMsg(10, 0, nil, "1", "c", toast))
+	var re *decode.RefusalError
+	if !errors.As(err, &re) || re.Table != "public.users" || re.Column != "big" {
+		t.Fatalf("err = %v", err)
+	}
+	if len(*b[0]) != before {
+		t.Fatal("a refused message left bytes in the buffer")
+	}
+}
+
+func TestDecoder_Refusals(t *testing.T) {
+	cases := map[string]struct {
+		msgs [][]byte
+		want string
+	}{
+		"unmapped": {[][]byte{relationMsg(5, "public", "typed", 'd', col{"id", 23, true})}, "public.typed"},
+		"enum": {[][]byte{
+			msg{'Y'}.u32(16500).str("public").str("mood"),
+			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", 16500, false}),
+		}, "public.mood"},
+		"keyGapDelete": {[][]byte{
+			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, false}, col{"name", decode.OIDText, true}),
+			deleteMsg(10, 'K', null, "x"),
+		}, "key field"},
+		"keylessRefusedByDefault": {[][]byte{relationMsg(12, "public", "loose", 'f', col{"a", 23, true}, col{"b", 25, true})}, "no PRIMARY KEY"},
+		"badPair":                 {[][]byte{relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", decode.OIDBytea, false})}, "no faithful encoding"},
+		"notNullMissing":          {[][]byte{relationMsg(11, "public", "items", 'd', col{"sku", 23, true})}, "region"},
+		"beforeRelation":          {[][]byte{insertMsg(77, "1")}, "OID 77"},
+		"columnCount":             {[][]byte{relationMsg(10, "public", "users", 'd', usersCols...), insertMsg(10, "1", "a", "b", "c")}, "4 columns"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := run(t, newDecoder(t), bufs{}, c.msgs...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want mention of %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDecoder_AlterTableAddColumn(t *testing.T) {
+	d := newDecoder(t)
+	b := bufs{}
+	err := run(t, d, b,
+		relationMsg(10, "public", "users", 'd', usersCols[:2]...),
+		insertMsg(10, "1", "a"),
+		relationMsg(10, "public", "users", 'd', usersCols...),
+		insertMsg(10, "2", "b", "c"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"insert\":{\"id\":1,\"name\":\"a\"}}\n{\"insert\":{\"id\":2,\"name\":\"b\",\"big\":\"c\"}}\n"; string(*b[0]) != want {
+		t.Fatalf("got %s", *b[0])
+	}
+}
+
+func TestDecoder_DroppedColumnWarns(t *testing.T) {
+	d := newDecoder(t)
+	var ev decode.Event
+	err := d.Decode(relationMsg(10, "public", "users", 'd', append(usersCols, col{"secret", 25, false})...), bufs{}, &ev)
+	if err != nil || len(ev.Warnings) != 1 || !strings.Contains(ev.Warnings[0], "secret") {
+		t.Fatalf("err=%v warnings=%v", err, ev.Warnings)
+	}
+}
+
+func TestDecoder_BeginCommitTruncate(t *testing.T) {
+	d := newDecoder(t)
+	var ev decode.Event
+	if err := d.Decode(msg{'B'}.u64(0x100).u64(0).u32(7), bufs{}, &ev); err != nil || ev.Kind != decode.KindBegin || ev.Begin.Xid != 7 {
+		t.Fatalf("begin: %v %+v", err, ev)
+	}
+	if err := d.Decode(msg{'C'}.u8(0).u64(0x100).u64(0x128).u64(0), bufs{}, &ev); err != nil || ev.Kind != decode.KindCommit || ev.Commit.EndLSN != 0x128 {
+		t.Fatalf("commit: %v %+v", err, ev)
+	}
+	d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), bufs{}, &ev)
+	if err := d.Decode(msg{'T'}.u32(1).u8(1).u32(10), bufs{}, &ev); err != nil || ev.Kind != decode.KindTruncate || !ev.Cascade || len(ev.Truncated) != 1 {
+		t.Fatalf("truncate: %v %+v", err, ev)
+	}
+}
+
+func TestCopyRow(t *testing.T) {
+	d := newDecoder(t)
+	var ev decode.Event
+	if err := d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), bufs{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	c := decode.CopyRow{Rel: ev.Rel}
+	out, err := c.AppendInsert(nil, []byte(`7	tab\there\\ \101\x42	\N`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"insert\":{\"id\":7,\"name\":\"tab\\there\\\\ AB\",\"big\":null}}\n"; string(out) != want {
+		t.Fatalf("got %q want %q", out, want)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(relationMsg(10, "public", "users", 'd', usersCols...))
+	f.Add(insertMsg(10, "1", "a", null))
+	f.Add(updateMsg(10, 'K', []string{"1", null, null}, "2", "b", toast))
+	f.Add(updateMsg(10, 'O', []string{"1", "x", "y"}, "2", "b", toast))
+	f.Add(deleteMsg(10, 'K', "1", null, null))
+	f.Add([]byte(msg{'T'}.u32(1).u8(0).u32(10)))
+	f.Add([]byte(msg{'B'}.u64(1).u64(0).u32(7)))
+	f.Add([]byte(msg{'C'}.u8(0).u64(1).u64(2).u64(0)))
+	f.Add([]byte(msg{'Y'}.u32(16500).str("public").str("mood")))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := newDecoder(t)
+		b := bufs{}
+		var ev decode.Event
+		// Prime the cache so change messages reach the tuple code.
+		_ = d.Decode(relationMsg(10, "public", "users", 'f', usersCols...), b, &ev)
+		_ = d.Decode(data, b, &ev)
+		for _, buf := range b {
+			for _, line := range strings.Split(strings.TrimSuffix(string(*buf), "\n"), "\n") {
+				if line != "" && !jsonValid([]byte(line)) {
+					t.Fatalf("invalid line %q", line)
+				}
+			}
+		}
+	})
+}
+
+func FuzzCopyRow(f *testing.F) {
+	f.Add([]byte("1\tname\t\\N"))
+	f.Add([]byte("1\t\\x41\\101\\\\\t\\"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		d := newDecoder(t)
+		var ev decode.Event
+		if err := d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), bufs{}, &ev); err != nil {
+			t.Fatal(err)
+		}
+		c := decode.CopyRow{Rel: ev.Rel}
+		out, err := c.AppendInsert(nil, line)
+		if err == nil && !jsonValid(out) {
+			t.Fatalf("invalid JSON %q", out)
+		}
+	})
+}
