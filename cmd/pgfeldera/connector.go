@@ -3,10 +3,51 @@ package main
 import (
 	"context"
 	"log/slog"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // runConnector wires the connector and returns the exit code.
 func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Logger) int {
-	logger.Error("pgfeldera run: the connector is not wired yet")
-	return exitFatal
+	go func() {
+		<-ctx.Done()
+		logger.Info("pgfeldera: stopping gracefully (a second signal exits at once)")
+		stop() // restore default signal handling: a second signal kills
+	}()
+	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, Logger: logger})
+	if err != nil {
+		logger.Error("pgfeldera: " + err.Error())
+		return exitConfig
+	}
+	conn, err := connector.New(cfg.connectorConfig(logger), client)
+	if err != nil {
+		logger.Error("pgfeldera: " + err.Error())
+		return exitConfig
+	}
+	logger.Info("pgfeldera: starting", "version", version, "postgres", redactDSN(cfg.DSN), "feldera", redactURL(cfg.FelderaURL),
+		"pipeline", cfg.Pipeline, "publication", cfg.Publication, "slot", cfg.Slot, "tables", len(cfg.Tables), "snapshot_mode", cfg.SnapshotMode)
+	if err := conn.Run(ctx); err != nil {
+		logger.Error("pgfeldera: fatal", "err", err)
+		return exitFatal
+	}
+	return exitOK
+}
+
+func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
+	return connector.Config{
+		DSN:               c.DSN,
+		Publication:       c.Publication,
+		Slot:              c.Slot,
+		Tables:            c.Tables,
+		AckMode:           c.AckMode,
+		RequirePrimaryKey: c.RequirePrimaryKey,
+		CompletionTimeout: c.CompletionTimeout,
+		BatchMaxRows:      c.BatchMaxRows,
+		BatchLinger:       c.BatchLinger,
+		SnapshotMode:      c.SnapshotMode,
+		StateFile:         c.StateFile,
+		NoProgressTimeout: c.NoProgressTimeout,
+		Logger:            logger,
+	}
 }

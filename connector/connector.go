@@ -1,0 +1,194 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pglogrepl"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// Sink is what the connector needs from Feldera. *feldera.Client satisfies it.
+type Sink interface {
+	// Pipeline reads the pipeline's status and schema.
+	Pipeline(ctx context.Context) (*feldera.Pipeline, error)
+	// Ingress pushes NDJSON insert/delete lines to a table and returns a
+	// completion token covering them.
+	Ingress(ctx context.Context, table string, body []byte) (string, error)
+	// WaitComplete returns when the token's records are processed.
+	WaitComplete(ctx context.Context, token string) error
+}
+
+// Ack modes.
+const (
+	AckCompleted = "completed"
+	AckAccepted  = "accepted" // unsafe: acks on HTTP 200
+)
+
+// Snapshot modes.
+const (
+	SnapshotInitial      = "initial"
+	SnapshotNever        = "never"
+	SnapshotInconsistent = "inconsistent"
+)
+
+// Defaults.
+const (
+	DefaultBatchMaxRows      = 10000
+	DefaultBatchLinger       = 50 * time.Millisecond
+	DefaultCompletionTimeout = 60 * time.Second
+	DefaultNoProgressTimeout = 5 * time.Minute
+	completionLogAfter       = 5 * time.Second
+)
+
+// Config configures a Connector.
+type Config struct {
+	DSN               string // libpq DSN of the source database
+	Publication       string
+	Slot              string
+	Tables            []Table
+	AckMode           string
+	RequirePrimaryKey bool
+	CompletionTimeout time.Duration
+	BatchMaxRows      int
+	BatchLinger       time.Duration
+	SnapshotMode      string
+	StateFile         string
+	NoProgressTimeout time.Duration
+
+	// BackoffInitial and BackoffMax bound the reconnect backoff (1s, 30s).
+	BackoffInitial time.Duration
+	BackoffMax     time.Duration
+
+	Logger *slog.Logger
+}
+
+// Connector streams one publication through one slot into a Sink.
+type Connector struct {
+	cfg    Config
+	sink   Sink
+	logger *slog.Logger
+
+	// acked is the flush position last sent to Postgres. Owned by the
+	// session goroutine; read by the supervisor between sessions.
+	acked pglogrepl.LSN
+	// healthy is the last time the ack moved or a session had nothing
+	// pending: the no-progress deadline counts from it.
+	healthy time.Time
+}
+
+// New returns a connector. It does not connect.
+func New(cfg Config, sink Sink) (*Connector, error) {
+	if cfg.Publication == "" || cfg.Slot == "" || len(cfg.Tables) == 0 || cfg.DSN == "" {
+		return nil, errors.New("connector: DSN, publication, slot and tables are required")
+	}
+	if cfg.AckMode == "" {
+		cfg.AckMode = AckCompleted
+	}
+	if cfg.BatchMaxRows <= 0 {
+		cfg.BatchMaxRows = DefaultBatchMaxRows
+	}
+	if cfg.CompletionTimeout <= 0 {
+		cfg.CompletionTimeout = DefaultCompletionTimeout
+	}
+	if cfg.NoProgressTimeout <= 0 {
+		cfg.NoProgressTimeout = DefaultNoProgressTimeout
+	}
+	if cfg.SnapshotMode == "" {
+		cfg.SnapshotMode = SnapshotInitial
+	}
+	if cfg.BackoffInitial <= 0 {
+		cfg.BackoffInitial = time.Second
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Connector{cfg: cfg, sink: sink, logger: cfg.Logger.With("component", "connector", "slot", cfg.Slot)}, nil
+}
+
+// FatalError is an error retrying cannot fix: the process should exit.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+func fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *FatalError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &FatalError{Err: err}
+}
+
+// isFatal reports whether a session error must end the process.
+func isFatal(err error) bool {
+	var fe *FatalError
+	var re *decode.RefusalError
+	var pe *decode.ParseError
+	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || feldera.IsParseErrors(err)
+}
+
+// ErrNoProgress is returned when nothing was acknowledged for
+// NO_PROGRESS_TIMEOUT while work was pending.
+var ErrNoProgress = errors.New("no progress")
+
+// Run streams until ctx is canceled (a graceful stop: returns nil after the
+// final acknowledgement) or a fatal error. Every other error ends the
+// session and a new one starts after a backoff; only an acknowledgement
+// that moved resets the backoff.
+func (c *Connector) Run(ctx context.Context) error {
+	if c.cfg.AckMode == AckAccepted {
+		c.logger.Warn("FELDERA_ACK_MODE=accepted: acknowledging WAL on HTTP 200, before Feldera completes it; a Feldera failure LOSES DATA. Use only to demonstrate that loss.")
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = c.cfg.BackoffInitial
+	bo.MaxInterval = c.cfg.BackoffMax
+	bo.RandomizationFactor = 1 // full jitter around the interval
+	bo.MaxElapsedTime = 0
+	bo.Reset()
+	c.healthy = time.Now()
+	for {
+		before := c.acked
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return err // graceful stop (err says whether the final ack was confirmed)
+		}
+		if c.acked != before {
+			bo.Reset()
+		}
+		lastProgress := c.healthy
+		if err == nil {
+			err = errors.New("replication stream ended")
+		}
+		if isFatal(err) {
+			return err
+		}
+		if since := time.Since(lastProgress); since > c.cfg.NoProgressTimeout {
+			return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT): last error: %v", ErrNoProgress, since.Round(time.Second), err)}
+		}
+		wait := bo.NextBackOff()
+		if left := c.cfg.NoProgressTimeout - time.Since(lastProgress); wait > left {
+			wait = left + time.Millisecond
+		}
+		c.logger.Warn("session: ended, reconnecting", "err", err, "backoff", wait.Round(time.Millisecond), "acked", c.acked)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}

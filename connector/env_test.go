@@ -1,0 +1,327 @@
+package connector_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgtest"
+)
+
+var _ connector.Sink = (*feldera.Client)(nil)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// env is one test's world: a fresh database on the shared cluster, a
+// Feldera double, and a connector run in-process.
+type env struct {
+	t      *testing.T
+	pg     *pgtest.Cluster
+	dsn    string
+	db     *pgx.Conn
+	fel    *felderatest.Server
+	client *feldera.Client
+	slot   string
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var slotN int
+
+func newEnv(t *testing.T, pgDDL, felderaDDL string) *env {
+	t.Helper()
+	return newEnvOn(t, pgtest.Shared(t), pgDDL, felderaDDL, nil)
+}
+
+func newEnvOn(t *testing.T, c *pgtest.Cluster, pgDDL, felderaDDL string, mod func(*felderatest.Config)) *env {
+	t.Helper()
+	e := &env{t: t, pg: c, dsn: c.NewDB(t), logs: &syncBuffer{}}
+	slotN++
+	e.slot = fmt.Sprintf("s_%d_%d", os.Getpid(), slotN)
+	ctx := context.Background()
+	var err error
+	e.db, err = pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.db.Close(context.Background()) })
+	e.exec(pgDDL)
+	cfg := felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(felderaDDL)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	e.fel, err = felderatest.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.fel.Close)
+	e.client, err = feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (e *env) config(tables string) connector.Config {
+	e.t.Helper()
+	ts, err := connector.ParseTables(tables)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return connector.Config{
+		DSN: e.dsn, Publication: "pub", Slot: e.slot, Tables: ts,
+		AckMode: connector.AckCompleted, RequirePrimaryKey: true,
+		CompletionTimeout: 30 * time.Second, BatchMaxRows: 10000, BatchLinger: 20 * time.Millisecond,
+		SnapshotMode: connector.SnapshotNever, StateFile: e.t.TempDir() + "/state.json",
+		NoProgressTimeout: 2 * time.Minute, BackoffInitial: 50 * time.Millisecond, BackoffMax: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(e.logs, testWriter{e.t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	if testing.Verbose() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// running is a connector run in the background.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (e *env) start(cfg connector.Config) *running {
+	e.t.Helper()
+	return e.startWith(cfg, e.client)
+}
+
+func (e *env) startWith(cfg connector.Config, sink connector.Sink) *running {
+	e.t.Helper()
+	c, err := connector.New(cfg, sink)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	e.t.Cleanup(func() { r.stop(e.t) })
+	return r
+}
+
+// stop stops the connector gracefully and returns Run's error.
+func (r *running) stop(t *testing.T) error {
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(90 * time.Second):
+		t.Fatal("connector did not stop within 90s")
+	}
+	return nil
+}
+
+func (e *env) currentLSN() pglogrepl.LSN {
+	e.t.Helper()
+	var s string
+	if err := e.db.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	lsn, _ := pglogrepl.ParseLSN(s)
+	return lsn
+}
+
+func (e *env) confirmed() pglogrepl.LSN {
+	e.t.Helper()
+	s, ok, err := e.pg.Slot(context.Background(), e.slot)
+	if err != nil || !ok || s.ConfirmedFlushLSN == "" {
+		return 0
+	}
+	lsn, _ := pglogrepl.ParseLSN(s.ConfirmedFlushLSN)
+	return lsn
+}
+
+// waitConfirmed waits until the slot's confirmed_flush_lsn reaches lsn.
+func (e *env) waitConfirmed(lsn pglogrepl.LSN, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if e.confirmed() >= lsn {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("confirmed_flush_lsn %s did not reach %s within %s\nlogs:\n%s", e.confirmed(), lsn, within, tail(e.logs.String(), 3000))
+}
+
+func (e *env) waitSlot() {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if s, ok, _ := e.pg.Slot(context.Background(), e.slot); ok && s.Active {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("slot %s never became active\nlogs:\n%s", e.slot, tail(e.logs.String(), 3000))
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// canon re-encodes a JSON object with sorted keys and exact numbers.
+func canon(raw []byte, keep func(string) bool) string {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		panic(err)
+	}
+	for k := range m {
+		if keep != nil && !keep(k) {
+			delete(m, k)
+		}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// pgRows returns a table's rows as canonical JSON (to_jsonb), sorted.
+func (e *env) pgRows(table string) []string {
+	e.t.Helper()
+	rows, err := e.db.Query(context.Background(), "SELECT to_jsonb(t)::text FROM "+table+" t")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		rows.Scan(&s)
+		out = append(out, canon([]byte(s), nil))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *env) felderaRows(table string, keep func(string) bool) []string {
+	var out []string
+	for _, r := range e.fel.Rows(table) {
+		out = append(out, canon([]byte(r.String()), keep))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// diff compares Postgres and Feldera, table by table, every column they
+// share; it returns "" when they are equal.
+func (e *env) diff(pgTable, felTable string) string {
+	want := e.pgRows(pgTable)
+	cols := map[string]bool{}
+	if len(want) > 0 {
+		var m map[string]any
+		json.Unmarshal([]byte(want[0]), &m)
+		for k := range m {
+			cols[k] = true
+		}
+	}
+	got := e.felderaRows(felTable, func(k string) bool { return len(cols) == 0 || cols[k] })
+	if strings.Join(want, "\n") == strings.Join(got, "\n") {
+		return ""
+	}
+	gs := map[string]bool{}
+	for _, g := range got {
+		gs[g] = true
+	}
+	ws := map[string]bool{}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s vs %s: postgres %d rows, feldera %d rows\n", pgTable, felTable, len(want), len(got))
+	for _, w := range want {
+		ws[w] = true
+		if !gs[w] {
+			fmt.Fprintf(&b, "  missing in feldera: %s\n", w)
+		}
+	}
+	for _, g := range got {
+		if !ws[g] {
+			fmt.Fprintf(&b, "  extra in feldera:   %s\n", g)
+		}
+	}
+	return tail(b.String(), 4000)
+}
+
+func (e *env) assertEqual(pgTable, felTable string) {
+	e.t.Helper()
+	if d := e.diff(pgTable, felTable); d != "" {
+		e.t.Fatal(d)
+	}
+}
+
+// eventually waits until the tables match.
+func (e *env) eventuallyEqual(pgTable, felTable string, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	d := ""
+	for time.Now().Before(deadline) {
+		if d = e.diff(pgTable, felTable); d == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("not equal after %s:\n%s\nlogs:\n%s", within, d, tail(e.logs.String(), 3000))
+}
+
+func (e *env) requestedRows() (inserts, deletes int) {
+	for _, r := range e.fel.Requests() {
+		inserts += r.Inserts
+		deletes += r.Deletes
+	}
+	return
+}

@@ -1,0 +1,58 @@
+package connector
+
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// batch is one outbox batch: per-route NDJSON buffers filled as changes
+// arrive, and the position a flush of it may acknowledge.
+type batch struct {
+	seq   int
+	bufs  [][]byte // indexed by route
+	rows  []int    // rows per route
+	total int
+	first time.Time // arrival of the oldest buffered row: the linger deadline counts from it
+	// ackTo is the end LSN of the last COMMIT seen while this batch was
+	// filling. Every row of that transaction is in this batch or an earlier
+	// one, so once this batch and all before it are complete, ackTo is safe.
+	ackTo pglogrepl.LSN
+}
+
+func newBatch(routes int) *batch {
+	return &batch{bufs: make([][]byte, routes), rows: make([]int, routes)}
+}
+
+// Buffer gives the decoder the route's buffer to append lines to.
+func (b *batch) Buffer(route int) *[]byte { return &b.bufs[route] }
+
+func (b *batch) added(route, n int, now time.Time) {
+	if n == 0 {
+		return
+	}
+	if b.total == 0 {
+		b.first = now
+	}
+	b.rows[route] += n
+	b.total += n
+}
+
+// reset empties the batch for reuse, keeping buffer capacity.
+func (b *batch) reset(seq int) {
+	for i := range b.bufs {
+		b.bufs[i] = b.bufs[i][:0]
+		b.rows[i] = 0
+	}
+	b.total, b.ackTo, b.seq, b.first = 0, 0, seq, time.Time{}
+}
+
+// shrink drops buffers that grew far past what a batch needs, so one huge
+// row does not pin memory forever.
+func (b *batch) shrink(limit int) {
+	for i := range b.bufs {
+		if cap(b.bufs[i]) > limit {
+			b.bufs[i] = nil
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// pinnedGUCs fix the text output of values: the decoder parses text, so the
+// snapshot connection and the replication connection must agree.
+var pinnedGUCs = []string{
+	"SET TimeZone = 'UTC'",
+	"SET DateStyle = 'ISO'",
+	"SET IntervalStyle = 'iso_8601'",
+	"SET bytea_output = 'hex'",
+	"SET extra_float_digits = 3",
+}
+
+// plan is what a session learned before streaming.
+type plan struct {
+	targets      []*decode.Target
+	deploymentID string
+	walTimeout   time.Duration
+}
+
+// columnInfo is a Postgres column as the catalog describes it.
+type columnInfo struct {
+	name    string
+	typeOID uint32
+	inKey   bool
+}
+
+// prepare runs the startup checks: wal_level, the publication and its
+// tables, the Feldera pipeline and its schema, and a decoding plan for each
+// table from the catalog, so a bad mapping is refused before streaming.
+func (c *Connector) prepare(ctx context.Context) (*plan, error) {
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var walLevel, walTimeout string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), current_setting('wal_sender_timeout')").Scan(&walLevel, &walTimeout); err != nil {
+		return nil, fmt.Errorf("read settings: %w", err)
+	}
+	if walLevel != "logical" {
+		return nil, fatal(fmt.Errorf("postgres wal_level is %q: set wal_level = logical and restart postgres", walLevel))
+	}
+	p := &plan{}
+	p.walTimeout, _ = parsePGDuration(walTimeout)
+
+	var pubTruncate bool
+	err = conn.QueryRow(ctx, "SELECT pubtruncate FROM pg_publication WHERE pubname = $1", c.cfg.Publication).Scan(&pubTruncate)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fatal(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...)", c.cfg.Publication, quoteIdent(c.cfg.Publication)))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read publication: %w", err)
+	}
+	if !pubTruncate {
+		c.logger.Warn("publication does not publish TRUNCATE (pubtruncate = false): a TRUNCATE in Postgres will never reach Feldera", "publication", c.cfg.Publication)
+	}
+	published := map[string]bool{}
+	rows, err := conn.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1", c.cfg.Publication)
+	if err != nil {
+		return nil, fmt.Errorf("read publication tables: %w", err)
+	}
+	for rows.Next() {
+		var s, t string
+		if err := rows.Scan(&s, &t); err != nil {
+			return nil, err
+		}
+		published[s+"."+t] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var unmapped []string
+	mapped := map[string]bool{}
+	for _, t := range c.cfg.Tables {
+		mapped[t.Schema+"."+t.Name] = true
+		if !published[t.Schema+"."+t.Name] {
+			return nil, fatal(fmt.Errorf("table %s is in TABLES but not in publication %q: it would never be updated (ALTER PUBLICATION %s ADD TABLE %s)",
+				t.Schema+"."+t.Name, c.cfg.Publication, quoteIdent(c.cfg.Publication), t.Source()))
+		}
+	}
+	for name := range published {
+		if !mapped[name] {
+			unmapped = append(unmapped, name)
+		}
+	}
+	if len(unmapped) > 0 {
+		c.logger.Warn("publication has tables TABLES does not map: a change to one of them stops the connector", "tables", strings.Join(unmapped, ","))
+	}
+
+	pipe, err := c.sink.Pipeline(ctx)
+	if err != nil {
+		var ae *feldera.APIError
+		if errors.As(err, &ae) && (ae.StatusCode == 404 || ae.StatusCode == 401 || ae.StatusCode == 403) {
+			return nil, fatal(fmt.Errorf("read feldera pipeline: %w", err))
+		}
+		return nil, fmt.Errorf("read feldera pipeline: %w", err)
+	}
+	if pipe.DeploymentStatus != "Running" {
+		return nil, fmt.Errorf("feldera pipeline %s is %s, not Running", pipe.Name, pipe.DeploymentStatus)
+	}
+	if pipe.ProgramInfo == nil {
+		return nil, fmt.Errorf("feldera pipeline %s has no compiled program yet", pipe.Name)
+	}
+	if pipe.DeploymentID != nil {
+		p.deploymentID = *pipe.DeploymentID
+	}
+	for i, t := range c.cfg.Tables {
+		rel, ok := pipe.ProgramInfo.Schema.Input(quoteIfNeeded(t.Dest))
+		if !ok {
+			return nil, fatal(fmt.Errorf("feldera pipeline %s has no table %s (destination of %s)", pipe.Name, t.Dest, t.Schema+"."+t.Name))
+		}
+		if len(rel.PrimaryKey) == 0 && c.cfg.RequirePrimaryKey {
+			return nil, fatal(fmt.Errorf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows (declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that)", rel.Name))
+		}
+		target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: i, Dest: rel}
+		cols, ident, err := tableColumns(ctx, conn, t, c.cfg.Publication)
+		if err != nil {
+			return nil, err
+		}
+		if len(rel.PrimaryKey) > 0 && (ident == 'n' || ident == 'd' && !anyKey(cols)) {
+			return nil, fatal(fmt.Errorf("table %s has REPLICA IDENTITY %s and no usable key, but Feldera table %s has a PRIMARY KEY: deletes and key changes could not be retracted (add a primary key or set REPLICA IDENTITY FULL)",
+				t.Schema+"."+t.Name, map[byte]string{'n': "NOTHING", 'd': "DEFAULT"}[ident], rel.Name))
+		}
+		dcols := make([]decode.Column, len(cols))
+		for i, col := range cols {
+			dcols[i] = decode.Column{Key: col.inKey, Name: col.name, TypeOID: col.typeOID}
+		}
+		_, warnings, err := decode.NewRel(0, target, ident, dcols, func(oid uint32) string { return typeName(ctx, conn, oid) })
+		if err != nil {
+			return nil, fatal(err)
+		}
+		for _, w := range warnings {
+			c.logger.Warn(w)
+		}
+		p.targets = append(p.targets, target)
+	}
+	if ft := pipe.RuntimeConfig; ft != nil && ft.FaultTolerance != nil && ft.FaultTolerance.Model != "" {
+		c.logger.Info("feldera pipeline has fault tolerance: completed state survives its restarts", "model", ft.FaultTolerance.Model)
+	} else {
+		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state; pgfeldera detects it and resnapshots")
+	}
+	return p, nil
+}
+
+// quoteIfNeeded turns a canonical Feldera name into the form
+// ProgramSchema.Input expects.
+func quoteIfNeeded(canonical string) string {
+	if canonical != strings.ToLower(canonical) {
+		return `"` + strings.ReplaceAll(canonical, `"`, `""`) + `"`
+	}
+	return canonical
+}
+
+func anyKey(cols []columnInfo) bool {
+	for _, c := range cols {
+		if c.inKey {
+			return true
+		}
+	}
+	return false
+}
+
+// tableColumns reads a table's published columns in attnum order (the
+// order pgoutput and COPY use), their types, and which are in the replica
+// identity.
+func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication string) ([]columnInfo, byte, error) {
+	var ident string
+	var attnames []string
+	err := conn.QueryRow(ctx, `SELECT c.relreplident::text, pt.attnames
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_publication_tables pt ON pt.schemaname = n.nspname AND pt.tablename = c.relname AND pt.pubname = $3
+		WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name, publication).Scan(&ident, &attnames)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, fatal(fmt.Errorf("table %s does not exist", t.Schema+"."+t.Name))
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read table %s: %w", t.Schema+"."+t.Name, err)
+	}
+	inList := map[string]bool{}
+	for _, a := range attnames {
+		inList[a] = true
+	}
+	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid,
+			COALESCE(a.attnum = ANY(ri.indkey::int2[]), false)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		LEFT JOIN LATERAL (SELECT i.indkey FROM pg_index i WHERE i.indrelid = c.oid
+			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)) LIMIT 1) ri ON true
+		WHERE n.nspname = $1 AND c.relname = $2 ORDER BY a.attnum`, t.Schema, t.Name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read columns of %s: %w", t.Schema+"."+t.Name, err)
+	}
+	defer rows.Close()
+	var cols []columnInfo
+	for rows.Next() {
+		var ci columnInfo
+		if err := rows.Scan(&ci.name, &ci.typeOID, &ci.inKey); err != nil {
+			return nil, 0, err
+		}
+		if len(inList) > 0 && !inList[ci.name] {
+			continue
+		}
+		cols = append(cols, ci)
+	}
+	return cols, ident[0], rows.Err()
+}
+
+func typeName(ctx context.Context, conn *pgx.Conn, oid uint32) string {
+	var name string
+	if err := conn.QueryRow(ctx, "SELECT format_type($1, NULL)", oid).Scan(&name); err != nil {
+		return ""
+	}
+	return name
+}
+
+// parsePGDuration reads a time GUC as SHOW prints it: "0", "500ms", "4s",
+// "1min", "2h", "1d".
+func parsePGDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n := 0
+	for _, c := range s[:i] {
+		n = n*10 + int(c-'0')
+	}
+	unit := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond, "s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	u, ok := unit[s[i:]]
+	if i == 0 || !ok {
+		return 0, fmt.Errorf("bad duration %q", s)
+	}
+	return time.Duration(n) * u, nil
+}

@@ -1,0 +1,518 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/decode"
+)
+
+// stream is one replication session. Its goroutine owns the connection and
+// every position; the flusher goroutine only sees the batch it was handed.
+type stream struct {
+	c        *Connector
+	conn     *pgconn.PgConn
+	dec      *decode.Decoder
+	targets  []*decode.Target
+	interval time.Duration
+	logger   *slog.Logger
+
+	open     bool          // inside BEGIN … COMMIT
+	received pglogrepl.LSN // highest WAL position read
+	filling  *batch
+	spare    *batch
+	inflight *batch
+	seq      int
+	results  chan error
+
+	flushCtx context.Context // outlives a graceful stop, not the session
+	abort    context.CancelFunc
+	wakeCtx  context.Context // canceled when the in-flight flush ends
+	wake     context.CancelFunc
+
+	nextStatus time.Time
+}
+
+// replicationConfig parses the DSN and asks for a logical replication
+// connection.
+func replicationConfig(dsn string) (*pgconn.Config, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fatal(fmt.Errorf("PG_DSN: %w", err))
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "pgfeldera"
+	return cfg, nil
+}
+
+func (c *Connector) session(ctx context.Context) error {
+	p, err := c.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	rcfg, err := replicationConfig(c.cfg.DSN)
+	if err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range pinnedGUCs {
+		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
+			return fmt.Errorf("replication connection: %s: %w", q, err)
+		}
+	}
+	if err := c.ensureSlot(ctx, conn); err != nil {
+		return err
+	}
+	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		"publication_names " + quoteLiteral(quoteIdent(c.cfg.Publication)),
+	}}
+	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {
+		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
+	}
+	dec := decode.NewDecoder(p.targets)
+	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
+	s := &stream{
+		c: c, conn: conn, dec: dec, targets: p.targets,
+		interval: statusInterval(p.walTimeout),
+		logger:   c.logger,
+		filling:  newBatch(len(p.targets)),
+		spare:    newBatch(len(p.targets)),
+		results:  make(chan error, 1),
+	}
+	s.flushCtx, s.abort = context.WithCancel(context.WithoutCancel(ctx))
+	defer s.abort()
+	s.wakeCtx, s.wake = ctx, func() {}
+	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
+		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
+	err = s.run(ctx)
+	if s.inflight != nil {
+		s.abort()
+		<-s.results // the flusher never outlives its session
+	}
+	return err
+}
+
+// ensureSlot creates the slot when missing. SNAPSHOT 'nothing' is always
+// written: an exported snapshot nobody uses would pin xmin.
+func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	res, err := conn.Exec(ctx, "SELECT 1 FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(c.cfg.Slot)).ReadAll()
+	if err != nil {
+		return fmt.Errorf("read slot: %w", err)
+	}
+	if len(res) > 0 && len(res[0].Rows) > 0 {
+		return nil
+	}
+	if c.cfg.SnapshotMode != SnapshotNever {
+		return fatal(fmt.Errorf("SNAPSHOT_MODE=%s is not supported yet: use SNAPSHOT_MODE=never on a target you know is seeded", c.cfg.SnapshotMode))
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')", quoteIdent(c.cfg.Slot))).ReadAll()
+	if err != nil {
+		return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
+	}
+	c.logger.Info("session: created replication slot (stream only, no snapshot)", "slot", c.cfg.Slot)
+	return nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// pending reports whether anything read is not yet acknowledged.
+func (s *stream) pending() bool {
+	return s.open || s.filling.total > 0 || s.inflight != nil || s.filling.ackTo > s.c.acked
+}
+
+func (s *stream) run(ctx context.Context) error {
+	var ev decode.Event
+	var rc recvCtx
+	defer rc.release()
+	s.nextStatus = time.Now()
+	for {
+		if ctx.Err() != nil {
+			return s.shutdown()
+		}
+		if err := s.poll(); err != nil {
+			return err
+		}
+		now := time.Now()
+		if s.inflight == nil && s.flushDue(now) {
+			s.startFlush()
+		}
+		if !now.Before(s.nextStatus) {
+			if err := s.status(); err != nil {
+				return err
+			}
+		}
+		// The filling batch is full and the previous one is still in
+		// flight: stop reading (the memory bound) but keep reporting.
+		if s.inflight != nil && s.filling.total >= s.c.cfg.BatchMaxRows {
+			if err := s.waitFlush(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		deadline := s.nextStatus
+		if s.filling.total > 0 && s.inflight == nil && s.c.cfg.BatchLinger > 0 {
+			if ld := s.filling.first.Add(s.c.cfg.BatchLinger); ld.Before(deadline) {
+				deadline = ld
+			}
+		}
+		base := ctx
+		if s.inflight != nil {
+			base = s.wakeCtx
+		}
+		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
+		if err != nil {
+			if ctx.Err() != nil {
+				continue // shutdown at the top of the loop
+			}
+			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				rc.release()
+				continue
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handle(m.Data, &ev); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("replication: server ended the stream")
+		default:
+			// NoticeResponse and friends: nothing to do.
+		}
+	}
+}
+
+// recvCtx reuses one deadline context across receives while the deadline
+// and the base context stay the same, instead of one per message.
+type recvCtx struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	base     context.Context
+	deadline time.Time
+}
+
+func (r *recvCtx) get(base context.Context, deadline time.Time) context.Context {
+	if r.ctx == nil || r.ctx.Err() != nil || r.base != base || !deadline.Equal(r.deadline) {
+		r.release()
+		r.ctx, r.cancel = context.WithDeadline(base, deadline)
+		r.base, r.deadline = base, deadline
+	}
+	return r.ctx
+}
+
+func (r *recvCtx) release() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.ctx, r.cancel = nil, nil
+}
+
+func (s *stream) handle(data []byte, ev *decode.Event) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("keepalive: %w", err)
+		}
+		moved := false
+		if !s.pending() {
+			// Nothing open, nothing buffered, nothing in flight: every byte
+			// below ServerWALEnd was read, so idle slots release WAL (writes
+			// to unpublished tables move the WAL head too).
+			moved = pkm.ServerWALEnd > s.c.acked
+			s.advance(pkm.ServerWALEnd)
+			s.c.healthy = time.Now()
+		}
+		if pkm.ReplyRequested || moved {
+			return s.status()
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("xlogdata: %w", err)
+		}
+		// Received position uses WALStart, never ServerWALEnd (the server's
+		// head, which we have not read).
+		if xld.WALStart > s.received {
+			s.received = xld.WALStart
+		}
+		if err := s.dec.Decode(xld.WALData, s.filling, ev); err != nil {
+			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
+		}
+		return s.event(ev)
+	}
+	return nil
+}
+
+func (s *stream) event(ev *decode.Event) error {
+	switch ev.Kind {
+	case decode.KindBegin:
+		s.open = true
+	case decode.KindCommit:
+		s.open = false
+		// A COMMIT records how far a flush may move the position; only a
+		// completed flush moves it.
+		if s.filling.total == 0 && s.inflight == nil {
+			s.advance(ev.Commit.EndLSN)
+		} else if ev.Commit.EndLSN > s.filling.ackTo {
+			s.filling.ackTo = ev.Commit.EndLSN
+		}
+		if s.c.cfg.BatchLinger == 0 && s.filling.total > 0 && s.inflight == nil {
+			s.startFlush()
+		}
+	case decode.KindRows:
+		s.filling.added(ev.Route, ev.Rows, time.Now())
+		if s.filling.total >= s.c.cfg.BatchMaxRows && s.inflight == nil {
+			s.startFlush()
+		}
+	case decode.KindRelation:
+		for _, w := range ev.Warnings {
+			s.logger.Warn(w)
+		}
+	case decode.KindTruncate:
+		names := make([]string, len(ev.Truncated))
+		for i, r := range ev.Truncated {
+			names[i] = r.Target.Qualified()
+		}
+		return fatal(fmt.Errorf("TRUNCATE of %s: retraction on TRUNCATE is not implemented yet; refusing to continue rather than leave stale rows in Feldera", strings.Join(names, ", ")))
+	}
+	return nil
+}
+
+// advance moves the acknowledged position (never backwards).
+func (s *stream) advance(lsn pglogrepl.LSN) {
+	if lsn > s.c.acked {
+		s.c.acked = lsn
+		s.c.healthy = time.Now()
+	}
+	if lsn > s.received {
+		s.received = lsn
+	}
+}
+
+func (s *stream) status() error {
+	if err := sendStatus(s.conn, s.received, s.c.acked); err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
+	s.nextStatus = time.Now().Add(s.interval)
+	return nil
+}
+
+func (s *stream) flushDue(now time.Time) bool {
+	b := s.filling
+	switch {
+	case b.total == 0:
+		return false
+	case b.total >= s.c.cfg.BatchMaxRows:
+		return true
+	case s.c.cfg.BatchLinger == 0:
+		return !s.open
+	}
+	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
+}
+
+// startFlush hands the filling batch to a flusher goroutine.
+func (s *stream) startFlush() {
+	b := s.filling
+	crashtest.Point("after_decode")
+	s.inflight = b
+	s.seq++
+	s.filling = s.spare
+	s.filling.reset(s.seq)
+	s.spare = nil
+	s.wakeCtx, s.wake = context.WithCancel(s.flushCtx)
+	wake := s.wake
+	go func() {
+		err := s.c.flush(s.flushCtx, s.targets, b)
+		s.results <- err
+		wake()
+	}()
+}
+
+// poll collects the in-flight flush's result if it is ready.
+func (s *stream) poll() error {
+	if s.inflight == nil {
+		return nil
+	}
+	select {
+	case err := <-s.results:
+		return s.finish(err)
+	default:
+		return nil
+	}
+}
+
+// waitFlush blocks until the in-flight flush ends, sending status updates
+// on schedule meanwhile (a silent wait longer than wal_sender_timeout would
+// get the connection closed).
+func (s *stream) waitFlush(ctx context.Context) error {
+	for s.inflight != nil {
+		t := time.NewTimer(time.Until(s.nextStatus))
+		select {
+		case err := <-s.results:
+			t.Stop()
+			return s.finish(err)
+		case <-t.C:
+			if err := s.status(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finish acknowledges a flushed batch: only now does the position move.
+func (s *stream) finish(err error) error {
+	b := s.inflight
+	s.inflight = nil
+	s.wake()
+	if err != nil {
+		return err // the outbox is dropped with the session: the slot replays it
+	}
+	moved := b.ackTo > s.c.acked
+	s.advance(b.ackTo)
+	// A COMMIT seen after this batch was sealed, with no rows since, is
+	// complete too.
+	if s.filling.total == 0 && s.filling.ackTo > 0 {
+		s.advance(s.filling.ackTo)
+		s.filling.ackTo = 0
+		moved = true
+	}
+	b.shrink(64 << 20)
+	s.spare = b
+	if moved {
+		if err := s.status(); err != nil {
+			return err
+		}
+		crashtest.Point("after_ack")
+	}
+	return nil
+}
+
+// flush POSTs each route's lines, then (completed mode) waits until every
+// token is complete. Any failure leaves the position where it was.
+//
+// A batch may hold part of a transaction when the transaction is larger
+// than BATCH_MAX_ROWS: Feldera then sees the first part before the rest.
+// That weakens the source transaction's atomicity in Feldera; it is the
+// price of a hard memory bound, and the primary key reconciles a replay of
+// the seam. The position only ever moves to a COMMIT all of whose rows are
+// complete.
+func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch) error {
+	type sent struct {
+		table, token string
+	}
+	var tokens []sent
+	for route, buf := range b.bufs {
+		if b.rows[route] == 0 {
+			continue
+		}
+		table := targets[route].Dest.CanonicalName()
+		tok, err := c.sink.Ingress(ctx, table, buf)
+		if err != nil {
+			return fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
+		}
+		tokens = append(tokens, sent{table, tok})
+	}
+	crashtest.Point("after_post")
+	if c.cfg.AckMode == AckCompleted {
+		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
+		defer cancel()
+		start := time.Now()
+		slow := time.AfterFunc(completionLogAfter, func() {
+			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.seq, "rows", b.total)
+		})
+		defer slow.Stop()
+		for _, s := range tokens {
+			if err := c.sink.WaitComplete(wctx, s.token); err != nil {
+				if wctx.Err() != nil && ctx.Err() == nil {
+					return fmt.Errorf("feldera unavailable: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", b.seq, s.table, time.Since(start).Round(time.Millisecond))
+				}
+				return fmt.Errorf("wait for completion of %s: %w", s.table, err)
+			}
+		}
+	}
+	crashtest.Point("after_complete")
+	return nil
+}
+
+// shutdown is the graceful stop: flush what was read, wait for completion,
+// send the final status, and confirm on a second connection that the slot
+// moved.
+func (s *stream) shutdown() error {
+	s.logger.Info("session: stopping: flushing the outbox")
+	bg := context.Background()
+	if s.inflight != nil {
+		if err := s.waitFlush(bg); err != nil {
+			return err
+		}
+	}
+	if s.filling.total > 0 {
+		s.startFlush()
+		if err := s.waitFlush(bg); err != nil {
+			return err
+		}
+	} else if s.filling.ackTo > 0 {
+		s.advance(s.filling.ackTo)
+	}
+	if err := s.status(); err != nil {
+		return err
+	}
+	if s.c.acked == 0 {
+		return nil
+	}
+	return s.c.confirm(s.c.acked)
+}
+
+// confirm waits up to 5 s for confirmed_flush_lsn to reach lsn: the
+// protocol does not acknowledge a status update.
+func (c *Connector) confirm(lsn pglogrepl.LSN) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err == nil {
+		defer conn.Close(context.Background())
+		for {
+			var confirmed pglogrepl.LSN
+			var txt *string
+			err = conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", c.cfg.Slot).Scan(&txt)
+			if err == nil && txt != nil {
+				confirmed, err = pglogrepl.ParseLSN(*txt)
+				if err == nil && confirmed >= lsn {
+					c.logger.Info("session: stopped; final acknowledgement confirmed by the slot", "confirmed_flush_lsn", confirmed)
+					return nil
+				}
+			}
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+				continue
+			}
+			break
+		}
+	}
+	c.logger.Warn("session: stopped, but the final acknowledgement was not confirmed: a restart will redeliver from the slot (harmless with primary keys)", "want", lsn, "err", err)
+	return nil
+}

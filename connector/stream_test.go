@@ -1,0 +1,69 @@
+package connector_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const mixedPG = `
+CREATE TABLE users (id bigint PRIMARY KEY, name text, score int);
+CREATE TABLE items (sku int, region text, price numeric(10,2), PRIMARY KEY (sku, region));
+CREATE TABLE unpublished (id serial PRIMARY KEY, payload text);
+CREATE PUBLICATION pub FOR TABLE users, items;`
+
+const mixedFeldera = `
+CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);
+CREATE TABLE catalog_items (sku INT NOT NULL, region VARCHAR NOT NULL, price DECIMAL(10,2), PRIMARY KEY (sku, region));`
+
+func TestStream_MixedWorkload(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	cfg := e.config("users,public.items:catalog_items")
+	e.start(cfg)
+	e.waitSlot()
+	e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 100) g")
+	e.exec("INSERT INTO items SELECT g, 'eu', g * 1.5 FROM generate_series(1, 50) g")
+	e.exec("UPDATE users SET name = 'renamed' WHERE id <= 10")                          // non-key update
+	e.exec("UPDATE users SET id = 1000 WHERE id = 11")                                  // key change
+	e.exec("UPDATE items SET region = 'us' WHERE sku = 3")                              // composite key change
+	e.exec("DELETE FROM users WHERE id BETWEEN 20 AND 29")                              // deletes
+	e.exec("DELETE FROM users WHERE id = 30; INSERT INTO users VALUES (30, 'back', 0)") // delete and reinsert
+	e.exec("BEGIN; INSERT INTO users VALUES (2000, 'tx', 1); UPDATE items SET price = 0 WHERE sku = 1; DELETE FROM items WHERE sku = 2; COMMIT")
+	e.exec("INSERT INTO users SELECT g, 'big', g FROM generate_series(100000, 124999) g") // 25,000 rows in one transaction
+	target := e.currentLSN()
+	e.waitConfirmed(target, 60*time.Second)
+	e.assertEqual("users", "users")
+	e.assertEqual("items", "catalog_items")
+	if n := len(e.fel.Rows("users")); n != 100-10+1+25000 {
+		t.Fatalf("users has %d rows", n)
+	}
+}
+
+func TestStream_IdleUnpublishedWritesAreAcked(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	e.start(e.config("users,public.items:catalog_items"))
+	e.waitSlot()
+	e.exec("INSERT INTO unpublished (payload) SELECT repeat('x', 100) FROM generate_series(1, 10000)")
+	target := e.currentLSN()
+	// status interval is 10 s with the default wal_sender_timeout of 60 s
+	e.waitConfirmed(target, 30*time.Second)
+	if n := len(e.fel.Requests()); n != 0 {
+		t.Fatalf("%d ingress requests for unpublished writes", n)
+	}
+}
+
+func TestStream_RefusesUnmappedTable(t *testing.T) {
+	e := newEnv(t, mixedPG+"\nCREATE TABLE other (id int primary key); ALTER PUBLICATION pub ADD TABLE other;", mixedFeldera)
+	r := e.start(e.config("users,public.items:catalog_items"))
+	e.waitSlot()
+	e.exec("INSERT INTO other VALUES (1)")
+	select {
+	case err := <-r.done:
+		if err == nil || !strings.Contains(err.Error(), "public.other") {
+			t.Fatalf("err = %v", err)
+		}
+		close(r.done)
+	case <-time.After(30 * time.Second):
+		t.Fatal("connector kept running after a change to an unmapped table")
+	}
+}
