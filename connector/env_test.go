@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // env is one test's world: a fresh database on the shared cluster, a
 // Feldera double, and a connector run in-process.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	pg     *pgtest.Cluster
 	dsn    string
 	db     *pgx.Conn
@@ -64,7 +64,7 @@ func newEnv(t *testing.T, pgDDL, felderaDDL string) *env {
 	return newEnvOn(t, pgtest.Shared(t), pgDDL, felderaDDL, nil)
 }
 
-func newEnvOn(t *testing.T, c *pgtest.Cluster, pgDDL, felderaDDL string, mod func(*felderatest.Config)) *env {
+func newEnvOn(t testing.TB, c *pgtest.Cluster, pgDDL, felderaDDL string, mod func(*felderatest.Config)) *env {
 	t.Helper()
 	e := &env{t: t, pg: c, dsn: c.NewDB(t), logs: &syncBuffer{}}
 	slotN++
@@ -116,7 +116,7 @@ func (e *env) config(tables string) connector.Config {
 	}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	if testing.Verbose() {
@@ -150,7 +150,7 @@ func (e *env) startWith(cfg connector.Config, sink connector.Sink) *running {
 }
 
 // stop stops the connector gracefully and returns Run's error.
-func (r *running) stop(t *testing.T) error {
+func (r *running) stop(t testing.TB) error {
 	r.cancel()
 	select {
 	case err, ok := <-r.done:

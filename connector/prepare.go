@@ -151,7 +151,7 @@ func (c *Connector) prepare(ctx context.Context) (*plan, error) {
 	if ft := pipe.RuntimeConfig; ft != nil && ft.FaultTolerance != nil && ft.FaultTolerance.Model != "" {
 		c.logger.Info("feldera pipeline has fault tolerance: completed state survives its restarts", "model", ft.FaultTolerance.Model)
 	} else {
-		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state; pgfeldera detects it and resnapshots")
+		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state")
 	}
 	return p, nil
 }

@@ -124,7 +124,7 @@ func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	if err != nil {
 		return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
 	}
-	c.logger.Info("session: created replication slot (stream only, no snapshot)", "slot", c.cfg.Slot)
+	c.logger.Info("session: created replication slot (stream only, no snapshot)")
 	return nil
 }
 

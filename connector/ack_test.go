@@ -1,0 +1,86 @@
+package connector_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+)
+
+// With wal_sender_timeout = 4s and Feldera taking 20 s to complete a batch,
+// status updates must keep flowing during the wait: one session, one POST.
+func TestStream_StatusUpdatesDuringLongCompletion(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	ctx := context.Background()
+	if err := e.pg.Set(ctx, "wal_sender_timeout", "4s"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.pg.Set(ctx, "wal_sender_timeout", "60s") })
+	e.fel.SetCompletionDelay(20 * time.Second)
+	e.start(e.config("users,public.items:catalog_items"))
+	e.waitSlot()
+	e.exec("INSERT INTO users VALUES (1, 'slow', 1)")
+	target := e.currentLSN()
+	start := time.Now()
+	e.waitConfirmed(target, 45*time.Second)
+	if el := time.Since(start); el < 19*time.Second {
+		t.Fatalf("acked after %s, before Feldera completed (20 s)", el)
+	}
+	if n := strings.Count(e.logs.String(), "session: streaming"); n != 1 {
+		t.Fatalf("%d sessions, want 1 (wal_sender_timeout closed the connection?)\n%s", n, tail(e.logs.String(), 3000))
+	}
+	if n := len(e.fel.Requests()); n != 1 {
+		t.Fatalf("%d ingress requests, want 1 (a re-POST)", n)
+	}
+	e.assertEqual("users", "users")
+}
+
+// Completed mode does not move the slot while Feldera holds completion;
+// accepted mode does (that is the loss it exists to demonstrate).
+func TestStream_AckModes(t *testing.T) {
+	for _, mode := range []string{connector.AckCompleted, connector.AckAccepted} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			e.fel.HoldCompletion(true)
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.AckMode = mode
+			e.start(cfg)
+			e.waitSlot()
+			before := e.confirmed()
+			e.exec("INSERT INTO users VALUES (1, 'held', 1)")
+			var commitEnd = e.currentLSN()
+			deadline := time.Now().Add(4 * time.Second)
+			moved := false
+			for time.Now().Before(deadline) && !moved {
+				moved = e.confirmed() >= commitEnd
+				time.Sleep(50 * time.Millisecond)
+			}
+			switch mode {
+			case connector.AckCompleted:
+				if moved {
+					t.Fatalf("completed mode acked %s (before %s) while completion was held", e.confirmed(), before)
+				}
+				if n := len(e.fel.Rows("users")); n != 0 {
+					t.Fatalf("held data applied: %d", n)
+				}
+				e.fel.HoldCompletion(false)
+				e.waitConfirmed(commitEnd, 30*time.Second)
+			case connector.AckAccepted:
+				if !moved {
+					t.Fatalf("accepted mode did not ack on HTTP 200: confirmed %s < %s", e.confirmed(), commitEnd)
+				}
+				// Feldera restarts before completing: the acked row is gone for good.
+				e.fel.Restart()
+				e.fel.HoldCompletion(false)
+				if n := len(e.fel.Rows("users")); n != 0 {
+					t.Fatalf("restart kept %d rows", n)
+				}
+				if d := e.diff("users", "users"); !strings.Contains(d, "missing in feldera") {
+					t.Fatalf("the oracle did not see the loss: %q", d)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,91 @@
+package connector_test
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgtest"
+)
+
+const benchPG = `CREATE TABLE t (id bigint PRIMARY KEY, name text, amount numeric(12,2), ts timestamptz, payload jsonb);
+CREATE PUBLICATION pub FOR TABLE t;`
+
+const benchFeldera = `CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, amount DECIMAL(12,2), ts TIMESTAMP_TZ, payload VARIANT);`
+
+// BenchmarkTransactionPeakMemory drains one transaction of N rows at
+// BATCH_MAX_ROWS=10000 into a counting Feldera double and reports the peak
+// Go heap and the peak RSS of the process while doing it. The outbox bound
+// means the 1,000,000-row figure should stay close to the 10,000-row one.
+//
+//	go test ./connector -run '^$' -bench TransactionPeakMemory -benchtime 1x
+func BenchmarkTransactionPeakMemory(b *testing.B) {
+	for _, n := range []int{10_000, 1_000_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				heap, rss := drainOnce(b, n)
+				b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MiB")
+			}
+		})
+	}
+}
+
+func drainOnce(b *testing.B, n int) (heapPeak, rssPeak uint64) {
+	b.StopTimer()
+	e := newEnvOn(b, pgtest.Shared(b), benchPG, benchFeldera, func(c *felderatest.Config) { c.CountOnly = true })
+	cfg := e.config("t")
+	r := e.start(cfg)
+	e.waitSlot()
+	r.stop(e.t)
+	e.exec(fmt.Sprintf(`INSERT INTO t SELECT g, 'name-' || g, g * 0.01, '2024-01-01'::timestamptz + g * interval '1 second',
+		jsonb_build_object('k', g, 'v', 'payload') FROM generate_series(1, %d) g`, n))
+	target := e.currentLSN()
+	runtime.GC()
+	resetPeakRSS()
+	var stop atomic.Bool
+	var peak atomic.Uint64
+	go func() {
+		var ms runtime.MemStats
+		for !stop.Load() {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	b.StartTimer()
+	r = e.start(cfg)
+	e.waitConfirmed(target, 10*time.Minute)
+	b.StopTimer()
+	stop.Store(true)
+	r.stop(e.t)
+	if got := e.fel.CountedRows("t"); got < n {
+		b.Fatalf("double counted %d rows, want %d", got, n)
+	}
+	return peak.Load(), peakRSS()
+}
+
+func resetPeakRSS() { os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+func peakRSS() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,129 @@
+package connector_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+)
+
+func TestStream_TypeMatrix(t *testing.T) {
+	e := newEnv(t, `
+CREATE TABLE typed (
+  id int PRIMARY KEY, b bool, i2 int2, i8 int8, o oid, f4 float4, f8 float8, f8nan float8, n numeric(20,6), nnan numeric,
+  t text, vc varchar(10), bp char(4), nm name, c "char", u uuid, d date, tm time, ttz timetz, ts timestamp, tstz timestamptz,
+  j json, jb jsonb, jtext jsonb, by bytea, ai int4[], at text[], an numeric[]);
+CREATE PUBLICATION pub FOR TABLE typed;`, `
+CREATE TABLE typed (
+  id INT NOT NULL PRIMARY KEY, b BOOLEAN, i2 SMALLINT, i8 BIGINT, o BIGINT, f4 REAL, f8 DOUBLE, f8nan DOUBLE, n DECIMAL(20,6), nnan DECIMAL(20,6),
+  t VARCHAR, vc VARCHAR, bp CHAR(4), nm VARCHAR, c VARCHAR, u UUID, d DATE, tm TIME, ttz TIME, ts TIMESTAMP, tstz TIMESTAMP_TZ,
+  j VARIANT, jb VARIANT, jtext VARCHAR, by VARBINARY, ai INT ARRAY, at VARCHAR ARRAY, an DECIMAL(10,2) ARRAY);`)
+	e.start(e.config("typed"))
+	e.waitSlot()
+	// The session TimeZone differs from UTC on purpose: the connector pins its own.
+	e.exec("SET TimeZone = 'America/New_York'")
+	e.exec(`INSERT INTO typed VALUES (1, true, -32768, 9223372036854775807, 4294967295, 1.5, -2.25e-300, 'NaN', 12345678901234.123456, 'NaN',
+	  E'quote" backslash\\ newline\n tab\t é 😀', 'short', 'ab', 'nm', 'c', 'c32d330f-5757-4ada-bcf6-1fac2d54e37f', '2024-02-29',
+	  '23:59:59.999999', '01:30:00+05:30', '2024-01-01 12:00:00.5', '2024-01-01 07:00:00-05',
+	  '{"b": 1, "a": [true, null]}', '{"b": 1, "a": [true, null]}', '{"x": 1}', '\xdead00ff', '{1,NULL,3}', '{"a b",NULL,"c\"d"}', '{1.5,NULL}')`)
+	e.exec(`INSERT INTO typed (id) VALUES (2)`)
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	for _, r := range e.fel.Requests() {
+		if r.Errors != 0 || r.Status != 200 {
+			t.Fatalf("the double rejected a request: %+v", r)
+		}
+	}
+	rows := e.fel.Rows("typed")
+	if len(rows) != 2 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	want := map[string]string{
+		"b": "true", "i2": "-32768", "i8": "9223372036854775807", "o": "4294967295", "f4": "1.5", "f8": "-2.25e-300", "f8nan": "null",
+		"n": "12345678901234.123456", "nnan": "null", "t": `"quote\" backslash\\ newline\n tab\t é 😀"`, "vc": `"short"`, "bp": `"ab  "`,
+		"nm": `"nm"`, "c": `"c"`, "u": `"c32d330f-5757-4ada-bcf6-1fac2d54e37f"`, "d": `"2024-02-29"`, "tm": `"23:59:59.999999"`,
+		"ttz": `"20:00:00"`, "ts": `"2024-01-01T12:00:00.5"`, "tstz": `"2024-01-01T12:00:00"`,
+		"j": `{"a":[true,null],"b":1}`, "jb": `{"a":[true,null],"b":1}`, "jtext": `"{\"x\": 1}"`, "by": "[222,173,0,255]",
+		"ai": "[1,null,3]", "at": `["a b",null,"c\"d"]`, "an": "[1.50,null]",
+	}
+	for k, v := range want {
+		if got := string(rows[0][k]); got != v {
+			t.Errorf("%s = %s, want %s", k, got, v)
+		}
+	}
+	for k, v := range rows[1] {
+		if k != "id" && string(v) != "null" {
+			t.Errorf("row 2: %s = %s, want null", k, v)
+		}
+	}
+}
+
+func TestStream_EnumIsRefusedByName(t *testing.T) {
+	e := newEnv(t, `CREATE TYPE mood AS ENUM ('sad', 'ok');
+CREATE TABLE feel (id int PRIMARY KEY, m mood);
+CREATE PUBLICATION pub FOR TABLE feel;`, `CREATE TABLE feel (id INT NOT NULL PRIMARY KEY, m VARCHAR);`)
+	c, err := connector.New(e.config("feel"), e.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "public.feel column m") || !strings.Contains(err.Error(), "mood") || !strings.Contains(err.Error(), "OID") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStream_Toast(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
+ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
+CREATE PUBLICATION pub FOR TABLE docs;`, `CREATE TABLE docs (id INT NOT NULL PRIMARY KEY, title VARCHAR, body VARCHAR);`)
+	buf := make([]byte, 4000)
+	rand.Read(buf)
+	big := hex.EncodeToString(buf) // 8,000 incompressible characters
+	e.exec("INSERT INTO docs VALUES (1, 'a', $1)", big)
+
+	t.Run("FullFillsTheHole", func(t *testing.T) {
+		e.exec("ALTER TABLE docs REPLICA IDENTITY FULL")
+		r := e.start(e.config("docs"))
+		e.waitSlot()
+		e.exec("INSERT INTO docs VALUES (2, 'b', $1)", big)
+		e.exec("UPDATE docs SET title = 'b2' WHERE id = 2")
+		e.waitConfirmed(e.currentLSN(), 30*time.Second)
+		rows := e.fel.Rows("docs")
+		if len(rows) != 1 || string(rows[0]["title"]) != `"b2"` || string(rows[0]["body"]) != `"`+big+`"` {
+			t.Fatalf("rows = %v", rows)
+		}
+		r.stop(t)
+	})
+	t.Run("DefaultRefuses", func(t *testing.T) {
+		e.exec("ALTER TABLE docs REPLICA IDENTITY DEFAULT")
+		r := e.start(e.config("docs"))
+		e.waitSlot()
+		e.exec("UPDATE docs SET title = 'a2' WHERE id = 1")
+		select {
+		case err := <-r.done:
+			close(r.done)
+			if err == nil || !strings.Contains(err.Error(), "public.docs column body") || !strings.Contains(err.Error(), "TOAST") {
+				t.Fatalf("err = %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no refusal")
+		}
+	})
+}
+
+func TestStream_AlterTableAddColumn(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
+CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);`)
+	e.start(e.config("users"))
+	e.waitSlot()
+	e.exec("INSERT INTO users SELECT g, 'u' FROM generate_series(1, 100) g")
+	e.exec("BEGIN; INSERT INTO users VALUES (101, 'before'); ALTER TABLE users ADD COLUMN score int; INSERT INTO users VALUES (102, 'after', 7); COMMIT")
+	e.exec("UPDATE users SET score = 1 WHERE id <= 5")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+}
