@@ -630,12 +630,11 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if !s.waitRunning(w, r, r.URL.Query().Get("force") == "true") {
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return // client went away mid-body
-	}
 	if s.cfg.CountOnly {
-		n := bytes.Count(body, []byte{'\n'})
+		n, err := countLines(r.Body)
+		if err != nil {
+			return // client went away mid-body
+		}
 		s.mu.Lock()
 		s.countOnly[canon] += n
 		ep := s.endpointFor(canon, t, args.endpointKey)
@@ -645,6 +644,10 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		s.mu.Unlock()
 		writeJSON(w, 200, map[string]string{"token": tok})
 		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // client went away mid-body
 	}
 	ops, perrs := parseBody(t, body, args)
 	if partial {
@@ -696,6 +699,22 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
 	default:
 		writeJSON(w, 200, map[string]string{"token": tok})
+	}
+}
+
+// countLines counts newlines while streaming the body through a small buffer.
+func countLines(r io.Reader) (int, error) {
+	buf := make([]byte, 32<<10)
+	n := 0
+	for {
+		k, err := r.Read(buf)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
 	}
 }
 
