@@ -2,6 +2,7 @@ package connector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,8 @@ type Sink interface {
 	Ingress(ctx context.Context, table string, body []byte) (string, error)
 	// WaitComplete returns when the token's records are processed.
 	WaitComplete(ctx context.Context, token string) error
+	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
+	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
 }
 
 // Ack modes.
@@ -81,6 +84,8 @@ type Connector struct {
 	// healthy is the last time the ack moved or a session had nothing
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
+
+	afterCopy func() // test hook, see export_test.go
 }
 
 // New returns a connector. It does not connect.
@@ -163,7 +168,12 @@ func (c *Connector) Run(ctx context.Context) error {
 		before := c.acked
 		err := c.session(ctx)
 		if ctx.Err() != nil {
-			return err // graceful stop (err says whether the final ack was confirmed)
+			// A graceful stop: what was not acknowledged replays from the slot.
+			if err != nil && !isFatal(err) {
+				c.logger.Warn("session: stopped before finishing", "err", err)
+				return nil
+			}
+			return err
 		}
 		if c.acked != before {
 			bo.Reset()

@@ -138,10 +138,19 @@ func (e *env) start(cfg connector.Config) *running {
 
 func (e *env) startWith(cfg connector.Config, sink connector.Sink) *running {
 	e.t.Helper()
+	return e.run(e.newConnector(cfg, sink))
+}
+
+func (e *env) newConnector(cfg connector.Config, sink connector.Sink) *connector.Connector {
+	e.t.Helper()
 	c, err := connector.New(cfg, sink)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return c
+}
+
+func (e *env) run(c *connector.Connector) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()

@@ -9,6 +9,7 @@ import (
 // batch is one outbox batch: per-route NDJSON buffers filled as changes
 // arrive, and the position a flush of it may acknowledge.
 type batch struct {
+	kind  int // batchStream, batchSnapshot or batchRetract: which crash points it passes
 	seq   int
 	bufs  [][]byte // indexed by route
 	rows  []int    // rows per route
@@ -19,6 +20,13 @@ type batch struct {
 	// one, so once this batch and all before it are complete, ackTo is safe.
 	ackTo pglogrepl.LSN
 }
+
+// Batch kinds.
+const (
+	batchStream = iota
+	batchSnapshot
+	batchRetract
+)
 
 func newBatch(routes int) *batch {
 	return &batch{bufs: make([][]byte, routes), rows: make([]int, routes)}

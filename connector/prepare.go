@@ -25,9 +25,11 @@ var pinnedGUCs = []string{
 
 // plan is what a session learned before streaming.
 type plan struct {
-	targets      []*decode.Target
-	deploymentID string
-	walTimeout   time.Duration
+	targets       []*decode.Target
+	rels          []*decode.Rel // per target: the catalog's columns, for COPY
+	deploymentID  string
+	faultTolerant bool
+	walTimeout    time.Duration
 }
 
 // columnInfo is a Postgres column as the catalog describes it.
@@ -139,7 +141,7 @@ func (c *Connector) prepare(ctx context.Context) (*plan, error) {
 		for i, col := range cols {
 			dcols[i] = decode.Column{Key: col.inKey, Name: col.name, TypeOID: col.typeOID}
 		}
-		_, warnings, err := decode.NewRel(0, target, ident, dcols, func(oid uint32) string { return typeName(ctx, conn, oid) })
+		drel, warnings, err := decode.NewRel(0, target, ident, dcols, func(oid uint32) string { return typeName(ctx, conn, oid) })
 		if err != nil {
 			return nil, fatal(err)
 		}
@@ -147,8 +149,10 @@ func (c *Connector) prepare(ctx context.Context) (*plan, error) {
 			c.logger.Warn(w)
 		}
 		p.targets = append(p.targets, target)
+		p.rels = append(p.rels, drel)
 	}
 	if ft := pipe.RuntimeConfig; ft != nil && ft.FaultTolerance != nil && ft.FaultTolerance.Model != "" {
+		p.faultTolerant = true
 		c.logger.Info("feldera pipeline has fault tolerance: completed state survives its restarts", "model", ft.FaultTolerance.Model)
 	} else {
 		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state")

@@ -74,7 +74,7 @@ func (c *Connector) session(ctx context.Context) error {
 			return fmt.Errorf("replication connection: %s: %w", q, err)
 		}
 	}
-	if err := c.ensureSlot(ctx, conn); err != nil {
+	if err := c.startup(ctx, p, conn); err != nil {
 		return err
 	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
@@ -116,9 +116,6 @@ func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	if len(res) > 0 && len(res[0].Rows) > 0 {
 		return nil
-	}
-	if c.cfg.SnapshotMode != SnapshotNever {
-		return fatal(fmt.Errorf("SNAPSHOT_MODE=%s is not supported yet: use SNAPSHOT_MODE=never on a target you know is seeded", c.cfg.SnapshotMode))
 	}
 	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')", quoteIdent(c.cfg.Slot))).ReadAll()
 	if err != nil {
@@ -344,7 +341,7 @@ func (s *stream) startFlush() {
 	s.wakeCtx, s.wake = context.WithCancel(s.flushCtx)
 	wake := s.wake
 	go func() {
-		err := s.c.flush(s.flushCtx, s.targets, b)
+		err := s.c.flush(s.flushCtx, s.targets, b, s.c.cfg.AckMode == AckCompleted)
 		s.results <- err
 		wake()
 	}()
@@ -419,7 +416,7 @@ func (s *stream) finish(err error) error {
 // price of a hard memory bound, and the primary key reconciles a replay of
 // the seam. The position only ever moves to a COMMIT all of whose rows are
 // complete.
-func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch) error {
+func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch, wait bool) error {
 	type sent struct {
 		table, token string
 	}
@@ -435,8 +432,10 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		}
 		tokens = append(tokens, sent{table, tok})
 	}
-	crashtest.Point("after_post")
-	if c.cfg.AckMode == AckCompleted {
+	if b.kind == batchStream {
+		crashtest.Point("after_post")
+	}
+	if wait {
 		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
 		defer cancel()
 		start := time.Now()
@@ -453,7 +452,9 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 			}
 		}
 	}
-	crashtest.Point("after_complete")
+	if b.kind == batchStream {
+		crashtest.Point("after_complete")
+	}
 	return nil
 }
 

@@ -17,8 +17,13 @@ type Target struct {
 	Dest   feldera.Relation
 }
 
-// Qualified is schema.name.
+// Qualified is schema.name, for messages.
 func (t *Target) Qualified() string { return t.Schema + "." + t.Name }
+
+// Source is the quoted "schema"."name", for SQL.
+func (t *Target) Source() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // RefusalError is a change the connector must not deliver and cannot skip:
 // an unmapped table, an unknown type, a TOAST hole, a missing key field, a

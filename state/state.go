@@ -47,10 +47,13 @@ type Table struct {
 
 // State is the content of the state file.
 type State struct {
-	Version     int     `json:"version"`
-	Slot        string  `json:"slot"`
-	Publication string  `json:"publication"`
-	Tables      []Table `json:"tables"`
+	Version     int    `json:"version"`
+	Slot        string `json:"slot"`
+	Publication string `json:"publication"`
+	// DeploymentID is the Feldera deployment the tables were copied into:
+	// another one (a restart without fault tolerance) has lost them.
+	DeploymentID string  `json:"deployment_id,omitempty"`
+	Tables       []Table `json:"tables"`
 }
 
 // Complete reports whether every table's snapshot is complete.

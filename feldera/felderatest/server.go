@@ -131,6 +131,7 @@ type Server struct {
 	faults        []*Fault
 	unblock       chan struct{} // closed by ClearFaults and Resume
 	requests      []Request
+	keyInserts    map[string]map[string]int
 	missedDeletes int
 	countOnly     map[string]int
 }
@@ -155,7 +156,7 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 	if cfg.IngressTimeout == 0 {
 		cfg.IngressTimeout = 30 * time.Second
 	}
-	s := &Server{cfg: cfg, tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}}
+	s := &Server{cfg: cfg, tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}}
 	for _, rel := range cfg.Tables {
 		t, err := newTable(rel)
 		if err != nil {
@@ -297,6 +298,27 @@ func (s *Server) Rows(tableName string) []Row {
 		return nil
 	}
 	return t.snapshot()
+}
+
+// InsertsByKey counts, per key of a keyed table, the insert commands
+// ingress received (including replays). Keys are rendered as their JSON
+// values joined by ",": {"id":7} → "7".
+func (s *Server) InsertsByKey(tableName string) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range s.keyInserts[feldera.TableIdent(tableName)] {
+		out[k] = v
+	}
+	return out
+}
+
+func keyText(row []json.RawMessage, idx []int) string {
+	parts := make([]string, len(idx))
+	for i, j := range idx {
+		parts[i] = string(row[j])
+	}
+	return strings.Join(parts, ",")
 }
 
 // CountedRows is, in CountOnly mode, the number of lines pushed to a table.
@@ -665,6 +687,18 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		}
 	}
 	s.mu.Lock()
+	if t.keyed() {
+		ki := s.keyInserts[canon]
+		if ki == nil {
+			ki = map[string]int{}
+			s.keyInserts[canon] = ki
+		}
+		for _, o := range ops {
+			if o.kind == 'i' {
+				ki[keyText(o.row, t.pk)]++
+			}
+		}
+	}
 	ep := s.endpointFor(canon, t, args.endpointKey)
 	ep.queued += uint64(len(ops))
 	now := time.Now()

@@ -1,0 +1,276 @@
+package connector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// retractChunk is how many Feldera keys are checked against Postgres at once.
+const retractChunk = 500
+
+func queryHint(err error, table string) error {
+	if feldera.IsAdHocQueryError(err) {
+		return fatal(fmt.Errorf("cannot read the rows of Feldera table %s to retract them: %w (declare a PRIMARY KEY or add WITH ('materialized' = 'true'))", table, err))
+	}
+	return fmt.Errorf("query feldera table %s: %w", table, err)
+}
+
+func selectList(fields []string) string {
+	q := make([]string, len(fields))
+	for i, f := range fields {
+		q[i] = feldera.SQLIdent(f)
+	}
+	return strings.Join(q, ", ")
+}
+
+// retractor batches delete lines for one route and flushes them, waiting
+// for completion: a retraction is durable before the position moves.
+type retractor struct {
+	c       *Connector
+	ctx     context.Context
+	targets []*decode.Target
+	route   int
+	b       *batch
+	n       int
+}
+
+func (c *Connector) newRetractor(ctx context.Context, targets []*decode.Target, route int) *retractor {
+	b := newBatch(len(targets))
+	b.kind = batchRetract
+	return &retractor{c: c, ctx: ctx, targets: targets, route: route, b: b}
+}
+
+func (r *retractor) delete(row json.RawMessage) error {
+	buf := &r.b.bufs[r.route]
+	*buf = append(*buf, `{"delete":`...)
+	*buf = append(*buf, bytes.TrimSpace(row)...)
+	*buf = append(*buf, "}\n"...)
+	r.b.added(r.route, 1, time.Now())
+	r.n++
+	if r.b.total >= r.c.cfg.BatchMaxRows {
+		return r.flush()
+	}
+	return nil
+}
+
+func (r *retractor) flush() error {
+	if r.b.total == 0 {
+		return nil
+	}
+	if err := r.c.flush(r.ctx, r.targets, r.b, true); err != nil {
+		return err
+	}
+	r.b.reset(r.b.seq + 1)
+	return nil
+}
+
+func (r *retractor) done(what string) error {
+	if err := r.flush(); err != nil {
+		return err
+	}
+	if r.n > 0 {
+		r.c.logger.Info("retract: done", "what", what, "table", r.targets[r.route].Dest.Name, "deletes", r.n)
+	}
+	crashtest.Point("after_retract")
+	return nil
+}
+
+// retractAll deletes every row Feldera holds for a table (TRUNCATE, or a
+// keyless table before a resnapshot): by key on a keyed table, by whole
+// row on a multiset. It then checks that the table is empty.
+func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, rel *decode.Rel) error {
+	dest := rel.Target.Dest
+	fields := dest.PrimaryKey
+	if len(fields) == 0 {
+		for _, f := range dest.Fields {
+			fields = append(fields, f.CanonicalName())
+		}
+	}
+	r := c.newRetractor(ctx, targets, rel.Target.Route)
+	// Collect first, then send: a query answer is read to its end before
+	// the table changes under it.
+	var rows []json.RawMessage
+	err := c.sink.Query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
+		rows = append(rows, append(json.RawMessage(nil), row...))
+		if len(rows) >= c.cfg.BatchMaxRows {
+			for _, x := range rows {
+				if err := r.delete(x); err != nil {
+					return err
+				}
+			}
+			rows = rows[:0]
+		}
+		return nil
+	})
+	if err != nil {
+		return queryHint(err, dest.Name)
+	}
+	for _, x := range rows {
+		if err := r.delete(x); err != nil {
+			return err
+		}
+	}
+	if err := r.done("all rows"); err != nil {
+		return err
+	}
+	return c.verifyCount(ctx, rel.Target, 0)
+}
+
+// retractMissing deletes the keys Feldera holds that the snapshot does not:
+// rows an earlier attempt made durable and the source deleted since. The
+// keys stream from Feldera and are checked against Postgres in chunks,
+// inside the snapshot transaction, so memory stays bounded and the answer
+// is exactly "not in this snapshot".
+func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel) error {
+	dest := rel.Target.Dest
+	keyCols := make([]string, len(rel.KeyCols))
+	keyTypes := make([]string, len(rel.KeyCols))
+	for i, ci := range rel.KeyCols {
+		keyCols[i] = rel.Cols[ci].Name
+		if err := conn.QueryRow(ctx, "SELECT format_type($1::oid, NULL)", rel.Cols[ci].TypeOID).Scan(&keyTypes[i]); err != nil {
+			return err
+		}
+	}
+	// SELECT k.i FROM unnest($1::text[], …) WITH ORDINALITY AS k(c0, …, i)
+	// WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.a = k.c0::type AND …)
+	var args, names, conds []string
+	for i := range keyCols {
+		args = append(args, fmt.Sprintf("$%d::text[]", i+1))
+		names = append(names, fmt.Sprintf("c%d", i))
+		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", quoteIdent(keyCols[i]), i, keyTypes[i]))
+	}
+	check := fmt.Sprintf("SELECT k.i FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE %s)",
+		strings.Join(args, ", "), strings.Join(names, ", "), rel.Target.Source(), strings.Join(conds, " AND "))
+
+	r := c.newRetractor(ctx, targets, rel.Target.Route)
+	var rows []json.RawMessage
+	vals := make([][]string, len(keyCols))
+	run := func() error {
+		if len(rows) == 0 {
+			return nil
+		}
+		params := make([]any, len(vals))
+		for i := range vals {
+			params[i] = vals[i]
+		}
+		res, err := conn.Query(ctx, check, params...)
+		if err != nil {
+			return fmt.Errorf("check keys of %s against the snapshot: %w", rel.Target.Qualified(), err)
+		}
+		missing, err := pgx.CollectRows(res, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("check keys of %s against the snapshot: %w", rel.Target.Qualified(), err)
+		}
+		for _, i := range missing {
+			if err := r.delete(rows[i-1]); err != nil {
+				return err
+			}
+		}
+		rows = rows[:0]
+		for i := range vals {
+			vals[i] = vals[i][:0]
+		}
+		return nil
+	}
+	err := c.sink.Query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(row, &m); err != nil {
+			return fmt.Errorf("feldera query row %s: %w", row, err)
+		}
+		for i, k := range dest.PrimaryKey {
+			v, ok := lookupField(m, k)
+			if !ok {
+				return fmt.Errorf("feldera query row %s lacks key field %s", row, k)
+			}
+			s, err := jsonText(v)
+			if err != nil {
+				return fmt.Errorf("key field %s of %s: %w", k, dest.Name, err)
+			}
+			vals[i] = append(vals[i], s)
+		}
+		rows = append(rows, append(json.RawMessage(nil), row...))
+		if len(rows) >= retractChunk {
+			return run()
+		}
+		return nil
+	})
+	if err != nil {
+		return queryHint(err, dest.Name)
+	}
+	if err := run(); err != nil {
+		return err
+	}
+	return r.done("keys the snapshot does not have")
+}
+
+// lookupField finds a key in a query row: exact, else case-insensitive
+// (result column names of unquoted identifiers are lower case).
+func lookupField(m map[string]json.RawMessage, name string) (json.RawMessage, bool) {
+	if v, ok := m[name]; ok {
+		return v, true
+	}
+	for k, v := range m {
+		if strings.EqualFold(k, name) {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// jsonText turns a scalar JSON value into the text Postgres can cast.
+func jsonText(v json.RawMessage) (string, error) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "", fmt.Errorf("empty value")
+	}
+	switch v[0] {
+	case '"':
+		var s string
+		err := json.Unmarshal(v, &s)
+		return s, err
+	case '[', '{', 'n':
+		return "", fmt.Errorf("value %s cannot be compared as a key", v)
+	}
+	return string(v), nil
+}
+
+// verifyCount cross-checks Feldera after a snapshot or retraction: with
+// the stream paused, a keyed table must hold exactly the rows just copied.
+// An empty or wrong answer is never taken on trust.
+func (c *Connector) verifyCount(ctx context.Context, t *decode.Target, want int64) error {
+	if len(t.Dest.PrimaryKey) == 0 && !t.Dest.Materialized {
+		return nil
+	}
+	var got int64 = -1
+	err := c.sink.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
+		var m map[string]json.Number
+		if err := json.Unmarshal(row, &m); err != nil {
+			return err
+		}
+		for _, v := range m {
+			n, err := v.Int64()
+			if err != nil {
+				return err
+			}
+			got = n
+		}
+		return nil
+	})
+	if err != nil {
+		return queryHint(err, t.Dest.Name)
+	}
+	if got != want {
+		return fmt.Errorf("cross-check failed: Feldera table %s holds %d rows, expected %d after copying %s", t.Dest.Name, got, want, t.Qualified())
+	}
+	return nil
+}

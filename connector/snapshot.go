@@ -1,0 +1,205 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// startup makes sure the slot exists and the target is seeded before the
+// stream starts, following the startup plan.
+func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) error {
+	if c.cfg.SnapshotMode == SnapshotNever {
+		return c.ensureSlot(ctx, rconn)
+	}
+	st, err := state.Load(c.cfg.StateFile)
+	if errors.Is(err, state.ErrNotExist) {
+		st = nil
+	} else if err != nil {
+		return fatal(err)
+	}
+	slot, err := readSlot(ctx, rconn, c.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	mappings := make([]snapshot.Mapping, len(c.cfg.Tables))
+	for i, t := range c.cfg.Tables {
+		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
+	}
+	decision := snapshot.Decide(st, slot, c.cfg.Slot, c.cfg.Publication, mappings,
+		snapshot.Target{DeploymentID: p.deploymentID, FaultTolerant: p.faultTolerant})
+	if decision.Action == snapshot.Stream {
+		c.logger.Info("startup: stream from the slot", "reason", decision.Reason)
+		return nil
+	}
+	c.logger.Warn("startup: "+decision.Action.String(), "reason", decision.Reason)
+	return c.snapshot(ctx, p, rconn, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
+}
+
+func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.Slot, error) {
+	res, err := rconn.Exec(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(name)).ReadAll()
+	if err != nil {
+		return snapshot.Slot{}, fmt.Errorf("read slot %s: %w", name, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return snapshot.Slot{}, nil
+	}
+	return snapshot.Slot{Exists: true, WalStatus: string(res[0].Rows[0][0])}, nil
+}
+
+// snapshot copies every table into Feldera under the new slot's exported
+// snapshot, so the stream resumes exactly after what the copy saw. retract
+// removes from Feldera what an earlier attempt left that no longer exists.
+func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, slotExists, retract bool, mappings []snapshot.Mapping) error {
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID}
+	for _, m := range mappings {
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
+	}
+	// Pending first: a crash from here on means "read the tables again".
+	if err := state.Save(c.cfg.StateFile, st); err != nil {
+		return fatal(err)
+	}
+	if slotExists {
+		if err := snapshot.DropSlot(ctx, rconn, c.cfg.Slot); err != nil {
+			return err
+		}
+		c.logger.Info("snapshot: dropped the old slot")
+	}
+	var snapName string
+	if c.cfg.SnapshotMode == SnapshotInconsistent {
+		c.logger.Warn("SNAPSHOT_MODE=inconsistent: copying BEFORE creating the slot; rows committed in between are LOST. Use only to demonstrate that loss.")
+	} else {
+		created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, true)
+		if err != nil {
+			return err
+		}
+		snapName = created.SnapshotName
+		c.logger.Info("snapshot: created slot with exported snapshot", "consistent_point", created.ConsistentPoint, "snapshot", snapName)
+	}
+	counts, err := c.copyAll(ctx, p, snapName, retract)
+	if err != nil {
+		return err
+	}
+	if c.afterCopy != nil {
+		c.afterCopy()
+	}
+	if c.cfg.SnapshotMode == SnapshotInconsistent {
+		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false); err != nil {
+			return err
+		}
+	}
+	crashtest.Point("snapshot_before_state")
+	for i := range st.Tables {
+		st.Tables[i].Status = state.Complete
+		st.Tables[i].Rows = counts[i]
+	}
+	if err := state.Save(c.cfg.StateFile, st); err != nil {
+		return fatal(err)
+	}
+	c.logger.Info("snapshot: complete; streaming from the slot's consistent point")
+	return nil
+}
+
+// copyAll copies each table through the decoder into batches flushed to
+// Feldera (waiting for completion), then retracts leftovers.
+func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retract bool) ([]int64, error) {
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := snapshot.Begin(ctx, conn, snapName, pinnedGUCs); err != nil {
+		return nil, err
+	}
+	counts := make([]int64, len(p.targets))
+	b := newBatch(len(p.targets))
+	b.kind = batchSnapshot
+	for i, t := range p.targets {
+		rel := p.rels[i]
+		if retract && !rel.Keyed() {
+			// A multiset cannot be diffed by key: retract every row first.
+			if err := c.retractAll(ctx, p.targets, rel); err != nil {
+				return nil, err
+			}
+		}
+		n, err := c.copyTable(ctx, conn, p.targets, rel, b)
+		if err != nil {
+			return nil, err
+		}
+		counts[i] = n
+		if retract && rel.Keyed() {
+			if err := c.retractMissing(ctx, conn, p.targets, rel); err != nil {
+				return nil, err
+			}
+		}
+		if rel.Keyed() {
+			if err := c.verifyCount(ctx, t, n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *batch) (int64, error) {
+	t := rel.Target
+	var estimate float64
+	_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", t.Source()).Scan(&estimate)
+	cols := make([]string, len(rel.Cols))
+	for i, col := range rel.Cols {
+		cols[i] = col.Name
+	}
+	cr := decode.CopyRow{Rel: rel}
+	start, lastLog := time.Now(), time.Now()
+	var rows int64
+	flush := func() error {
+		if b.total == 0 {
+			return nil
+		}
+		if err := c.flush(ctx, targets, b, true); err != nil {
+			return err
+		}
+		crashtest.Point("snapshot_after_batch")
+		b.reset(b.seq + 1)
+		return nil
+	}
+	n, err := snapshot.Copy(ctx, conn, t.Source(), cols, func(line []byte) error {
+		var err error
+		if b.bufs[t.Route], err = cr.AppendInsert(b.bufs[t.Route], line); err != nil {
+			return err
+		}
+		b.added(t.Route, 1, time.Now())
+		rows++
+		if b.total >= c.cfg.BatchMaxRows {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
+			c.logger.Info("snapshot: copying", "table", t.Qualified(), "rows", rows, "estimate", int64(estimate),
+				"rows_per_sec", int64(float64(rows)/time.Since(start).Seconds()))
+		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("snapshot of %s: %w", t.Qualified(), err)
+	}
+	if err := flush(); err != nil {
+		return n, fmt.Errorf("snapshot of %s: %w", t.Qualified(), err)
+	}
+	c.logger.Info("snapshot: table copied", "table", t.Qualified(), "rows", n, "seconds", time.Since(start).Round(time.Millisecond).Seconds())
+	return n, nil
+}
