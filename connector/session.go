@@ -41,6 +41,7 @@ type stream struct {
 	wake     context.CancelFunc
 
 	nextStatus time.Time
+	lost       <-chan error // the Feldera pipeline lost its state
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -97,6 +98,9 @@ func (c *Connector) session(ctx context.Context) error {
 	s.flushCtx, s.abort = context.WithCancel(context.WithoutCancel(ctx))
 	defer s.abort()
 	s.wakeCtx, s.wake = ctx, func() {}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	s.lost = c.watchDeployment(watchCtx, p)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
 	err = s.run(ctx)
@@ -105,6 +109,47 @@ func (c *Connector) session(ctx context.Context) error {
 		<-s.results // the flusher never outlives its session
 	}
 	return err
+}
+
+// watchDeployment polls the pipeline: a new deployment_id without fault
+// tolerance means Feldera lost the state we acknowledged. The session must
+// end so the next one resnapshots (the state file records the deployment
+// the tables were copied into).
+func (c *Connector) watchDeployment(ctx context.Context, p *plan) <-chan error {
+	lost := make(chan error, 1)
+	if p.deploymentID == "" {
+		return lost
+	}
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			pipe, err := c.sink.Pipeline(ctx)
+			if err != nil || pipe.DeploymentID == nil || *pipe.DeploymentID == p.deploymentID {
+				continue
+			}
+			ft := pipe.RuntimeConfig != nil && pipe.RuntimeConfig.FaultTolerance != nil && pipe.RuntimeConfig.FaultTolerance.Model != ""
+			switch {
+			case ft:
+				c.logger.Warn("feldera pipeline was redeployed; it has fault tolerance, so completed state survived", "deployment_id", *pipe.DeploymentID)
+				p.deploymentID = *pipe.DeploymentID
+				continue
+			case c.cfg.SnapshotMode == SnapshotNever:
+				c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
+					"deployment_id", *pipe.DeploymentID)
+				p.deploymentID = *pipe.DeploymentID
+				continue
+			}
+			lost <- fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
+			return
+		}
+	}()
+	return lost
 }
 
 // ensureSlot creates the slot when missing. SNAPSHOT 'nothing' is always
@@ -143,6 +188,11 @@ func (s *stream) run(ctx context.Context) error {
 		}
 		if err := s.poll(); err != nil {
 			return err
+		}
+		select {
+		case err := <-s.lost:
+			return err
+		default:
 		}
 		now := time.Now()
 		if s.inflight == nil && s.flushDue(now) {
@@ -271,7 +321,14 @@ func (s *stream) event(ev *decode.Event) error {
 		// A COMMIT records how far a flush may move the position; only a
 		// completed flush moves it.
 		if s.filling.total == 0 && s.inflight == nil {
-			s.advance(ev.Commit.EndLSN)
+			// Nothing of it is pending (a TRUNCATE already retracted, or no
+			// mapped rows): acknowledge now.
+			if ev.Commit.EndLSN > s.c.acked {
+				s.advance(ev.Commit.EndLSN)
+				if err := s.status(); err != nil {
+					return err
+				}
+			}
 		} else if ev.Commit.EndLSN > s.filling.ackTo {
 			s.filling.ackTo = ev.Commit.EndLSN
 		}
@@ -288,13 +345,45 @@ func (s *stream) event(ev *decode.Event) error {
 			s.logger.Warn(w)
 		}
 	case decode.KindTruncate:
-		names := make([]string, len(ev.Truncated))
-		for i, r := range ev.Truncated {
-			names[i] = r.Target.Qualified()
-		}
-		return fatal(fmt.Errorf("TRUNCATE of %s: retraction on TRUNCATE is not implemented yet; refusing to continue rather than leave stale rows in Feldera", strings.Join(names, ", ")))
+		return s.truncate(ev.Truncated)
 	}
 	return nil
+}
+
+// truncate retracts every row of the truncated tables in Feldera, durably,
+// before anything after the TRUNCATE is sent. Rows of those tables still
+// in the filling batch are discarded: the source discarded them too.
+func (s *stream) truncate(rels []*decode.Rel) error {
+	names := make([]string, len(rels))
+	for i, r := range rels {
+		names[i] = r.Target.Qualified()
+		route := r.Target.Route
+		s.filling.total -= s.filling.rows[route]
+		s.filling.rows[route] = 0
+		s.filling.bufs[route] = s.filling.bufs[route][:0]
+	}
+	s.logger.Info("truncate: retracting every row in Feldera", "tables", strings.Join(names, ","))
+	// Rows sent before the TRUNCATE must land before the keys are read.
+	if err := s.waitFlush(context.Background()); err != nil {
+		return err
+	}
+	job := newBatch(len(s.targets))
+	job.kind = batchRetract
+	s.inflight = job
+	s.wakeCtx, s.wake = context.WithCancel(s.flushCtx)
+	wake := s.wake
+	go func() {
+		var err error
+		for _, r := range rels {
+			if err = s.c.retractAll(s.flushCtx, s.targets, r); err != nil {
+				err = fmt.Errorf("truncate of %s: %w", r.Target.Qualified(), err)
+				break
+			}
+		}
+		s.results <- err
+		wake()
+	}()
+	return s.waitFlush(context.Background())
 }
 
 // advance moves the acknowledged position (never backwards).

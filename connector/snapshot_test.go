@@ -219,3 +219,19 @@ func TestSnapshot_BadStateFileIsFatal(t *testing.T) {
 		})
 	}
 }
+
+func TestSnapshot_FelderaRestartWhileStreaming(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
+	e.start(e.snapshotConfig("users,public.items:catalog_items"))
+	e.waitSlot()
+	e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(3000, 3100) g")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	e.fel.Restart() // a new incarnation: everything acknowledged so far is gone
+	e.exec("INSERT INTO users VALUES (5000, 'after restart', 0)")
+	e.eventuallyEqual("users", "users", 60*time.Second)
+	if !strings.Contains(e.logs.String(), "redeployed") {
+		t.Fatal("the restart was not reported")
+	}
+}
