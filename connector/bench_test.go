@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/pgtest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
 const benchPG = `CREATE TABLE t (id bigint PRIMARY KEY, name text, amount numeric(12,2), ts timestamptz, payload jsonb);
@@ -39,7 +39,7 @@ func BenchmarkTransactionPeakMemory(b *testing.B) {
 
 func drainOnce(b *testing.B, n int) (heapPeak, rssPeak uint64) {
 	b.StopTimer()
-	e := newEnvOn(b, pgtest.Shared(b), benchPG, benchFeldera, func(c *felderatest.Config) { c.CountOnly = true })
+	e := newEnvOn(b, pgcluster.Shared(b), benchPG, benchFeldera, func(c *felderatest.Config) { c.CountOnly = true })
 	cfg := e.config("t")
 	r := e.start(cfg)
 	e.waitSlot()

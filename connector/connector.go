@@ -86,6 +86,7 @@ type Connector struct {
 	healthy time.Time
 
 	afterCopy func() // test hook, see export_test.go
+	stats     Stats
 }
 
 // New returns a connector. It does not connect.

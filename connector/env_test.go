@@ -20,18 +20,18 @@ import (
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/pgtest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
 var _ connector.Sink = (*feldera.Client)(nil)
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgcluster.Main(m) }
 
 // env is one test's world: a fresh database on the shared cluster, a
 // Feldera double, and a connector run in-process.
 type env struct {
 	t      testing.TB
-	pg     *pgtest.Cluster
+	pg     *pgcluster.Cluster
 	dsn    string
 	db     *pgx.Conn
 	fel    *felderatest.Server
@@ -61,10 +61,10 @@ var slotN int
 
 func newEnv(t *testing.T, pgDDL, felderaDDL string) *env {
 	t.Helper()
-	return newEnvOn(t, pgtest.Shared(t), pgDDL, felderaDDL, nil)
+	return newEnvOn(t, pgcluster.Shared(t), pgDDL, felderaDDL, nil)
 }
 
-func newEnvOn(t testing.TB, c *pgtest.Cluster, pgDDL, felderaDDL string, mod func(*felderatest.Config)) *env {
+func newEnvOn(t testing.TB, c *pgcluster.Cluster, pgDDL, felderaDDL string, mod func(*felderatest.Config)) *env {
 	t.Helper()
 	e := &env{t: t, pg: c, dsn: c.NewDB(t), logs: &syncBuffer{}}
 	slotN++
@@ -97,6 +97,21 @@ func (e *env) exec(sql string, args ...any) {
 	e.t.Helper()
 	if _, err := e.db.Exec(context.Background(), sql, args...); err != nil {
 		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// execOwn runs a statement on its own connection; it is safe from any
+// goroutine and reports failure without stopping the calling goroutine.
+func (e *env) execOwn(sql string) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		e.t.Errorf("%s: %v", sql, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		e.t.Errorf("%s: %v", sql, err)
 	}
 }
 

@@ -57,6 +57,7 @@ func (r *retractor) delete(row json.RawMessage) error {
 	*buf = append(*buf, "}\n"...)
 	r.b.added(r.route, 1, time.Now())
 	r.n++
+	r.c.stats.Retracted.Add(1)
 	if r.b.total >= r.c.cfg.BatchMaxRows {
 		return r.flush()
 	}

@@ -101,6 +101,7 @@ func (c *Connector) session(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	s.lost = c.watchDeployment(watchCtx, p)
+	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
 	err = s.run(ctx)
@@ -303,6 +304,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// head, which we have not read).
 		if xld.WALStart > s.received {
 			s.received = xld.WALStart
+			s.c.stats.Received.Store(uint64(xld.WALStart))
 		}
 		if err := s.dec.Decode(xld.WALData, s.filling, ev); err != nil {
 			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
@@ -337,6 +339,7 @@ func (s *stream) event(ev *decode.Event) error {
 		}
 	case decode.KindRows:
 		s.filling.added(ev.Route, ev.Rows, time.Now())
+		s.c.stats.StreamRows.Add(int64(ev.Rows))
 		if s.filling.total >= s.c.cfg.BatchMaxRows && s.inflight == nil {
 			s.startFlush()
 		}
@@ -391,9 +394,11 @@ func (s *stream) advance(lsn pglogrepl.LSN) {
 	if lsn > s.c.acked {
 		s.c.acked = lsn
 		s.c.healthy = time.Now()
+		s.c.stats.Acked.Store(uint64(lsn))
 	}
 	if lsn > s.received {
 		s.received = lsn
+		s.c.stats.Received.Store(uint64(lsn))
 	}
 }
 
@@ -541,6 +546,7 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 			}
 		}
 	}
+	c.stats.Batches.Add(1)
 	if b.kind == batchStream {
 		crashtest.Point("after_complete")
 	}

@@ -182,6 +182,7 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 		}
 		b.added(t.Route, 1, time.Now())
 		rows++
+		c.stats.SnapshotRows.Add(1)
 		if b.total >= c.cfg.BatchMaxRows {
 			if err := flush(); err != nil {
 				return err

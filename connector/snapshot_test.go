@@ -2,7 +2,9 @@ package connector_test
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"os"
 	"strings"
 	"sync"
@@ -30,12 +32,17 @@ type writer struct {
 func (e *env) startWriter(table string, from int64) *writer {
 	w := &writer{}
 	w.next.Store(from)
+	conn, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		defer conn.Close(context.Background())
 		for !w.stop.Load() {
 			id := w.next.Add(1)
-			if _, err := e.db.Exec(context.Background(), fmt.Sprintf("INSERT INTO %s (id, name, score) VALUES ($1, 'live', 0)", table), id); err != nil {
+			if _, err := conn.Exec(context.Background(), fmt.Sprintf("INSERT INTO %s (id, name, score) VALUES ($1, 'live', 0)", table), id); err != nil {
 				e.t.Errorf("writer: %v", err)
 				return
 			}
@@ -63,7 +70,7 @@ func TestSnapshot_ConcurrentWritesExactlyOnce(t *testing.T) {
 	connector.SetAfterCopyHook(c, func() {
 		// committed after the copy, before the stream starts: must come
 		// through the stream, once
-		e.exec("INSERT INTO users VALUES (500000, 'after copy', 0)")
+		e.execOwn("INSERT INTO users VALUES (500000, 'after copy', 0)")
 		hooked.Store(true)
 	})
 	w := e.startWriter("users", 100000)
@@ -108,7 +115,7 @@ func TestSnapshot_InconsistentModeLoses(t *testing.T) {
 			cfg.SnapshotMode = mode
 			c := e.newConnector(cfg, e.client)
 			connector.SetAfterCopyHook(c, func() {
-				e.exec("INSERT INTO users SELECT g, 'between', 0 FROM generate_series(5001, 5010) g")
+				e.execOwn("INSERT INTO users SELECT g, 'between', 0 FROM generate_series(5001, 5010) g")
 			})
 			e.run(c)
 			e.waitSlot()

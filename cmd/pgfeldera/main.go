@@ -77,7 +77,9 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 			return exitConfig
 		}
 		return runConnector(ctx, stop, cfg, logger)
-	case "demo", "status", "verify":
+	case "demo":
+		return runDemo(ctx, rest, getenv, stdout, stderr)
+	case "status", "verify":
 		fmt.Fprintf(stderr, "pgfeldera %s: not yet implemented\n", cmd)
 		return exitFatal
 	default:

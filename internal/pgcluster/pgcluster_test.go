@@ -1,4 +1,4 @@
-package pgtest_test
+package pgcluster_test
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/internal/pgtest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgcluster.Main(m) }
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -24,7 +24,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 func TestCluster_RunsUnprivileged(t *testing.T) {
-	c := pgtest.Shared(t)
+	c := pgcluster.Shared(t)
 	pid := c.Pid()
 	st, err := os.Stat("/proc/" + strconv.Itoa(pid))
 	if err != nil {
@@ -46,7 +46,7 @@ func TestCluster_RunsUnprivileged(t *testing.T) {
 }
 
 func TestCluster_SlotCreateAndConsume(t *testing.T) {
-	c := pgtest.Shared(t)
+	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	conn, err := pgx.Connect(ctx(t), dsn)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestCluster_SlotCreateAndConsume(t *testing.T) {
 }
 
 func TestCluster_Restart(t *testing.T) {
-	c := pgtest.New(t, pgtest.Options{})
+	c := pgcluster.New(t, pgcluster.Options{})
 	dsn := c.NewDB(t)
 	if err := c.Exec(ctx(t), "postgres", "SELECT 1"); err != nil {
 		t.Fatal(err)
@@ -115,17 +115,17 @@ func TestCluster_Restart(t *testing.T) {
 // TestCluster_NoLeftoverAfterPanic runs a child test binary that starts a
 // cluster and panics, then checks the postmaster it printed is gone.
 func TestCluster_NoLeftoverAfterPanic(t *testing.T) {
-	if os.Getenv("PGTEST_CHILD") == "1" {
-		c, err := pgtest.Start(pgtest.Options{})
+	if os.Getenv("PGCLUSTER_CHILD") == "1" {
+		c, err := pgcluster.Start(pgcluster.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		os.Stdout.WriteString("PID=" + strconv.Itoa(c.Pid()) + "\n")
 		panic("child panics with a running cluster")
 	}
-	pgtest.Shared(t) // skip or fail exactly like the other tests when no binaries
+	pgcluster.Shared(t) // skip or fail exactly like the other tests when no binaries
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCluster_NoLeftoverAfterPanic$")
-	cmd.Env = append(os.Environ(), "PGTEST_CHILD=1")
+	cmd.Env = append(os.Environ(), "PGCLUSTER_CHILD=1")
 	out, _ := cmd.CombinedOutput()
 	var pid int
 	for _, line := range strings.Split(string(out), "\n") {

@@ -1,10 +1,11 @@
-// Package pgtest starts private, throwaway PostgreSQL clusters for tests.
+// Package pgcluster starts private, throwaway PostgreSQL clusters, for the
+// tests and for `pgfeldera demo`.
 //
 // A Cluster is initdb'd into a temporary directory, listens on a free
 // loopback port with its socket in that directory, and runs with
 // wal_level=logical so logical replication can be tested for real. When the
 // tests run as root, initdb and postgres run as an unprivileged OS user
-// (PGTEST_OS_USER, else "postgres", else a "pgfeldera" user created on the
+// (PGCLUSTER_OS_USER, else "postgres", else a "pgfeldera" user created on the
 // spot), because postgres refuses to run as root.
 //
 // The server binaries come from PG_BIN, else the newest
@@ -14,7 +15,7 @@
 // The harness stops only the postmaster it started, by pid. The postmaster is
 // started with a parent-death signal, so it dies with the test binary even
 // when a test panics or the binary is killed.
-package pgtest
+package pgcluster
 
 import (
 	"context"
@@ -120,7 +121,7 @@ func Main(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		if err := shared.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "pgtest: stop:", err)
+			fmt.Fprintln(os.Stderr, "pgcluster: stop:", err)
 		}
 	}
 	os.Exit(code)
@@ -135,7 +136,7 @@ func New(tb testing.TB, opts Options) *Cluster {
 	}
 	tb.Cleanup(func() {
 		if err := c.Stop(); err != nil {
-			tb.Errorf("pgtest: stop: %v", err)
+			tb.Errorf("pgcluster: stop: %v", err)
 		}
 	})
 	return c
@@ -144,9 +145,9 @@ func New(tb testing.TB, opts Options) *Cluster {
 func fail(tb testing.TB, err error) {
 	tb.Helper()
 	if errors.Is(err, ErrNoBinaries) && !InCI() {
-		tb.Skipf("pgtest: %v", err)
+		tb.Skipf("pgcluster: %v", err)
 	}
-	tb.Fatalf("pgtest: %v", err)
+	tb.Fatalf("pgcluster: %v", err)
 }
 
 // Start initdb's and starts a new cluster. The caller must Stop it.
@@ -164,7 +165,7 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.cred = cred
 	}
-	dir, err := os.MkdirTemp("", "pgtest-")
+	dir, err := os.MkdirTemp("", "pgcluster-")
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +218,7 @@ func Start(opts Options) (*Cluster, error) {
 // osUser returns the credentials of the unprivileged user to run postgres as.
 func osUser() (*syscall.Credential, error) {
 	names := []string{"postgres", "pgfeldera"}
-	if n := os.Getenv("PGTEST_OS_USER"); n != "" {
+	if n := os.Getenv("PGCLUSTER_OS_USER"); n != "" {
 		names = []string{n}
 	}
 	for _, name := range names {
@@ -519,7 +520,7 @@ func (c *Cluster) NewDB(tb testing.TB) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Exec(ctx, "postgres", "CREATE DATABASE "+name); err != nil {
-		tb.Fatalf("pgtest: create database: %v", err)
+		tb.Fatalf("pgcluster: create database: %v", err)
 	}
 	tb.Cleanup(func() {
 		if c.Pid() == 0 {
@@ -535,7 +536,7 @@ func (c *Cluster) NewDB(tb testing.TB) string {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err := c.Exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			tb.Logf("pgtest: drop database %s: %v", name, err)
+			tb.Logf("pgcluster: drop database %s: %v", name, err)
 		}
 	})
 	return c.DSN(name)
