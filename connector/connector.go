@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -85,8 +86,10 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	afterCopy func() // test hook, see export_test.go
-	stats     Stats
+	afterCopy   func()                          // test hook, see export_test.go
+	sessionHook func(ctx context.Context) error // test hook: replaces session
+	onBackoff   func(interval time.Duration)    // test hook: sees each backoff interval
+	stats       Stats
 }
 
 // New returns a connector. It does not connect.
@@ -158,16 +161,24 @@ func (c *Connector) Run(ctx context.Context) error {
 	if c.cfg.AckMode == AckAccepted {
 		c.logger.Warn("FELDERA_ACK_MODE=accepted: acknowledging WAL on HTTP 200, before Feldera completes it; a Feldera failure LOSES DATA. Use only to demonstrate that loss.")
 	}
+	// Exponential intervals (1 s → 30 s by default) with full jitter: the
+	// wait is uniform in [0, interval), because every connector attached to
+	// a primary may lose it at the same instant.
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = c.cfg.BackoffInitial
 	bo.MaxInterval = c.cfg.BackoffMax
-	bo.RandomizationFactor = 1 // full jitter around the interval
+	bo.RandomizationFactor = 0
+	bo.Multiplier = 2
 	bo.MaxElapsedTime = 0
 	bo.Reset()
+	session := c.session
+	if c.sessionHook != nil {
+		session = c.sessionHook
+	}
 	c.healthy = time.Now()
 	for {
 		before := c.acked
-		err := c.session(ctx)
+		err := session(ctx)
 		if ctx.Err() != nil {
 			// A graceful stop: what was not acknowledged replays from the slot.
 			if err != nil && !isFatal(err) {
@@ -177,7 +188,7 @@ func (c *Connector) Run(ctx context.Context) error {
 			return err
 		}
 		if c.acked != before {
-			bo.Reset()
+			bo.Reset() // only progress resets the backoff, not a reconnect
 		}
 		lastProgress := c.healthy
 		if err == nil {
@@ -187,9 +198,13 @@ func (c *Connector) Run(ctx context.Context) error {
 			return err
 		}
 		if since := time.Since(lastProgress); since > c.cfg.NoProgressTimeout {
-			return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT): last error: %v", ErrNoProgress, since.Round(time.Second), err)}
+			return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT) while work was pending: last error: %v", ErrNoProgress, since.Round(time.Second), err)}
 		}
-		wait := bo.NextBackOff()
+		interval := bo.NextBackOff()
+		if c.onBackoff != nil {
+			c.onBackoff(interval)
+		}
+		wait := time.Duration(rand.Int64N(int64(interval) + 1))
 		if left := c.cfg.NoProgressTimeout - time.Since(lastProgress); wait > left {
 			wait = left + time.Millisecond
 		}

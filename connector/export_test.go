@@ -1,6 +1,28 @@
 package connector
 
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
 // SetAfterCopyHook runs f after every table was copied and before the
 // slot is created (inconsistent mode) or the state saved: tests use it to
 // commit rows in exactly that window.
 func SetAfterCopyHook(c *Connector, f func()) { c.afterCopy = f }
+
+// SetSessionHook replaces the replication session with fake(ctx, ack),
+// where ack moves the acknowledged position like a completed flush would.
+// onBackoff sees every backoff interval the supervisor computes.
+func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn uint64)) error, onBackoff func(time.Duration)) {
+	c.sessionHook = func(ctx context.Context) error {
+		return fake(ctx, func(lsn uint64) {
+			if pglogrepl.LSN(lsn) > c.acked {
+				c.acked = pglogrepl.LSN(lsn)
+				c.healthy = time.Now()
+			}
+		})
+	}
+	c.onBackoff = onBackoff
+}
