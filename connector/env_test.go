@@ -100,6 +100,19 @@ func (e *env) exec(sql string, args ...any) {
 	}
 }
 
+// reconnectDB reopens the test's connection (after a server restart).
+func (e *env) reconnectDB() {
+	e.t.Helper()
+	var err error
+	for i := 0; i < 100; i++ {
+		if e.db, err = pgx.Connect(context.Background(), e.dsn); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatal(err)
+}
+
 // execOwn runs a statement on its own connection; it is safe from any
 // goroutine and reports failure without stopping the calling goroutine.
 func (e *env) execOwn(sql string) {

@@ -1,0 +1,129 @@
+package connector_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+)
+
+// workload commits a few transactions touching both tables.
+func (e *env) workload(round int) {
+	base := round * 1000
+	e.execOwn(fmt.Sprintf("INSERT INTO users SELECT g, 'r%d', g FROM generate_series(%d, %d) g", round, base, base+99))
+	e.execOwn(fmt.Sprintf("UPDATE users SET score = -1 WHERE id BETWEEN %d AND %d", base, base+9))
+	e.execOwn(fmt.Sprintf("DELETE FROM users WHERE id BETWEEN %d AND %d", base+10, base+14))
+	e.execOwn(fmt.Sprintf("UPDATE users SET id = id + 500 WHERE id = %d", base+20))
+	e.execOwn(fmt.Sprintf("INSERT INTO items SELECT g, 'r%d', 1.25 FROM generate_series(%d, %d) g", round, base, base+9))
+}
+
+func (e *env) settle(within time.Duration) {
+	e.t.Helper()
+	e.waitConfirmed(e.currentLSN(), within)
+	e.eventuallyEqual("users", "users", 10*time.Second)
+	e.eventuallyEqual("items", "catalog_items", 10*time.Second)
+}
+
+func TestFaults(t *testing.T) {
+	cases := []struct {
+		name   string
+		during func(e *env)
+	}{
+		{"WalSenderTerminated", func(e *env) {
+			e.workload(1)
+			if _, err := e.pg.TerminateWalSenders(context.Background()); err != nil {
+				e.t.Fatal(err)
+			}
+			e.workload(2)
+		}},
+		{"Feldera503For20s", func(e *env) {
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 503})
+			e.workload(1)
+			time.Sleep(20 * time.Second)
+			e.fel.ClearFaults()
+			e.workload(2)
+		}},
+		{"FelderaHangsPastClientTimeout", func(e *env) {
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Hang, Path: "ingress"})
+			e.workload(1)
+			time.Sleep(12 * time.Second) // the client's request timeout is 10 s
+			e.fel.ClearFaults()
+			e.workload(2)
+		}},
+		{"CompletionHeld30s", func(e *env) {
+			e.fel.HoldCompletion(true)
+			e.workload(1)
+			time.Sleep(30 * time.Second)
+			e.fel.HoldCompletion(false)
+			e.workload(2)
+		}},
+		{"ConnectionDroppedMidPost", func(e *env) {
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Drop, Path: "ingress", Count: 3})
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.PartialThen503, Path: "ingress", Count: 2})
+			e.workload(1)
+			e.workload(2)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.SnapshotMode = "initial"
+			e.start(cfg)
+			e.waitSlot()
+			c.during(e)
+			e.settle(120 * time.Second)
+		})
+	}
+}
+
+func TestFaults_PostgresImmediateRestart(t *testing.T) {
+	cluster := pgcluster.New(t, pgcluster.Options{})
+	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
+	cfg := e.config("users,public.items:catalog_items")
+	e.start(cfg)
+	e.waitSlot()
+	e.workload(1)
+	e.db.Close(context.Background())
+	if err := cluster.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	e.reconnectDB()
+	e.workload(2)
+	e.settle(120 * time.Second)
+}
+
+// A graceful stop after a workload leaves nothing to redeliver; an abrupt
+// one (the connector killed without its final status) redelivers only what
+// came after the last acknowledgement.
+func TestGracefulStopRedeliversNothing(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	cfg := e.config("users,public.items:catalog_items")
+	r := e.start(cfg)
+	e.waitSlot()
+	e.workload(1)
+	e.workload(2)
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.fel.Requests())
+	ins, del := e.requestedRows()
+	r = e.start(cfg)
+	e.waitSlot()
+	time.Sleep(2 * time.Second)
+	ins2, del2 := e.requestedRows()
+	if n := len(e.fel.Requests()) - before; n != 0 || ins2 != ins || del2 != del {
+		t.Fatalf("after a graceful stop, the restart redelivered %d requests (%d inserts, %d deletes)", n, ins2-ins, del2-del)
+	}
+	t.Logf("graceful stop: 0 rows redelivered")
+	r.stop(t)
+	e.assertEqual("users", "users")
+	if !strings.Contains(e.logs.String(), "final acknowledgement confirmed") {
+		t.Fatal("the final acknowledgement was not confirmed")
+	}
+}
