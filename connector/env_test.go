@@ -3,12 +3,10 @@ package connector_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
@@ -253,85 +252,18 @@ func tail(s string, n int) string {
 	return s
 }
 
-// canon re-encodes a JSON object with sorted keys and exact numbers.
-func canon(raw []byte, keep func(string) bool) string {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var m map[string]any
-	if err := d.Decode(&m); err != nil {
-		panic(err)
-	}
-	for k := range m {
-		if keep != nil && !keep(k) {
-			delete(m, k)
-		}
-	}
-	b, _ := json.Marshal(m)
-	return string(b)
-}
-
-// pgRows returns a table's rows as canonical JSON (to_jsonb), sorted.
-func (e *env) pgRows(table string) []string {
-	e.t.Helper()
-	rows, err := e.db.Query(context.Background(), "SELECT to_jsonb(t)::text FROM "+table+" t")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		rows.Scan(&s)
-		out = append(out, canon([]byte(s), nil))
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (e *env) felderaRows(table string, keep func(string) bool) []string {
-	var out []string
-	for _, r := range e.fel.Rows(table) {
-		out = append(out, canon([]byte(r.String()), keep))
-	}
-	sort.Strings(out)
-	return out
-}
-
 // diff compares Postgres and Feldera, table by table, every column they
 // share; it returns "" when they are equal.
 func (e *env) diff(pgTable, felTable string) string {
-	want := e.pgRows(pgTable)
-	cols := map[string]bool{}
-	if len(want) > 0 {
-		var m map[string]any
-		json.Unmarshal([]byte(want[0]), &m)
-		for k := range m {
-			cols[k] = true
-		}
+	e.t.Helper()
+	r, err := oracle.Compare(context.Background(), e.db, pgTable, e.fel, felTable)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	got := e.felderaRows(felTable, func(k string) bool { return len(cols) == 0 || cols[k] })
-	if strings.Join(want, "\n") == strings.Join(got, "\n") {
+	if r.Equal() {
 		return ""
 	}
-	gs := map[string]bool{}
-	for _, g := range got {
-		gs[g] = true
-	}
-	ws := map[string]bool{}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s vs %s: postgres %d rows, feldera %d rows\n", pgTable, felTable, len(want), len(got))
-	for _, w := range want {
-		ws[w] = true
-		if !gs[w] {
-			fmt.Fprintf(&b, "  missing in feldera: %s\n", w)
-		}
-	}
-	for _, g := range got {
-		if !ws[g] {
-			fmt.Fprintf(&b, "  extra in feldera:   %s\n", g)
-		}
-	}
-	return tail(b.String(), 4000)
+	return pgTable + " vs " + felTable + ": " + r.String()
 }
 
 func (e *env) assertEqual(pgTable, felTable string) {
