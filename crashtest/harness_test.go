@@ -1,0 +1,275 @@
+package crashtest_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+)
+
+// binary is the real pgfeldera, built once for the package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pgfeldera-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "pgfeldera")
+	out, err := exec.Command("go", "build", "-o", binary, "../cmd/pgfeldera").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build pgfeldera: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	pgcluster.Main(m) // exits
+}
+
+const pgDDL = `
+CREATE TABLE users (id bigint PRIMARY KEY, name text, score int);
+CREATE TABLE items (sku int, region text, price numeric(10,2), PRIMARY KEY (sku, region));
+CREATE PUBLICATION pub FOR TABLE users, items;`
+
+const felderaDDL = `
+CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);
+CREATE TABLE catalog_items (sku INT NOT NULL, region VARCHAR NOT NULL, price DECIMAL(10,2), PRIMARY KEY (sku, region));`
+
+// world is one case: a database, a Feldera double, a state file, a slot.
+type world struct {
+	t     testing.TB
+	pg    *pgcluster.Cluster
+	dsn   string
+	db    *pgx.Conn
+	fel   *felderatest.Server
+	dir   string
+	slot  string
+	logMu sync.Mutex
+	logs  bytes.Buffer
+}
+
+var slotN int
+
+func newWorld(t testing.TB, mod func(*felderatest.Config)) *world {
+	t.Helper()
+	w := &world{t: t, pg: pgcluster.Shared(t), dir: t.TempDir()}
+	w.dsn = w.pg.NewDB(t)
+	slotN++
+	w.slot = fmt.Sprintf("crash_%d_%d", os.Getpid(), slotN)
+	var err error
+	if w.db, err = pgx.Connect(context.Background(), w.dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.db.Close(context.Background()) })
+	w.exec(pgDDL)
+	cfg := felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(felderaDDL)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	if w.fel, err = felderatest.NewServer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.fel.Close)
+	return w
+}
+
+func (w *world) exec(sql string) {
+	w.t.Helper()
+	if _, err := w.db.Exec(context.Background(), sql); err != nil {
+		w.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// proc is a running pgfeldera process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	code int
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+// streaming reports whether this process has started a replication session.
+func (p *proc) streaming() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Contains(p.out.Bytes(), []byte("session: streaming"))
+}
+
+func (w *world) start(extra ...string) *proc {
+	w.t.Helper()
+	cmd := exec.Command(binary, "run")
+	cmd.Env = append(os.Environ(),
+		"PG_DSN="+w.dsn, "PG_PUBLICATION=pub", "PG_SLOT="+w.slot,
+		"TABLES=users,public.items:catalog_items",
+		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
+		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
+		"BATCH_MAX_ROWS=100", "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
+		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1")
+	cmd.Env = append(cmd.Env, extra...)
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	lw := &lockedWriter{w: w, p: p}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	go func() {
+		cmd.Wait()
+		p.code = cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	w.t.Cleanup(func() { p.kill() })
+	return p
+}
+
+type lockedWriter struct {
+	w *world
+	p *proc
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.p.mu.Lock()
+	l.p.out.Write(b)
+	l.p.mu.Unlock()
+	l.w.logMu.Lock()
+	defer l.w.logMu.Unlock()
+	return l.w.logs.Write(b)
+}
+
+func (w *world) log() string {
+	w.logMu.Lock()
+	defer w.logMu.Unlock()
+	s := w.logs.String()
+	if len(s) > 4000 {
+		s = "…" + s[len(s)-4000:]
+	}
+	return s
+}
+
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// exited waits for the process to exit and returns its code, or -1.
+func (p *proc) exited(within time.Duration) int {
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(within):
+		return -1
+	}
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (p *proc) stop(t testing.TB) int {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(60 * time.Second):
+		p.kill()
+		t.Fatal("pgfeldera did not stop within 60 s of SIGTERM")
+	}
+	return -1
+}
+
+func (w *world) lsn(q string) pglogrepl.LSN {
+	var s *string
+	if err := w.db.QueryRow(context.Background(), q).Scan(&s); err != nil || s == nil {
+		return 0
+	}
+	l, _ := pglogrepl.ParseLSN(*s)
+	return l
+}
+
+func (w *world) confirmed() pglogrepl.LSN {
+	return w.lsn("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '" + w.slot + "'")
+}
+
+// caughtUp waits until the slot confirmed the current WAL position and the
+// oracle holds, or the time runs out; it returns the last oracle report.
+func (w *world) caughtUp(p *proc, within time.Duration) string {
+	w.t.Helper()
+	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
+	deadline := time.Now().Add(within)
+	report := "not caught up"
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Sprintf("pgfeldera exited with %d while catching up\n%s", p.code, w.log())
+		default:
+		}
+		if p.streaming() && w.confirmed() >= target {
+			if report = w.oracle(); report == "" {
+				return ""
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return report
+}
+
+// oracle compares every table, every column; "" when equal.
+func (w *world) oracle() string {
+	var b strings.Builder
+	for _, pair := range [][2]string{{"users", "users"}, {"items", "catalog_items"}} {
+		r, err := oracle.Compare(context.Background(), w.db, pair[0], w.fel, pair[1])
+		if err != nil {
+			return err.Error()
+		}
+		if !r.Equal() {
+			fmt.Fprintf(&b, "%s: %s", pair[0], r.String())
+		}
+	}
+	return b.String()
+}
+
+// lost counts the rows the oracle finds missing or different.
+func (w *world) lost() int {
+	n := 0
+	for _, pair := range [][2]string{{"users", "users"}, {"items", "catalog_items"}} {
+		r, err := oracle.Compare(context.Background(), w.db, pair[0], w.fel, pair[1])
+		if err == nil {
+			n += len(r.Missing) + len(r.Extra)
+		}
+	}
+	return n
+}
+
+// delivered is every line Feldera's ingress received.
+func (w *world) delivered() int {
+	n := 0
+	for _, r := range w.fel.Requests() {
+		n += r.Inserts + r.Deletes + r.Updates
+	}
+	return n
+}
+
+func (w *world) waitState(within time.Duration) {
+	w.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(filepath.Join(w.dir, "state.json")); err == nil && !strings.Contains(string(b), `"pending"`) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.t.Fatalf("the snapshot did not complete\n%s", w.log())
+}

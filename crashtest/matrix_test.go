@@ -1,0 +1,261 @@
+package crashtest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var streamPoints = []string{"after_decode", "after_post", "after_complete", "after_ack"}
+
+// workload is one history the matrix crashes in.
+type workload struct {
+	name   string
+	points map[string][]int // crash point → the batch counts it is reached with
+	setup  func(w *world)   // before the first process starts
+	run    func(w *world, p *proc, snapshotPoint bool)
+}
+
+func stream(ns ...int) map[string][]int {
+	m := map[string][]int{}
+	for _, p := range streamPoints {
+		m[p] = ns
+	}
+	return m
+}
+
+func with(m map[string][]int, point string, ns ...int) map[string][]int {
+	m[point] = ns
+	return m
+}
+
+// seeded waits until this process finished its startup plan (a snapshot,
+// or none) and streams, unless the case crashes inside the snapshot.
+func seeded(w *world, p *proc, snapshotPoint bool) {
+	if snapshotPoint {
+		return
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !p.streaming() && !exitedNow(p) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func mixedRun(w *world, p *proc, snap bool) {
+	seeded(w, p, snap)
+	w.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 150) g")
+	w.exec("INSERT INTO items SELECT g, 'eu', g * 1.5 FROM generate_series(1, 40) g")
+	w.exec("UPDATE users SET name = 'renamed' WHERE id <= 20")
+	w.exec("UPDATE users SET id = 1000 WHERE id = 21")
+	w.exec("UPDATE items SET region = 'us' WHERE sku = 3")
+	w.exec("DELETE FROM users WHERE id BETWEEN 30 AND 39")
+	w.exec("DELETE FROM users WHERE id = 40")
+	w.exec("INSERT INTO users VALUES (40, 'back', 0)")
+	w.exec("BEGIN; INSERT INTO users VALUES (2000, 'tx', 1); UPDATE items SET price = 0 WHERE sku = 1; DELETE FROM items WHERE sku = 2; COMMIT")
+	w.exec("UPDATE users SET score = score + 1 WHERE id > 100")
+}
+
+// writeDuring commits single-row transactions on its own connection until
+// the snapshot completed (or the process died) and 30 more after that.
+func writeDuring(w *world, p *proc, from int) {
+	conn, err := pgx.Connect(context.Background(), w.dsn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	after := -1
+	for id := from; after != 0; id++ {
+		if _, err := conn.Exec(context.Background(), "INSERT INTO users VALUES ($1, 'live', 0)", id); err != nil {
+			w.t.Fatal(err)
+		}
+		if after > 0 {
+			after--
+		} else if after < 0 && (stateComplete(w) || exitedNow(p)) {
+			after = 30
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func exitedNow(p *proc) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func stateComplete(w *world) bool {
+	b, err := os.ReadFile(w.dir + "/state.json")
+	return err == nil && !strings.Contains(string(b), `"pending"`)
+}
+
+var workloads = []workload{
+	{
+		name:   "mixed",
+		points: with(stream(1, 2, 3), "snapshot_before_state", 1),
+		run:    mixedRun,
+	},
+	{
+		name:   "snapshot",
+		points: with(with(stream(1, 2, 3), "snapshot_after_batch", 1, 2, 3), "snapshot_before_state", 1),
+		setup: func(w *world) {
+			w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 30000) g")
+			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
+		},
+		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
+	},
+	{
+		name:   "truncate",
+		points: with(stream(1, 2, 3), "after_retract", 1, 2, 3),
+		run: func(w *world, p *proc, snap bool) {
+			seeded(w, p, snap)
+			w.exec("INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 250) g")
+			w.exec("INSERT INTO items SELECT g, 'eu', 1 FROM generate_series(1, 20) g")
+			w.exec("TRUNCATE users")
+			w.exec("INSERT INTO users SELECT g, 'again', g FROM generate_series(1, 50) g")
+			w.exec("BEGIN; INSERT INTO users SELECT g, 'discarded', g FROM generate_series(100, 150) g; TRUNCATE users; INSERT INTO users VALUES (7, 'after', 7); COMMIT")
+			w.exec("TRUNCATE users, items")
+			w.exec("INSERT INTO users VALUES (8, 'last', 8)")
+		},
+	},
+	{
+		name:   "large_transaction",
+		points: stream(1, 2, 3),
+		run: func(w *world, p *proc, snap bool) {
+			seeded(w, p, snap)
+			w.exec("INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g") // 10 batches of 100
+			time.Sleep(100 * time.Millisecond)
+			w.exec("UPDATE users SET name = 'big2' WHERE id % 3 = 0")
+			time.Sleep(100 * time.Millisecond)
+			w.exec("DELETE FROM users WHERE id > 990")
+			time.Sleep(100 * time.Millisecond)
+			w.exec("INSERT INTO items VALUES (1, 'eu', 1)")
+		},
+	},
+	{
+		name: "resnapshot_after_dropped_slot",
+		points: with(with(with(stream(1), "snapshot_after_batch", 1, 2, 3), "snapshot_before_state", 1),
+			"after_retract", 1, 2),
+		setup: func(w *world) {
+			w.exec("INSERT INTO users SELECT g, 'seed', g FROM generate_series(1, 500) g")
+			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 100) g")
+			p := w.start()
+			w.waitState(60 * time.Second)
+			if msg := w.caughtUp(p, 60*time.Second); msg != "" {
+				w.t.Fatalf("seeding: %s", msg)
+			}
+			if code := p.stop(w.t); code != 0 {
+				w.t.Fatalf("seeding run exited %d\n%s", code, w.log())
+			}
+			w.exec("SELECT pg_drop_replication_slot('" + w.slot + "')")
+			w.exec("DELETE FROM users WHERE id <= 50")
+			w.exec("UPDATE users SET name = 'while down' WHERE id BETWEEN 51 AND 100")
+			w.exec("DELETE FROM items WHERE sku <= 10")
+		},
+		run: func(w *world, p *proc, snap bool) {
+			seeded(w, p, snap)
+			w.exec("INSERT INTO users VALUES (9001, 'after resnapshot', 0)")
+			w.exec("UPDATE users SET score = 0 WHERE id = 200")
+		},
+	},
+}
+
+type outcome struct {
+	workload, point string
+	batches         int
+	replayed, lost  int
+	err             string
+}
+
+func TestCrashMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash matrix: not in -short")
+	}
+	var mu sync.Mutex
+	var results []outcome
+	for _, wl := range workloads {
+		baseline := cleanRun(t, wl)
+		for _, point := range append(append([]string{}, streamPoints...), "snapshot_after_batch", "snapshot_before_state", "after_retract") {
+			for _, n := range wl.points[point] {
+				name := fmt.Sprintf("%s/%s/%d", wl.name, point, n)
+				t.Run(name, func(t *testing.T) {
+					o := crashCase(t, wl, point, n, baseline)
+					mu.Lock()
+					results = append(results, o)
+					mu.Unlock()
+					if o.err != "" {
+						t.Fatal(o.err)
+					}
+					if o.lost != 0 {
+						t.Fatalf("lost %d rows", o.lost)
+					}
+				})
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| point | batches | workload | replayed | lost |\n|---|---|---|---|---|\n")
+	for _, o := range results {
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %d |\n", o.point, o.batches, o.workload, o.replayed, o.lost)
+	}
+	t.Logf("crash matrix (%d cases):\n%s", len(results), b.String())
+	if out := os.Getenv("CRASH_MATRIX_OUT"); out != "" {
+		os.WriteFile(out, []byte(b.String()), 0o644)
+	}
+}
+
+// cleanRun runs the workload without a crash and returns how many lines
+// Feldera received: the baseline replays are counted against.
+func cleanRun(t *testing.T, wl workload) int {
+	t.Helper()
+	w := newWorld(t, nil)
+	if wl.setup != nil {
+		wl.setup(w)
+	}
+	before := w.delivered()
+	p := w.start()
+	wl.run(w, p, false)
+	if msg := w.caughtUp(p, 120*time.Second); msg != "" {
+		t.Fatalf("%s clean run: %s\n%s", wl.name, msg, w.log())
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("%s clean run exited %d\n%s", wl.name, code, w.log())
+	}
+	return w.delivered() - before
+}
+
+func crashCase(t *testing.T, wl workload, point string, n int, baseline int) outcome {
+	o := outcome{workload: wl.name, point: point, batches: n}
+	w := newWorld(t, nil)
+	if wl.setup != nil {
+		wl.setup(w)
+	}
+	before := w.delivered()
+	p := w.start(fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n))
+	wl.run(w, p, strings.HasPrefix(point, "snapshot_"))
+	if code := p.exited(60 * time.Second); code != 70 {
+		p.kill()
+		o.err = fmt.Sprintf("the first run exited %d, want 70 (crash point reached)\n%s", code, w.log())
+		return o
+	}
+	p2 := w.start()
+	if msg := w.caughtUp(p2, 120*time.Second); msg != "" {
+		o.lost = w.lost()
+		o.err = fmt.Sprintf("after restart: %s\n%s", msg, w.log())
+		return o
+	}
+	if code := p2.stop(t); code != 0 {
+		o.err = fmt.Sprintf("the restart exited %d on SIGTERM, want 0\n%s", code, w.log())
+	}
+	o.lost = w.lost()
+	o.replayed = w.delivered() - before - baseline
+	return o
+}
