@@ -226,6 +226,21 @@ func (w *world) caughtUp(p *proc, within time.Duration) string {
 	return report
 }
 
+// acked waits until this process streams and the slot confirmed the
+// current WAL position, without asking for equality (the unsafe modes).
+func (w *world) acked(p *proc, within time.Duration) bool {
+	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if p.streaming() && w.confirmed() >= target {
+			time.Sleep(200 * time.Millisecond) // let the last completion land
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
 // oracle compares every table, every column; "" when equal.
 func (w *world) oracle() string {
 	var b strings.Builder
