@@ -66,6 +66,10 @@ type Config struct {
 	StateFile         string
 	NoProgressTimeout time.Duration
 
+	// Observer sees batches, Feldera errors and session ends (metrics); nil
+	// means none.
+	Observer Observer
+
 	// BackoffInitial and BackoffMax bound the reconnect backoff (1s, 30s).
 	BackoffInitial time.Duration
 	BackoffMax     time.Duration
@@ -86,6 +90,9 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
+	tableStats  []*TableStats
+	health      health
+	observer    Observer
 	afterCopy   func()                          // test hook, see export_test.go
 	sessionHook func(ctx context.Context) error // test hook: replaces session
 	onBackoff   func(interval time.Duration)    // test hook: sees each backoff interval
@@ -121,7 +128,14 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Connector{cfg: cfg, sink: sink, logger: cfg.Logger.With("component", "connector", "slot", cfg.Slot)}, nil
+	c := &Connector{cfg: cfg, sink: sink, logger: cfg.Logger.With("component", "connector", "slot", cfg.Slot), observer: cfg.Observer}
+	if c.observer == nil {
+		c.observer = nopObserver{}
+	}
+	for _, t := range cfg.Tables {
+		c.tableStats = append(c.tableStats, &TableStats{Source: t.Schema + "." + t.Name, Dest: t.Dest})
+	}
+	return c, nil
 }
 
 // FatalError is an error retrying cannot fix: the process should exit.
@@ -194,6 +208,7 @@ func (c *Connector) Run(ctx context.Context) error {
 		if err == nil {
 			err = errors.New("replication stream ended")
 		}
+		c.observer.SessionEnded(sessionCause(err))
 		if isFatal(err) {
 			return err
 		}

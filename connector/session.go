@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // stream is one replication session. Its goroutine owns the connection and
@@ -104,7 +105,9 @@ func (c *Connector) session(ctx context.Context) error {
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
+	c.health.streaming.Store(true)
 	err = s.run(ctx)
+	c.health.streaming.Store(false)
 	if s.inflight != nil {
 		s.abort()
 		<-s.results // the flusher never outlives its session
@@ -340,6 +343,9 @@ func (s *stream) event(ev *decode.Event) error {
 	case decode.KindRows:
 		s.filling.added(ev.Route, ev.Rows, time.Now())
 		s.c.stats.StreamRows.Add(int64(ev.Rows))
+		ts := s.c.tableStats[ev.Route]
+		ts.Deletes.Add(int64(ev.Deletes))
+		ts.Inserts.Add(int64(ev.Rows - ev.Deletes))
 		if s.filling.total >= s.c.cfg.BatchMaxRows && s.inflight == nil {
 			s.startFlush()
 		}
@@ -515,6 +521,11 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		table, token string
 	}
 	var tokens []sent
+	start := time.Now()
+	c.health.flushSince.Store(start.UnixNano())
+	defer c.health.flushSince.Store(0)
+	failed := true
+	defer func() { c.health.flushFailed.Store(failed) }()
 	for route, buf := range b.bufs {
 		if b.rows[route] == 0 {
 			continue
@@ -522,6 +533,7 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		table := targets[route].Dest.CanonicalName()
 		tok, err := c.sink.Ingress(ctx, table, buf)
 		if err != nil {
+			c.observer.FelderaError(feldera.ErrorCode(err))
 			return fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
 		}
 		tokens = append(tokens, sent{table, tok})
@@ -529,16 +541,19 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 	if b.kind == batchStream {
 		crashtest.Point("after_post")
 	}
+	posted := time.Now()
 	if wait {
 		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
 		defer cancel()
-		start := time.Now()
 		slow := time.AfterFunc(completionLogAfter, func() {
 			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.seq, "rows", b.total)
 		})
 		defer slow.Stop()
 		for _, s := range tokens {
 			if err := c.sink.WaitComplete(wctx, s.token); err != nil {
+				if code := feldera.ErrorCode(err); code != "" {
+					c.observer.FelderaError(code)
+				}
 				if wctx.Err() != nil && ctx.Err() == nil {
 					return fmt.Errorf("feldera unavailable: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", b.seq, s.table, time.Since(start).Round(time.Millisecond))
 				}
@@ -547,6 +562,8 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		}
 	}
 	c.stats.Batches.Add(1)
+	c.observer.Batch(b.total, posted.Sub(start), time.Since(posted))
+	failed = false
 	if b.kind == batchStream {
 		crashtest.Point("after_complete")
 	}

@@ -85,7 +85,10 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 		snapName = created.SnapshotName
 		c.logger.Info("snapshot: created slot with exported snapshot", "consistent_point", created.ConsistentPoint, "snapshot", snapName)
 	}
+	c.health.snapshotting.Store(true)
+	c.health.progress.Store(time.Now().UnixNano())
 	counts, err := c.copyAll(ctx, p, snapName, retract)
+	c.health.snapshotting.Store(false)
 	if err != nil {
 		return err
 	}
@@ -157,6 +160,7 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 	t := rel.Target
 	var estimate float64
 	_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", t.Source()).Scan(&estimate)
+	c.tableStats[t.Route].Estimate.Store(int64(estimate))
 	cols := make([]string, len(rel.Cols))
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
@@ -183,6 +187,10 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 		b.added(t.Route, 1, time.Now())
 		rows++
 		c.stats.SnapshotRows.Add(1)
+		c.tableStats[t.Route].Copied.Add(1)
+		if rows%1024 == 0 {
+			c.health.progress.Store(time.Now().UnixNano())
+		}
 		if b.total >= c.cfg.BatchMaxRows {
 			if err := flush(); err != nil {
 				return err

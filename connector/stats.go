@@ -1,6 +1,10 @@
 package connector
 
-import "sync/atomic"
+import (
+	"strings"
+	"sync/atomic"
+	"time"
+)
 
 // Stats are live counters of a Connector, safe to read from any goroutine
 // (the demo's display and the metrics read them).
@@ -14,5 +18,86 @@ type Stats struct {
 	Acked        atomic.Uint64 // flush position sent to Postgres
 }
 
+// TableStats count one mapped table's rows.
+type TableStats struct {
+	Source, Dest string
+	Inserts      atomic.Int64 // insert lines from the stream
+	Deletes      atomic.Int64 // delete lines from the stream
+	Copied       atomic.Int64 // rows copied by snapshots
+	Estimate     atomic.Int64 // pg_class.reltuples at the last snapshot
+}
+
 // Stats returns the connector's live counters.
 func (c *Connector) Stats() *Stats { return &c.stats }
+
+// Tables returns per-table counters, in TABLES order.
+func (c *Connector) Tables() []*TableStats { return c.tableStats }
+
+// Observer receives events worth a histogram or a labelled counter. All
+// methods may be called from several goroutines.
+type Observer interface {
+	// Batch is a batch Feldera took: rows, time spent POSTing, time spent
+	// waiting for completion.
+	Batch(rows int, post, wait time.Duration)
+	// FelderaError is a failed Feldera request, by error code.
+	FelderaError(code string)
+	// SessionEnded is a replication session that ended with an error.
+	SessionEnded(cause string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Batch(int, time.Duration, time.Duration) {}
+func (nopObserver) FelderaError(string)                     {}
+func (nopObserver) SessionEnded(string)                     {}
+
+// health is what /readyz reads.
+type health struct {
+	streaming    atomic.Bool
+	snapshotting atomic.Bool
+	progress     atomic.Int64 // unix nanos of the last snapshot row
+	flushSince   atomic.Int64 // unix nanos the in-flight flush started; 0 when none
+	flushFailed  atomic.Bool  // the last flush failed; cleared by a success
+}
+
+// ReadyBlockedFor is how long a flush may wait before the connector stops
+// being ready.
+const ReadyBlockedFor = time.Minute
+
+// Ready reports whether the connector is doing its job: a session is
+// streaming and no flush failed last or has been blocked for a minute;
+// during a snapshot, rows were copied within the last minute.
+func (c *Connector) Ready() (bool, string) {
+	h := &c.health
+	now := time.Now().UnixNano()
+	if h.snapshotting.Load() {
+		if now-h.progress.Load() > int64(ReadyBlockedFor) {
+			return false, "snapshot made no progress for a minute"
+		}
+		return true, "snapshotting"
+	}
+	if !h.streaming.Load() {
+		return false, "no replication session"
+	}
+	if h.flushFailed.Load() {
+		return false, "the last flush to Feldera failed"
+	}
+	if since := h.flushSince.Load(); since != 0 && now-since > int64(ReadyBlockedFor) {
+		return false, "a flush has been waiting for Feldera for over a minute"
+	}
+	return true, "streaming"
+}
+
+// sessionCause names why a session ended, for the reconnect metric.
+func sessionCause(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "feldera unavailable"):
+		return "completion_timeout"
+	case strings.Contains(msg, "feldera"):
+		return "feldera"
+	case strings.Contains(msg, "receive") || strings.Contains(msg, "replication") || strings.Contains(msg, "connect") || strings.Contains(msg, "postgres"):
+		return "postgres"
+	}
+	return "other"
+}

@@ -22,7 +22,8 @@ type Event struct {
 	Begin     Begin
 	Commit    Commit
 	Route     int
-	Rows      int
+	Rows      int // lines appended
+	Deletes   int // of which deletes
 	Rel       *Rel
 	Truncated []*Rel
 	Cascade   bool
@@ -148,7 +149,7 @@ func (d *Decoder) rows(wal []byte, bufs Buffers, ev *Event) error {
 			// The key may have changed: retract the old key, insert the new row.
 			if err = r.checkRetraction(c.OldKind, c.Old); err == nil {
 				dst, err = r.appendRow(dst, "delete", c.Old, nil, r.Keyed())
-				ev.Rows = 1
+				ev.Rows, ev.Deletes = 1, 1
 			}
 			if c.OldKind == 'O' {
 				old = c.Old
@@ -161,7 +162,7 @@ func (d *Decoder) rows(wal []byte, bufs Buffers, ev *Event) error {
 	case MsgDelete:
 		if err = r.checkRetraction(c.OldKind, c.Old); err == nil {
 			dst, err = r.appendRow(dst, "delete", c.Old, nil, r.Keyed())
-			ev.Rows = 1
+			ev.Rows, ev.Deletes = 1, 1
 		}
 	}
 	if err != nil {

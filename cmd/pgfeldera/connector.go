@@ -6,6 +6,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/metrics"
 )
 
 // runConnector wires the connector and returns the exit code.
@@ -20,10 +21,26 @@ func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Lo
 		logger.Error("pgfeldera: " + err.Error())
 		return exitConfig
 	}
-	conn, err := connector.New(cfg.connectorConfig(logger), client)
+	ccfg := cfg.connectorConfig(logger)
+	var m *metrics.Metrics
+	if cfg.HTTPAddr != "" {
+		m = metrics.New(cfg.DSN, cfg.Slot, logger)
+		ccfg.Observer = m
+	}
+	conn, err := connector.New(ccfg, client)
 	if err != nil {
 		logger.Error("pgfeldera: " + err.Error())
 		return exitConfig
+	}
+	if m != nil {
+		m.Attach(conn)
+		httpCtx, stopHTTP := context.WithCancel(context.Background())
+		defer stopHTTP()
+		go func() {
+			if err := m.Serve(httpCtx, cfg.HTTPAddr); err != nil {
+				logger.Error("pgfeldera: metrics server", "err", err)
+			}
+		}()
 	}
 	logger.Info("pgfeldera: starting", "version", version, "postgres", redactDSN(cfg.DSN), "feldera", redactURL(cfg.FelderaURL),
 		"pipeline", cfg.Pipeline, "publication", cfg.Publication, "slot", cfg.Slot, "tables", len(cfg.Tables), "snapshot_mode", cfg.SnapshotMode)

@@ -1,0 +1,242 @@
+// Package metrics exposes a connector's health and Prometheus metrics
+// (named pgfeldera_*) over HTTP: /metrics, /healthz and /readyz. It also
+// polls the replication slot on a normal connection, for what only
+// Postgres knows (confirmed position, retained WAL, wal_status).
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+)
+
+// Metrics implements connector.Observer and serves the endpoints.
+type Metrics struct {
+	reg        *prometheus.Registry
+	batchRows  prometheus.Histogram
+	postSecs   prometheus.Histogram
+	waitSecs   prometheus.Histogram
+	felErrors  *prometheus.CounterVec
+	reconnects *prometheus.CounterVec
+
+	mu        sync.Mutex
+	conn      *connector.Connector
+	slot      slotInfo
+	dsn, name string
+	logger    *slog.Logger
+}
+
+type slotInfo struct {
+	ok                    bool
+	confirmed             pglogrepl.LSN
+	retained, safeWalSize float64
+	walStatus             string
+}
+
+var _ connector.Observer = (*Metrics)(nil)
+
+// New creates the metrics; Attach the connector before serving.
+func New(dsn, slot string, logger *slog.Logger) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), dsn: dsn, name: slot, logger: logger}
+	m.batchRows = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfeldera_batch_rows",
+		Help: "Rows per batch Feldera took.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)})
+	m.postSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfeldera_post_seconds",
+		Help: "Time to POST a batch to Feldera's ingress (all tables).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	m.waitSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pgfeldera_completion_wait_seconds",
+		Help: "Time from POST to Feldera reporting the batch complete.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
+	m.felErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfeldera_feldera_errors_total",
+		Help: "Failed Feldera requests, by error code (transport: no answer)."}, []string{"code"})
+	m.reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfeldera_reconnects_total",
+		Help: "Replication sessions that ended with an error, by cause."}, []string{"cause"})
+	m.reg.MustRegister(m.batchRows, m.postSecs, m.waitSecs, m.felErrors, m.reconnects, collector{m})
+	return m
+}
+
+// Attach sets the connector whose counters the metrics read.
+func (m *Metrics) Attach(c *connector.Connector) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.conn = c
+}
+
+// Batch implements connector.Observer.
+func (m *Metrics) Batch(rows int, post, wait time.Duration) {
+	m.batchRows.Observe(float64(rows))
+	m.postSecs.Observe(post.Seconds())
+	m.waitSecs.Observe(wait.Seconds())
+}
+
+// FelderaError implements connector.Observer.
+func (m *Metrics) FelderaError(code string) { m.felErrors.WithLabelValues(code).Inc() }
+
+// SessionEnded implements connector.Observer.
+func (m *Metrics) SessionEnded(cause string) { m.reconnects.WithLabelValues(cause).Inc() }
+
+// Handler serves /metrics, /healthz and /readyz.
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		c := m.conn
+		m.mu.Unlock()
+		ok, why := false, "starting"
+		if c != nil {
+			ok, why = c.Ready()
+		}
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	return mux
+}
+
+// Serve listens on addr until ctx ends, and polls the slot meanwhile.
+func (m *Metrics) Serve(ctx context.Context, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR=%s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go m.pollSlot(ctx, 5*time.Second)
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+// pollSlot reads the slot on a normal connection every interval.
+func (m *Metrics) pollSlot(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		m.readSlot(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Metrics) readSlot(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(qctx, m.dsn)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	var s slotInfo
+	var confirmed, status *string
+	var retained, safe *float64
+	err = conn.QueryRow(qctx, `SELECT confirmed_flush_lsn::text, wal_status,
+		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8, safe_wal_size::float8
+		FROM pg_replication_slots WHERE slot_name = $1`, m.name).Scan(&confirmed, &status, &retained, &safe)
+	if err == nil {
+		s.ok = true
+		if confirmed != nil {
+			s.confirmed, _ = pglogrepl.ParseLSN(*confirmed)
+		}
+		if status != nil {
+			s.walStatus = *status
+		}
+		if retained != nil {
+			s.retained = *retained
+		}
+		if safe != nil {
+			s.safeWalSize = *safe
+		}
+	}
+	m.mu.Lock()
+	m.slot = s
+	m.mu.Unlock()
+}
+
+// collector reads the connector's counters at scrape time.
+type collector struct{ m *Metrics }
+
+var (
+	descRows      = prometheus.NewDesc("pgfeldera_rows_total", "Rows sent to Feldera, by table and op (insert, delete from the stream; snapshot from COPY).", []string{"table", "op"}, nil)
+	descEstimate  = prometheus.NewDesc("pgfeldera_snapshot_rows_estimated", "Rows the last snapshot expected per table (pg_class.reltuples).", []string{"table"}, nil)
+	descBatches   = prometheus.NewDesc("pgfeldera_batches_total", "Batches Feldera completed (or accepted, in accepted mode).", nil, nil)
+	descRetracted = prometheus.NewDesc("pgfeldera_retraction_deletes_total", "Delete lines sent by TRUNCATE and resnapshot retractions.", nil, nil)
+	descSessions  = prometheus.NewDesc("pgfeldera_sessions_total", "Replication sessions started.", nil, nil)
+	descReceived  = prometheus.NewDesc("pgfeldera_received_lsn", "Highest WAL position read from the slot.", nil, nil)
+	descFlushed   = prometheus.NewDesc("pgfeldera_flushed_lsn", "flush_lsn last sent to Postgres: everything below it is complete in Feldera.", nil, nil)
+	descConfirmed = prometheus.NewDesc("pgfeldera_confirmed_lsn", "The slot's confirmed_flush_lsn, as Postgres reports it.", nil, nil)
+	descLag       = prometheus.NewDesc("pgfeldera_lag_bytes", "Received minus confirmed position.", nil, nil)
+	descRetained  = prometheus.NewDesc("pgfeldera_slot_retained_wal_bytes", "WAL the slot keeps on the primary (current LSN minus restart_lsn).", nil, nil)
+	descSafe      = prometheus.NewDesc("pgfeldera_slot_safe_wal_size_bytes", "WAL that can still be written before the slot is lost (max_slot_wal_keep_size).", nil, nil)
+	descStatus    = prometheus.NewDesc("pgfeldera_slot_wal_status", "1 for the slot's current wal_status (reserved, extended, unreserved, lost); 0 for the others.", []string{"status"}, nil)
+	descReady     = prometheus.NewDesc("pgfeldera_ready", "1 when /readyz is ready.", nil, nil)
+)
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	conn, slot := c.m.conn, c.m.slot
+	c.m.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	st := conn.Stats()
+	for _, t := range conn.Tables() {
+		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Inserts.Load()), t.Dest, "insert")
+		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Deletes.Load()), t.Dest, "delete")
+		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Copied.Load()), t.Dest, "snapshot")
+		ch <- prometheus.MustNewConstMetric(descEstimate, prometheus.GaugeValue, float64(t.Estimate.Load()), t.Dest)
+	}
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.Batches.Load()))
+	ch <- prometheus.MustNewConstMetric(descRetracted, prometheus.CounterValue, float64(st.Retracted.Load()))
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions.Load()))
+	received := st.Received.Load()
+	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(received))
+	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.GaugeValue, float64(st.Acked.Load()))
+	if slot.ok {
+		ch <- prometheus.MustNewConstMetric(descConfirmed, prometheus.GaugeValue, float64(slot.confirmed))
+		lag := 0.0
+		if received > uint64(slot.confirmed) {
+			lag = float64(received - uint64(slot.confirmed))
+		}
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, lag)
+		ch <- prometheus.MustNewConstMetric(descRetained, prometheus.GaugeValue, slot.retained)
+		ch <- prometheus.MustNewConstMetric(descSafe, prometheus.GaugeValue, slot.safeWalSize)
+		for _, s := range []string{"reserved", "extended", "unreserved", "lost"} {
+			v := 0.0
+			if s == slot.walStatus {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descStatus, prometheus.GaugeValue, v, s)
+		}
+	}
+	ready := 0.0
+	if ok, _ := conn.Ready(); ok {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+}
