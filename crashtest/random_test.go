@@ -31,7 +31,8 @@ func history(r *rand.Rand) []string {
 		case k < 5:
 			out = append(out, fmt.Sprintf("UPDATE users SET name = 'u%d', score = score + 1 WHERE id %% %d = 0", i, 2+r.IntN(5)))
 		case k < 6:
-			out = append(out, fmt.Sprintf("UPDATE users SET id = id + 1000000 WHERE id = (SELECT min(id) FROM users WHERE id < 1000000 AND id %% %d = 1)", 2+r.IntN(3)))
+			out = append(out, fmt.Sprintf("UPDATE users SET id = %d WHERE id = (SELECT min(id) FROM users WHERE id %% %d = 1)", next, 2+r.IntN(3)))
+			next++
 		case k < 7:
 			out = append(out, fmt.Sprintf("DELETE FROM users WHERE id %% %d = %d", 3+r.IntN(5), r.IntN(3)))
 		case k < 8:
