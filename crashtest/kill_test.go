@@ -1,0 +1,61 @@
+package crashtest_test
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// An abrupt kill (SIGKILL: no final status update) redelivers at most what
+// came after the last acknowledgement; a graceful stop redelivers nothing.
+// Both counts are measured and printed.
+func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
+	w := newWorld(t, nil)
+	p := w.start()
+	seeded(w, p, false)
+	for i := 0; i < 20; i++ { // acknowledged transactions
+		w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'acked', g FROM generate_series(%d, %d) g", i*10+1, i*10+10))
+	}
+	if !w.acked(p, 30*time.Second) {
+		t.Fatalf("not acknowledged\n%s", w.log())
+	}
+	acked := w.confirmed()
+	w.fel.HoldCompletion(true) // what follows is delivered but never acknowledged
+	const after = 5
+	for i := 0; i < after; i++ {
+		w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'unacked', g FROM generate_series(%d, %d) g", 1000+i*10, 1000+i*10+9))
+	}
+	time.Sleep(500 * time.Millisecond)
+	if w.confirmed() != acked {
+		t.Fatalf("the slot moved while completion was held")
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.exited(10 * time.Second)
+	w.fel.HoldCompletion(false)
+	before := w.delivered()
+	p2 := w.start()
+	if msg := w.caughtUp(p2, 30*time.Second); msg != "" {
+		t.Fatal(msg)
+	}
+	killRedelivered := w.delivered() - before
+	if killRedelivered > after*10 {
+		t.Fatalf("SIGKILL: %d rows redelivered, more than the %d rows after the last ack", killRedelivered, after*10)
+	}
+	// Graceful stop, then restart: nothing is redelivered.
+	if code := p2.stop(t); code != 0 {
+		t.Fatalf("graceful stop exited %d", code)
+	}
+	before = w.delivered()
+	p3 := w.start()
+	if msg := w.caughtUp(p3, 30*time.Second); msg != "" {
+		t.Fatal(msg)
+	}
+	time.Sleep(time.Second)
+	graceful := w.delivered() - before
+	p3.stop(t)
+	if graceful != 0 {
+		t.Fatalf("graceful stop: %d rows redelivered, want 0", graceful)
+	}
+	t.Logf("redelivered after SIGKILL: %d rows (%d were unacknowledged); after a graceful stop: %d rows", killRedelivered, after*10, graceful)
+}
