@@ -1,15 +1,21 @@
 package connector_test
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
@@ -88,4 +94,72 @@ func peakRSS() uint64 {
 		}
 	}
 	return 0
+}
+
+// discardSink takes every batch at once and only counts lines: the
+// snapshot benchmark measures Postgres → decode → outbox, not HTTP.
+type discardSink struct {
+	connector.Sink // Pipeline from the double
+	mu             sync.Mutex
+	lines          map[string]int
+}
+
+func (d *discardSink) Ingress(_ context.Context, table string, body []byte) (string, error) {
+	d.mu.Lock()
+	d.lines[table] += bytes.Count(body, []byte{'\n'})
+	d.mu.Unlock()
+	return "t", nil
+}
+
+func (d *discardSink) WaitComplete(context.Context, string) error { return nil }
+
+func (d *discardSink) Query(_ context.Context, sql string, fn func(json.RawMessage) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for table, n := range d.lines {
+		if strings.HasSuffix(sql, `"`+table+`"`) && strings.Contains(sql, "COUNT(*)") {
+			return fn(json.RawMessage(fmt.Sprintf(`{"count(*)":%d}`, n)))
+		}
+	}
+	return fn(json.RawMessage(`{"count(*)":0}`))
+}
+
+// BenchmarkSnapshotThroughput copies 1,000,000 rows through
+// COPY → decode → outbox → a discarding sink, next to the reference
+// `COPY t TO STDOUT` into /dev/null on the same cluster, in the same run:
+//
+//	go test ./connector -run '^$' -bench SnapshotThroughput -benchtime 1x -count 3
+func BenchmarkSnapshotThroughput(b *testing.B) {
+	const rows = 1_000_000
+	e := newEnvOn(b, pgcluster.Shared(b), benchPG, benchFeldera, nil)
+	e.exec(fmt.Sprintf(`INSERT INTO t SELECT g, 'name-' || g, g * 0.01, '2024-01-01'::timestamptz + g * interval '1 second',
+		jsonb_build_object('k', g, 'v', 'payload') FROM generate_series(1, %d) g`, rows))
+	e.exec("VACUUM ANALYZE t")
+	b.Run("reference_copy_to_devnull", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			if _, err := e.db.PgConn().CopyTo(context.Background(), io.Discard, "COPY t TO STDOUT"); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(rows/time.Since(start).Seconds(), "rows/s")
+		}
+	})
+	b.Run("pgfeldera_snapshot", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			sink := &discardSink{Sink: e.client, lines: map[string]int{}}
+			cfg := e.config("t")
+			cfg.SnapshotMode = connector.SnapshotInitial
+			cfg.Slot = fmt.Sprintf("%s_%d", e.slot, i)
+			c := e.newConnector(cfg, sink)
+			start := time.Now()
+			r := e.run(c)
+			for c.Stats().SnapshotRows.Load() < rows {
+				time.Sleep(time.Millisecond)
+			}
+			el := time.Since(start)
+			r.stop(e.t)
+			e.exec("SELECT pg_drop_replication_slot('" + cfg.Slot + "')")
+			b.ReportMetric(rows/el.Seconds(), "rows/s")
+		}
+	})
 }
