@@ -231,12 +231,12 @@ func (w *world) caughtUp(p *proc, within time.Duration) string {
 func (w *world) acked(p *proc, within time.Duration) bool {
 	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
 	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && !exitedNow(p) {
 		if p.streaming() && w.confirmed() >= target {
-			time.Sleep(200 * time.Millisecond) // let the last completion land
+			time.Sleep(20 * time.Millisecond) // let the last completion land
 			return true
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	return false
 }

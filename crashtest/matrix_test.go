@@ -47,18 +47,27 @@ func seeded(w *world, p *proc, snapshotPoint bool) {
 	}
 }
 
+// step runs one statement, then waits (up to 2 s) until the process
+// acknowledged it or died: every statement becomes its own batch and
+// acknowledgement, so the n-th batch a crash point names exists whatever
+// the machine's load.
+func (w *world) step(p *proc, sql string) {
+	w.exec(sql)
+	w.acked(p, 2*time.Second)
+}
+
 func mixedRun(w *world, p *proc, snap bool) {
 	seeded(w, p, snap)
-	w.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 150) g")
-	w.exec("INSERT INTO items SELECT g, 'eu', g * 1.5 FROM generate_series(1, 40) g")
-	w.exec("UPDATE users SET name = 'renamed' WHERE id <= 20")
-	w.exec("UPDATE users SET id = 1000 WHERE id = 21")
-	w.exec("UPDATE items SET region = 'us' WHERE sku = 3")
-	w.exec("DELETE FROM users WHERE id BETWEEN 30 AND 39")
-	w.exec("DELETE FROM users WHERE id = 40")
-	w.exec("INSERT INTO users VALUES (40, 'back', 0)")
-	w.exec("BEGIN; INSERT INTO users VALUES (2000, 'tx', 1); UPDATE items SET price = 0 WHERE sku = 1; DELETE FROM items WHERE sku = 2; COMMIT")
-	w.exec("UPDATE users SET score = score + 1 WHERE id > 100")
+	w.step(p, "INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 150) g")
+	w.step(p, "INSERT INTO items SELECT g, 'eu', g * 1.5 FROM generate_series(1, 40) g")
+	w.step(p, "UPDATE users SET name = 'renamed' WHERE id <= 20")
+	w.step(p, "UPDATE users SET id = 1000 WHERE id = 21")
+	w.step(p, "UPDATE items SET region = 'us' WHERE sku = 3")
+	w.step(p, "DELETE FROM users WHERE id BETWEEN 30 AND 39")
+	w.step(p, "DELETE FROM users WHERE id = 40")
+	w.step(p, "INSERT INTO users VALUES (40, 'back', 0)")
+	w.step(p, "BEGIN; INSERT INTO users VALUES (2000, 'tx', 1); UPDATE items SET price = 0 WHERE sku = 1; DELETE FROM items WHERE sku = 2; COMMIT")
+	w.step(p, "UPDATE users SET score = score + 1 WHERE id > 100")
 }
 
 // writeDuring commits single-row transactions on its own connection until
@@ -117,13 +126,13 @@ var workloads = []workload{
 		points: with(stream(1, 2, 3), "after_retract", 1, 2, 3),
 		run: func(w *world, p *proc, snap bool) {
 			seeded(w, p, snap)
-			w.exec("INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 250) g")
-			w.exec("INSERT INTO items SELECT g, 'eu', 1 FROM generate_series(1, 20) g")
-			w.exec("TRUNCATE users")
-			w.exec("INSERT INTO users SELECT g, 'again', g FROM generate_series(1, 50) g")
-			w.exec("BEGIN; INSERT INTO users SELECT g, 'discarded', g FROM generate_series(100, 150) g; TRUNCATE users; INSERT INTO users VALUES (7, 'after', 7); COMMIT")
-			w.exec("TRUNCATE users, items")
-			w.exec("INSERT INTO users VALUES (8, 'last', 8)")
+			w.step(p, "INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 250) g")
+			w.step(p, "INSERT INTO items SELECT g, 'eu', 1 FROM generate_series(1, 20) g")
+			w.step(p, "TRUNCATE users")
+			w.step(p, "INSERT INTO users SELECT g, 'again', g FROM generate_series(1, 50) g")
+			w.step(p, "BEGIN; INSERT INTO users SELECT g, 'discarded', g FROM generate_series(100, 150) g; TRUNCATE users; INSERT INTO users VALUES (7, 'after', 7); COMMIT")
+			w.step(p, "TRUNCATE users, items")
+			w.step(p, "INSERT INTO users VALUES (8, 'last', 8)")
 		},
 	},
 	{
@@ -131,13 +140,10 @@ var workloads = []workload{
 		points: stream(1, 2, 3),
 		run: func(w *world, p *proc, snap bool) {
 			seeded(w, p, snap)
-			w.exec("INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g") // 10 batches of 100
-			time.Sleep(100 * time.Millisecond)
-			w.exec("UPDATE users SET name = 'big2' WHERE id % 3 = 0")
-			time.Sleep(100 * time.Millisecond)
-			w.exec("DELETE FROM users WHERE id > 990")
-			time.Sleep(100 * time.Millisecond)
-			w.exec("INSERT INTO items VALUES (1, 'eu', 1)")
+			w.step(p, "INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g") // 10 batches of 100
+			w.step(p, "UPDATE users SET name = 'big2' WHERE id % 3 = 0")
+			w.step(p, "DELETE FROM users WHERE id > 990")
+			w.step(p, "INSERT INTO items VALUES (1, 'eu', 1)")
 		},
 	},
 	{
@@ -162,8 +168,8 @@ var workloads = []workload{
 		},
 		run: func(w *world, p *proc, snap bool) {
 			seeded(w, p, snap)
-			w.exec("INSERT INTO users VALUES (9001, 'after resnapshot', 0)")
-			w.exec("UPDATE users SET score = 0 WHERE id = 200")
+			w.step(p, "INSERT INTO users VALUES (9001, 'after resnapshot', 0)")
+			w.step(p, "UPDATE users SET score = 0 WHERE id = 200")
 		},
 	},
 }
