@@ -79,7 +79,9 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 		return runConnector(ctx, stop, cfg, logger)
 	case "demo":
 		return runDemo(ctx, rest, getenv, stdout, stderr)
-	case "status", "verify":
+	case "status":
+		return runStatus(ctx, rest, getenv, stdout, stderr)
+	case "verify":
 		fmt.Fprintf(stderr, "pgfeldera %s: not yet implemented\n", cmd)
 		return exitFatal
 	default:

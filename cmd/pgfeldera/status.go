@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// Status is what `pgfeldera status` reports.
+type Status struct {
+	Slot struct {
+		Name              string  `json:"name"`
+		Exists            bool    `json:"exists"`
+		Active            bool    `json:"active"`
+		ActivePid         *int32  `json:"active_pid"`
+		ConfirmedFlushLSN *string `json:"confirmed_flush_lsn"`
+		RestartLSN        *string `json:"restart_lsn"`
+		RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
+		WalStatus         *string `json:"wal_status"`
+		SafeWALSize       *int64  `json:"safe_wal_size"`
+	} `json:"slot"`
+	State struct {
+		File   string        `json:"file"`
+		Error  string        `json:"error,omitempty"`
+		Tables []state.Table `json:"tables,omitempty"`
+	} `json:"state"`
+	Feldera struct {
+		Pipeline         string `json:"pipeline"`
+		DeploymentStatus string `json:"deployment_status,omitempty"`
+		DeploymentID     string `json:"deployment_id,omitempty"`
+		Error            string `json:"error,omitempty"`
+	} `json:"feldera"`
+	Tables []TableStatus `json:"tables"`
+}
+
+// TableStatus compares one mapped table's row counts.
+type TableStatus struct {
+	Source       string `json:"source"`
+	Dest         string `json:"dest"`
+	PostgresRows *int64 `json:"postgres_rows"`
+	FelderaRows  *int64 `json:"feldera_rows"`
+	Error        string `json:"error,omitempty"`
+}
+
+func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	asJSON := false
+	var rest []string
+	for _, a := range args {
+		if a == "--json" || a == "-json" {
+			asJSON = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	cfg, err := parseConfig("status", rest, getenv, stderr)
+	if code, done := configResult(err, stderr); done {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := collectStatus(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera status:", err)
+		return exitFatal
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	} else {
+		printStatus(stdout, st)
+	}
+	if !st.Slot.Exists || (st.Slot.WalStatus != nil && *st.Slot.WalStatus == "lost") {
+		fmt.Fprintf(stderr, "pgfeldera status: slot %s is missing or lost: the next run resnapshots\n", cfg.Slot)
+		return exitFatal
+	}
+	return exitOK
+}
+
+func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
+	st := &Status{}
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres %s: %w", redactDSN(cfg.DSN), err)
+	}
+	defer conn.Close(context.Background())
+	s := &st.Slot
+	s.Name = cfg.Slot
+	err = conn.QueryRow(ctx, `SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text,
+		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size
+		FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).
+		Scan(&s.Active, &s.ActivePid, &s.ConfirmedFlushLSN, &s.RestartLSN, &s.RetainedWALBytes, &s.WalStatus, &s.SafeWALSize)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, fmt.Errorf("read slot: %w", err)
+	default:
+		s.Exists = true
+	}
+	st.State.File = cfg.StateFile
+	if ls, err := state.Load(cfg.StateFile); err == nil {
+		st.State.Tables = ls.Tables
+	} else {
+		st.State.Error = err.Error()
+	}
+	st.Feldera.Pipeline = cfg.Pipeline
+	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RetryMax: -1, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	if p, err := client.Pipeline(ctx); err != nil {
+		st.Feldera.Error = err.Error()
+	} else {
+		st.Feldera.DeploymentStatus = p.DeploymentStatus
+		if p.DeploymentID != nil {
+			st.Feldera.DeploymentID = *p.DeploymentID
+		}
+	}
+	for _, t := range cfg.Tables {
+		ts := TableStatus{Source: t.Schema + "." + t.Name, Dest: t.Dest}
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t.Source()).Scan(&n); err == nil {
+			ts.PostgresRows = &n
+		} else {
+			ts.Error = err.Error()
+		}
+		var f int64 = -1
+		err := client.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest), func(row json.RawMessage) error {
+			var m map[string]int64
+			if err := json.Unmarshal(row, &m); err != nil {
+				return err
+			}
+			for _, v := range m {
+				f = v
+			}
+			return nil
+		})
+		if err == nil && f >= 0 {
+			ts.FelderaRows = &f
+		} else if err != nil {
+			ts.Error = strings.TrimSpace(ts.Error + " " + err.Error())
+		}
+		st.Tables = append(st.Tables, ts)
+	}
+	return st, nil
+}
+
+func printStatus(w io.Writer, st *Status) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	s := st.Slot
+	str := func(p *string) string {
+		if p == nil {
+			return "-"
+		}
+		return *p
+	}
+	num := func(p *int64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	fmt.Fprintf(tw, "slot\t%s\texists=%v active=%v\n", s.Name, s.Exists, s.Active)
+	fmt.Fprintf(tw, "\tconfirmed_flush_lsn\t%s\n\trestart_lsn\t%s\n\tretained WAL bytes\t%s\n\twal_status\t%s\n",
+		str(s.ConfirmedFlushLSN), str(s.RestartLSN), num(s.RetainedWALBytes), str(s.WalStatus))
+	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
+	for _, t := range st.State.Tables {
+		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, t.Status)
+	}
+	fmt.Fprintf(tw, "feldera\t%s\t%s %s %s\n", st.Feldera.Pipeline, st.Feldera.DeploymentStatus, st.Feldera.DeploymentID, st.Feldera.Error)
+	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\n")
+	for _, t := range st.Tables {
+		fmt.Fprintf(tw, "%s → %s\t%s\t%s\t%s\n", t.Source, t.Dest, num(t.PostgresRows), num(t.FelderaRows), t.Error)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.Main(m) }
+
+func TestStatus(t *testing.T) {
+	c := pgcluster.Shared(t)
+	dsn := c.NewDB(t)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	ctx := context.Background()
+	if err := c.Exec(ctx, db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
+		INSERT INTO users SELECT g, 'x' FROM generate_series(1, 42) g;
+		CREATE PUBLICATION pub FOR TABLE users;`); err != nil {
+		t.Fatal(err)
+	}
+	fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fel.Close()
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "status_slot", "TABLES": "users",
+		"FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p", "STATE_FILE": stateFile}
+	status := func() (int, Status, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, func() {}, []string{"status", "--json"}, env(vars), &out, &errb)
+		var st Status
+		json.Unmarshal(out.Bytes(), &st)
+		return code, st, errb.String()
+	}
+	// Before the first run: no slot → non-zero exit.
+	if code, st, msg := status(); code == 0 || st.Slot.Exists || !strings.Contains(msg, "status_slot") {
+		t.Fatalf("no slot: code=%d exists=%v msg=%q", code, st.Slot.Exists, msg)
+	}
+	// Run the connector until it has snapshotted, then look again.
+	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
+	tables, _ := connector.ParseTables("users")
+	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "status_slot", Tables: tables,
+		RequirePrimaryKey: true, StateFile: stateFile, SnapshotMode: connector.SnapshotInitial,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- conn.Run(rctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fel.Rows("users")) < 42 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	code, st, msg := status()
+	cancel()
+	<-done
+	if code != 0 || !st.Slot.Exists || !st.Slot.Active || st.Slot.ConfirmedFlushLSN == nil || st.Slot.WalStatus == nil {
+		t.Fatalf("code=%d %q slot=%+v", code, msg, st.Slot)
+	}
+	if len(st.State.Tables) != 1 || st.State.Tables[0].Status != "complete" || st.Feldera.DeploymentStatus != "Running" {
+		t.Fatalf("state=%+v feldera=%+v", st.State, st.Feldera)
+	}
+	if len(st.Tables) != 1 || st.Tables[0].PostgresRows == nil || *st.Tables[0].PostgresRows != 42 || st.Tables[0].FelderaRows == nil || *st.Tables[0].FelderaRows != 42 {
+		t.Fatalf("tables=%+v", st.Tables)
+	}
+	// The text form names the same things.
+	var out bytes.Buffer
+	run(ctx, func() {}, []string{"status"}, env(vars), &out, io.Discard)
+	if !strings.Contains(out.String(), "confirmed_flush_lsn") || !strings.Contains(out.String(), "public.users → users") {
+		t.Fatalf("text status:\n%s", out.String())
+	}
+}
+
+// The README's first command: the demo runs end to end and its final
+// side-by-side counts match.
+func TestDemo(t *testing.T) {
+	pgcluster.Shared(t) // skips or fails like the other integration tests without binaries
+	var out, errb bytes.Buffer
+	code := run(context.Background(), func() {}, []string{"demo", "--duration", "10s"}, env(nil), &out, &errb)
+	if code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	if strings.Count(out.String(), "✓") != 2 || strings.Contains(out.String(), "✗") {
+		t.Fatalf("demo counts differ:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "removed") {
+		t.Fatalf("demo did not clean up:\n%s", out.String())
+	}
+}
