@@ -1,7 +1,7 @@
 # pgfeldera: the two commands a new user needs are `make demo` and `make test`.
 GO      ?= go
 PKGS    ?= ./...
-TESTFLAGS ?= -race -timeout 45m
+TESTFLAGS ?= -race -count=1 -timeout 45m
 
 .PHONY: demo test build vet fmt check-postgres
 

@@ -188,9 +188,3 @@ func (d *Decoder) truncate(wal []byte, ev *Event) error {
 	}
 	return nil
 }
-
-// Target returns the mapped target of a qualified Postgres table name.
-func (d *Decoder) Target(qualified string) (*Target, bool) {
-	t, ok := d.targets[qualified]
-	return t, ok
-}

@@ -128,11 +128,3 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
-
-// Remove deletes the state file (and makes that durable); absence is fine.
-func Remove(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("state file %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
