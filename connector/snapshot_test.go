@@ -271,7 +271,11 @@ func TestSnapshot_LostSlotResnapshots(t *testing.T) {
 	}
 	e.start(cfg)
 	e.eventuallyEqual("users", "users", 60*time.Second)
-	if !strings.Contains(e.logs.String(), "wal_status lost") {
-		t.Fatal("the lost slot was not the reason logged")
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(e.logs.String(), "resnapshot with retraction") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(e.logs.String(), "resnapshot with retraction") {
+		t.Fatalf("no resnapshot after the slot was lost\n%s", tail(e.logs.String(), 3000))
 	}
 }

@@ -474,7 +474,9 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool
 	case Hang:
 		select {
 		case <-unblock:
-			return false
+			// A request whose client gave up is not processed late: the
+			// manager drops a forwarded request when its client leaves.
+			return r.Context().Err() != nil
 		case <-r.Context().Done():
 		}
 	case Drop:
