@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -49,6 +50,7 @@ const (
 	DefaultCompletionTimeout = 60 * time.Second
 	DefaultNoProgressTimeout = 5 * time.Minute
 	completionLogAfter       = 5 * time.Second
+	DefaultIngressFence      = 35 * time.Second
 )
 
 // Config configures a Connector.
@@ -65,6 +67,12 @@ type Config struct {
 	SnapshotMode      string
 	StateFile         string
 	NoProgressTimeout time.Duration
+
+	// IngressFence is how long an ingress request that got no clear answer
+	// may still be queued by Feldera (its manager forwards ingress with a
+	// 30 s timeout). Nothing newer is sent until it has passed, so a late
+	// copy of old rows cannot overwrite newer ones. Default 35 s.
+	IngressFence time.Duration
 
 	// Observer sees batches, Feldera errors and session ends (metrics); nil
 	// means none.
@@ -90,6 +98,7 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
+	fenceUntil  atomic.Int64 // unix nanos: send nothing before (see Config.IngressFence)
 	tableStats  []*TableStats
 	health      health
 	observer    Observer
@@ -118,6 +127,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.SnapshotMode == "" {
 		cfg.SnapshotMode = SnapshotInitial
+	}
+	if cfg.IngressFence <= 0 {
+		cfg.IngressFence = DefaultIngressFence
 	}
 	if cfg.BackoffInitial <= 0 {
 		cfg.BackoffInitial = time.Second

@@ -139,7 +139,8 @@ func (e *env) config(tables string) connector.Config {
 		CompletionTimeout: 30 * time.Second, BatchMaxRows: 10000, BatchLinger: 20 * time.Millisecond,
 		SnapshotMode: connector.SnapshotNever, StateFile: e.t.TempDir() + "/state.json",
 		NoProgressTimeout: 2 * time.Minute, BackoffInitial: 50 * time.Millisecond, BackoffMax: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(e.logs, testWriter{e.t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		IngressFence: time.Second,
+		Logger:       slog.New(slog.NewTextHandler(io.MultiWriter(e.logs, testWriter{e.t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
@@ -125,5 +126,45 @@ func TestGracefulStopRedeliversNothing(t *testing.T) {
 	e.assertEqual("users", "users")
 	if !strings.Contains(e.logs.String(), "final acknowledgement confirmed") {
 		t.Fatal("the final acknowledgement was not confirmed")
+	}
+}
+
+// An ingress request that got no answer may be applied by Feldera later.
+// Without a fence, newer rows sent meanwhile are overwritten by the late
+// old ones (the test sees it); with the fence, nothing newer is sent until
+// the late request can no longer land.
+func TestFaults_LateIngressIsFenced(t *testing.T) {
+	for _, fence := range []time.Duration{time.Millisecond, 5 * time.Second} {
+		t.Run(fmt.Sprintf("fence=%s", fence), func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			client, err := feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RequestTimeout: time.Second, RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.IngressFence = fence
+			cfg.BatchLinger = 0
+			e.startWith(cfg, client)
+			e.waitSlot()
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
+			e.execOwn("INSERT INTO users SELECT g, 'old', 0 FROM generate_series(1, 10) g") // held, then applied late
+			time.Sleep(1500 * time.Millisecond)                                             // the client gave up
+			e.execOwn("UPDATE users SET name = 'new'")
+			time.Sleep(1500 * time.Millisecond)
+			e.fel.ClearFaults() // the old request lands now
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			d := e.diff("users", "users")
+			if fence < time.Second {
+				if !strings.Contains(d, "missing in feldera") {
+					t.Fatalf("without a fence the late request should overwrite newer rows; the oracle saw nothing (%q)", d)
+				}
+				t.Logf("no fence: stale rows detected")
+				return
+			}
+			if d != "" {
+				t.Fatal(d)
+			}
+		})
 	}
 }

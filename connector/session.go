@@ -521,6 +521,9 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		table, token string
 	}
 	var tokens []sent
+	if err := c.waitFence(ctx); err != nil {
+		return err
+	}
 	start := time.Now()
 	c.health.flushSince.Store(start.UnixNano())
 	defer c.health.flushSince.Store(0)
@@ -531,8 +534,14 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 			continue
 		}
 		table := targets[route].Dest.CanonicalName()
+		sentAt := time.Now()
 		tok, err := c.sink.Ingress(ctx, table, buf)
 		if err != nil {
+			if feldera.IsOutcomeUnknown(err) {
+				// Feldera may still queue this request later, after anything
+				// newer: fence before sending again.
+				c.fenceUntil.Store(sentAt.Add(c.cfg.IngressFence).UnixNano())
+			}
 			c.observer.FelderaError(feldera.ErrorCode(err))
 			return fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
 		}
@@ -568,6 +577,24 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		crashtest.Point("after_complete")
 	}
 	return nil
+}
+
+// waitFence blocks while an unanswered ingress request may still be queued
+// by Feldera.
+func (c *Connector) waitFence(ctx context.Context) error {
+	wait := time.Until(time.Unix(0, c.fenceUntil.Load()))
+	if wait <= 0 {
+		return nil
+	}
+	c.logger.Warn("flush: an ingress request got no clear answer and may still be applied; waiting before sending anything newer", "wait", wait.Round(time.Millisecond))
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // shutdown is the graceful stop: flush what was read, wait for completion,

@@ -52,7 +52,8 @@ type Client struct {
 	base     *url.URL
 	pipeline string
 	apiKey   string
-	http     *retryablehttp.Client
+	http     *retryablehttp.Client // retries transient failures
+	once     *retryablehttp.Client // never retries: ingress
 	logger   *slog.Logger
 }
 
@@ -103,7 +104,11 @@ func New(cfg Config) (*Client, error) {
 			logger.Warn("feldera: retrying request", "method", req.Method, "path", req.URL.Path, "attempt", attempt)
 		}
 	}
-	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, logger: logger}, nil
+	once := retryablehttp.NewClient()
+	once.HTTPClient, once.RetryMax, once.Logger = hc, 0, nil
+	once.CheckRetry = func(context.Context, *http.Response, error) (bool, error) { return false, nil }
+	once.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, once: once, logger: logger}, nil
 }
 
 // checkRetry retries only when the server surely did not reject the request
@@ -136,6 +141,10 @@ func (c *Client) endpoint(path string, query string) string {
 }
 
 func (c *Client) do(ctx context.Context, method, path, query string, body []byte) (*http.Response, error) {
+	return c.send(ctx, c.http, method, path, query, body)
+}
+
+func (c *Client) send(ctx context.Context, hc *retryablehttp.Client, method, path, query string, body []byte) (*http.Response, error) {
 	var rb any
 	if body != nil {
 		rb = body
@@ -150,7 +159,7 @@ func (c *Client) do(ctx context.Context, method, path, query string, body []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/x-ndjson")
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, &APIError{Op: method + " " + path, Err: scrub(err, c.apiKey)}
 	}
@@ -186,15 +195,19 @@ func (c *Client) Pipeline(ctx context.Context) (*Pipeline, error) {
 // returns the completion token that covers it. table is the canonical name.
 //
 // A 200 means the body was read and queued, not processed: wait for the
-// token before acknowledging the source. A transient failure is retried with
-// the same body; the server may already have ingested part or all of it, so
-// this is safe only because the target tables have primary keys, making a
-// replayed insert an upsert and a replayed delete a no-op. A 400 ParseErrors
-// may also have ingested the good lines: the caller must treat it as fatal
-// and redeliver, never as "nothing happened".
+// token before acknowledging the source.
+//
+// Ingress is never retried here. A request that got no answer (or a 502,
+// 503, 504, 408: see IsOutcomeUnknown) may still be queued by Feldera
+// later, after anything sent meanwhile, where its old rows would overwrite
+// newer ones. The caller must fence: send nothing newer until such a request
+// can no longer land, then replay it (harmless, because the target tables
+// have primary keys: a replayed insert is an upsert, a replayed delete a
+// no-op). A 400 ParseErrors may have ingested the good lines: treat it as
+// fatal and redeliver, never as "nothing happened".
 func (c *Client) Ingress(ctx context.Context, table string, body []byte) (string, error) {
 	op := "POST ingress/" + table
-	resp, err := c.do(ctx, http.MethodPost, "/ingress/"+URLName(table), IngressQuery, body)
+	resp, err := c.send(ctx, c.once, http.MethodPost, "/ingress/"+URLName(table), IngressQuery, body)
 	if err != nil {
 		return "", err
 	}

@@ -481,9 +481,22 @@ func TestPause_BlocksIngress(t *testing.T) {
 
 func TestFaults(t *testing.T) {
 	s, c := newServer(t, nil)
-	// Transient failures are retried by the client.
-	s.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Count: 2})
+	// Transient failures of reads are retried by the client…
+	s.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "completion_status", Count: 2})
 	push(t, c, "users", `{"insert":{"id":1}}`)
+	// …ingress is not: an unanswered push may still land later, so the
+	// caller must fence and replay rather than the client re-sending.
+	before := len(s.Requests())
+	s.InjectFault(felderatest.Fault{Kind: felderatest.Drop, Path: "ingress", Count: 1})
+	if _, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":1}}`)); !feldera.IsOutcomeUnknown(err) {
+		t.Fatalf("dropped ingress: %v", err)
+	}
+	if _, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Requests()) - before; n != 1 {
+		t.Fatalf("ingress was retried: %d requests reached the server, want 1", n)
+	}
 	// Without retries, the 503 surfaces as transient.
 	_, c0 := newServerClient(t, s)
 	s.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Count: 1})

@@ -68,6 +68,12 @@ func IsTransient(err error) bool {
 	return ae.Err != nil || transientStatus(ae.StatusCode)
 }
 
+// IsOutcomeUnknown reports whether a failed request may still be applied by
+// the server: no answer at all, or a gateway/timeout status (408, 502, 503,
+// 504; Feldera's manager answers 503 after 30 s while the pipeline may
+// still queue the body).
+func IsOutcomeUnknown(err error) bool { return IsTransient(err) }
+
 // IsPipelineRestarted reports whether Feldera says the pipeline restarted
 // since the token was issued: its state since then is lost.
 func IsPipelineRestarted(err error) bool {

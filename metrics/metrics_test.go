@@ -56,7 +56,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "metrics_slot", Tables: tables,
 		SnapshotMode: connector.SnapshotNever, RequirePrimaryKey: true, BatchLinger: 10 * time.Millisecond,
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CompletionTimeout: 5 * time.Second,
-		Observer: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
+		IngressFence: 500 * time.Millisecond, Observer: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ type Config struct {
 	AckMode           string
 	RequirePrimaryKey bool
 	CompletionTimeout time.Duration
+	IngressFence      time.Duration
 	BatchMaxRows      int
 	BatchLinger       time.Duration
 	SnapshotMode      string
@@ -134,6 +135,8 @@ var settings = []setting{
 		}},
 	{Env: "FELDERA_COMPLETION_TIMEOUT", Default: "60s", Help: "longest wait for a completion token; then the session ends as unavailable, nothing acked",
 		parse: durationInto("FELDERA_COMPLETION_TIMEOUT", func(c *Config) *time.Duration { return &c.CompletionTimeout })},
+	{Env: "FELDERA_INGRESS_FENCE", Default: "35s", Help: "after an ingress request got no clear answer, send nothing newer for this long (Feldera may still queue it)",
+		parse: durationInto("FELDERA_INGRESS_FENCE", func(c *Config) *time.Duration { return &c.IngressFence })},
 	{Env: "BATCH_MAX_ROWS", Default: "10000", Help: "outbox flush size in rows: the memory bound",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)

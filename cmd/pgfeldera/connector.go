@@ -60,6 +60,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		AckMode:           c.AckMode,
 		RequirePrimaryKey: c.RequirePrimaryKey,
 		CompletionTimeout: c.CompletionTimeout,
+		IngressFence:      c.IngressFence,
 		BatchMaxRows:      c.BatchMaxRows,
 		BatchLinger:       c.BatchLinger,
 		SnapshotMode:      c.SnapshotMode,

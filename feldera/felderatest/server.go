@@ -83,6 +83,10 @@ const (
 	// PartialThen503 ingests the first half of the body's good events, then
 	// answers 503 (an ingress request that timed out in the manager).
 	PartialThen503
+	// HangThenApply reads the body, holds the request until ClearFaults, and
+	// then applies it even if the client gave up long ago: the late
+	// duplicate a connector must fence against.
+	HangThenApply
 )
 
 // Fault is an injected failure for requests whose path contains Path
@@ -178,6 +182,13 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 func (s *Server) Start() {
 	s.Server.Start()
 	s.URL = s.Server.URL
+}
+
+// Close releases requests held by faults, then shuts the server down,
+// blocking until all outstanding requests on it have completed.
+func (s *Server) Close() {
+	s.ClearFaults()
+	s.Server.Close()
 }
 
 // Pipeline is the served pipeline's name.
@@ -472,10 +483,18 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool
 		io.Copy(io.Discard, r.Body)
 		writeError(w, f.Status, f.Code, "injected fault: "+f.Code, nil)
 	case Hang:
+		// Read the body first: net/http notices a client that went away
+		// only once the body was consumed.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return true
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		select {
 		case <-unblock:
 			// A request whose client gave up is not processed late: the
 			// manager drops a forwarded request when its client leaves.
+			// (HangThenApply is the other behaviour.)
 			return r.Context().Err() != nil
 		case <-r.Context().Done():
 		}
@@ -488,6 +507,14 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool
 		if err == nil {
 			conn.Close()
 		}
+	case HangThenApply:
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return true
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		<-unblock
+		return false
 	case PartialThen503:
 		if !strings.HasPrefix(rest, "/ingress/") {
 			return false
