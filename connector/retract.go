@@ -98,8 +98,9 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 		}
 	}
 	r := c.newRetractor(ctx, targets, rel.Target.Route)
-	// Collect first, then send: a query answer is read to its end before
-	// the table changes under it.
+	// Deletes go out in batches of BATCH_MAX_ROWS while the answer streams:
+	// memory stays bounded; an ad-hoc query reads a consistent snapshot of
+	// the table, and the COUNT(*) check below catches anything left.
 	var rows []json.RawMessage
 	err := c.sink.Query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
 		rows = append(rows, append(json.RawMessage(nil), row...))
