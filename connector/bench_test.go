@@ -158,7 +158,7 @@ func BenchmarkSnapshotThroughput(b *testing.B) {
 			}
 			el := time.Since(start)
 			r.stop(e.t)
-			e.exec("SELECT pg_drop_replication_slot('" + cfg.Slot + "')")
+			e.dropSlot(cfg.Slot)
 			b.ReportMetric(rows/el.Seconds(), "rows/s")
 		}
 	})

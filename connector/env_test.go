@@ -112,6 +112,19 @@ func (e *env) reconnectDB() {
 	e.t.Fatal(err)
 }
 
+// dropSlot drops a slot once its walsender is gone (it exits a moment
+// after the client does).
+func (e *env) dropSlot(name string) {
+	e.t.Helper()
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = e.db.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", name); err == nil {
+			return
+		}
+	}
+	e.t.Fatalf("drop slot %s: %v", name, err)
+}
+
 // execOwn runs a statement on its own connection; it is safe from any
 // goroutine and reports failure without stopping the calling goroutine.
 func (e *env) execOwn(sql string) {

@@ -173,7 +173,7 @@ func TestSnapshot_StartupPlans(t *testing.T) {
 		}
 	})
 	t.Run("SlotDroppedWhileStopped_Resnapshot", func(t *testing.T) {
-		e.exec("SELECT pg_drop_replication_slot($1)", e.slot)
+		e.dropSlot(e.slot)
 		e.exec("DELETE FROM users WHERE id <= 10")
 		e.exec("UPDATE users SET name = 'changed while down' WHERE id BETWEEN 11 AND 20")
 		restart(t)

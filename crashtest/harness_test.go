@@ -92,6 +92,19 @@ func (w *world) exec(sql string) {
 	}
 }
 
+// dropSlot drops the slot once its walsender is gone (it exits a moment
+// after the client does).
+func (w *world) dropSlot() {
+	w.t.Helper()
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = w.db.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", w.slot); err == nil {
+			return
+		}
+	}
+	w.t.Fatalf("drop slot %s: %v", w.slot, err)
+}
+
 // proc is a running pgfeldera process.
 type proc struct {
 	cmd  *exec.Cmd

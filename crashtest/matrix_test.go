@@ -161,7 +161,7 @@ var workloads = []workload{
 			if code := p.stop(w.t); code != 0 {
 				w.t.Fatalf("seeding run exited %d\n%s", code, w.log())
 			}
-			w.exec("SELECT pg_drop_replication_slot('" + w.slot + "')")
+			w.dropSlot()
 			w.exec("DELETE FROM users WHERE id <= 50")
 			w.exec("UPDATE users SET name = 'while down' WHERE id BETWEEN 51 AND 100")
 			w.exec("DELETE FROM items WHERE sku <= 10")
