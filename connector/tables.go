@@ -17,8 +17,6 @@ type Table struct {
 // Source is the qualified Postgres name, schema.table, quoted where needed.
 func (t Table) Source() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
 
-// String is "source→dest" for logs.
-func (t Table) String() string { return t.Schema + "." + t.Name + "→" + t.Dest }
 
 // ParseTables parses TABLES: comma-separated "pg name[:feldera name]" where
 // the Postgres name may be schema-qualified (default schema public) and
