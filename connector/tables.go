@@ -17,7 +17,6 @@ type Table struct {
 // Source is the qualified Postgres name, schema.table, quoted where needed.
 func (t Table) Source() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
 
-
 // ParseTables parses TABLES: comma-separated "pg name[:feldera name]" where
 // the Postgres name may be schema-qualified (default schema public) and
 // either name may be "quoted" to keep its case. Duplicate sources or
