@@ -42,7 +42,8 @@ type columnInfo struct {
 // prepare runs the startup checks: wal_level, the publication and its
 // tables, the Feldera pipeline and its schema, and a decoding plan for each
 // table from the catalog, so a bad mapping is refused before streaming.
-func (c *Connector) prepare(ctx context.Context) (*plan, error) {
+// atRest (for verify) accepts a Paused pipeline: it only reads.
+func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	conn, err := pgx.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
@@ -111,7 +112,7 @@ func (c *Connector) prepare(ctx context.Context) (*plan, error) {
 		}
 		return nil, fmt.Errorf("read feldera pipeline: %w", err)
 	}
-	if pipe.DeploymentStatus != "Running" {
+	if pipe.DeploymentStatus != "Running" && !(atRest && pipe.DeploymentStatus == "Paused") {
 		return nil, fmt.Errorf("feldera pipeline %s is %s, not Running", pipe.Name, pipe.DeploymentStatus)
 	}
 	if pipe.ProgramInfo == nil {

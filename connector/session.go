@@ -58,7 +58,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 }
 
 func (c *Connector) session(ctx context.Context) error {
-	p, err := c.prepare(ctx)
+	p, err := c.prepare(ctx, false)
 	if err != nil {
 		return err
 	}

@@ -37,8 +37,11 @@ type Config struct {
 	Pipeline string // pipeline name
 	APIKey   string // sent as a Bearer token; never logged
 
-	RequestTimeout time.Duration // one HTTP attempt; 0 = DefaultRequestTimeout
-	RetryMax       int           // retries per request on transient errors; 0 = DefaultRetryMax, <0 = none
+	// RequestTimeout bounds one HTTP attempt; 0 = DefaultRequestTimeout. A
+	// query's answer can stream for longer: there it bounds the wait for
+	// the response headers and each silence in the body.
+	RequestTimeout time.Duration
+	RetryMax       int // retries per request on transient errors; 0 = DefaultRetryMax, <0 = none
 	RetryWaitMin   time.Duration
 	RetryWaitMax   time.Duration
 
@@ -54,6 +57,8 @@ type Client struct {
 	apiKey   string
 	http     *retryablehttp.Client // retries transient failures
 	once     *retryablehttp.Client // never retries: ingress
+	stream   *retryablehttp.Client // retries; no bound on the whole answer: query
+	idle     time.Duration         // longest silence in a streamed answer
 	logger   *slog.Logger
 }
 
@@ -108,7 +113,24 @@ func New(cfg Config) (*Client, error) {
 	once.HTTPClient, once.RetryMax, once.Logger = hc, 0, nil
 	once.CheckRetry = func(context.Context, *http.Response, error) (bool, error) { return false, nil }
 	once.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, once: once, logger: logger}, nil
+	// A query's answer (every key of a large table, for a resnapshot's
+	// retraction or verify) may take longer than any fixed bound; it gets
+	// a header timeout per attempt and an idle timer instead (Query).
+	var tr http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	if t, ok := hc.Transport.(*http.Transport); ok {
+		tr = t.Clone()
+	} else if hc.Transport != nil {
+		tr = hc.Transport
+	}
+	if t, ok := tr.(*http.Transport); ok {
+		t.ResponseHeaderTimeout = cfg.RequestTimeout
+	}
+	stream := retryablehttp.NewClient()
+	stream.HTTPClient = &http.Client{Transport: tr}
+	stream.RetryMax, stream.RetryWaitMin, stream.RetryWaitMax = rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax
+	stream.Logger, stream.CheckRetry, stream.ErrorHandler, stream.RequestLogHook = nil, checkRetry, retryablehttp.PassthroughErrorHandler, rc.RequestLogHook
+	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, once: once, stream: stream,
+		idle: cfg.RequestTimeout, logger: logger}, nil
 }
 
 // checkRetry retries only when the server surely did not reject the request
@@ -283,7 +305,9 @@ func (c *Client) WaitComplete(ctx context.Context, token string) error {
 // array of objects. An error line ({"error": ...}) after rows ends the query
 // with an error: a partial answer is never a complete one.
 func (c *Client) Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error {
-	resp, err := c.do(ctx, http.MethodGet, "/query", "sql="+url.QueryEscape(sql)+"&format=json", nil)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	resp, err := c.send(ctx, c.stream, http.MethodGet, "/query", "sql="+url.QueryEscape(sql)+"&format=json", nil)
 	if err != nil {
 		return err
 	}
@@ -291,7 +315,29 @@ func (c *Client) Query(ctx context.Context, sql string, fn func(row json.RawMess
 	if err := checkResponse("GET query", resp); err != nil {
 		return err
 	}
-	return decodeRows(resp.Body, fn)
+	stalled := fmt.Errorf("feldera: query answer stalled: no data for %s", c.idle)
+	timer := time.AfterFunc(c.idle, func() { cancel(stalled) })
+	defer timer.Stop()
+	err = decodeRows(&idleReader{r: resp.Body, timer: timer, d: c.idle}, fn)
+	if err != nil && context.Cause(ctx) == stalled {
+		return stalled
+	}
+	return err
+}
+
+// idleReader restarts its timer on every read that returns data.
+type idleReader struct {
+	r     io.Reader
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.timer.Reset(r.d)
+	}
+	return n, err
 }
 
 func decodeRows(r io.Reader, fn func(json.RawMessage) error) error {

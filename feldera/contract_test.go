@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -622,5 +623,38 @@ func TestClient_QueryAcceptsArrayAndErrorLine(t *testing.T) {
 	}
 	if err := c.Query(ctx(t), "errline", func(json.RawMessage) error { return nil }); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("error line: %v", err)
+	}
+}
+
+// A query answer may stream for longer than RequestTimeout (every key of a
+// large table); only a silence that long fails it, and says so.
+func TestClient_QueryLongAnswerVersusStall(t *testing.T) {
+	srv := newHandler(t, func(w http.ResponseWriter, r *http.Request) {
+		fl := w.(http.Flusher)
+		rows := 6
+		if r.URL.Query().Get("sql") == "stall" {
+			rows = 1
+		}
+		for i := 0; i < rows; i++ {
+			fmt.Fprintf(w, "{\"id\":%d}\n", i)
+			fl.Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+		if rows == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	})
+	c, _ := feldera.New(feldera.Config{URL: srv, Pipeline: "p", RequestTimeout: 300 * time.Millisecond})
+	n := 0
+	if err := c.Query(ctx(t), "long", func(json.RawMessage) error { n++; return nil }); err != nil || n != 6 {
+		t.Fatalf("600 ms answer with 300 ms RequestTimeout: n=%d err=%v", n, err)
+	}
+	start := time.Now()
+	err := c.Query(ctx(t), "stall", func(json.RawMessage) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "stalled") || time.Since(start) > 3*time.Second {
+		t.Fatalf("stalled answer: err=%v after %s", err, time.Since(start))
 	}
 }

@@ -35,3 +35,76 @@ func TestREADME_ConfigTable(t *testing.T) {
 		}
 	}
 }
+
+// TestExamples_UseKnownVariables keeps the deployment examples in step with
+// the settings: a renamed variable must not leave a manifest silently
+// configuring nothing.
+func TestExamples_UseKnownVariables(t *testing.T) {
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.Env] = true
+	}
+	isVar := func(s string) bool {
+		return s != "" && strings.ToUpper(s) == s && strings.ContainsAny(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !strings.ContainsAny(s, " ./:-\"")
+	}
+	check := func(file string, names []string) {
+		if len(names) == 0 {
+			t.Errorf("%s: found no variables: the parser below no longer matches the file", file)
+		}
+		for _, n := range names {
+			if !known[n] {
+				t.Errorf("%s sets %s, which pgfeldera does not read", file, n)
+			}
+		}
+	}
+	env, err := os.ReadFile("../../docs/examples/pgfeldera.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(env), "\n") {
+		if name, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			names = append(names, name)
+		}
+	}
+	check("pgfeldera.env", names)
+
+	unit, err := os.ReadFile("../../docs/examples/pgfeldera.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = nil
+	for _, line := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(line, "Environment="); ok {
+			name, _, _ := strings.Cut(v, "=")
+			names = append(names, name)
+		}
+	}
+	check("pgfeldera.service", names)
+
+	k8s, err := os.ReadFile("../../docs/examples/kubernetes-sidecar.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = nil
+	inSecret := false
+	for _, line := range strings.Split(string(k8s), "\n") {
+		trim := strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(trim, "- name: "); ok && isVar(v) {
+			names = append(names, v)
+		}
+		if trim == "stringData:" {
+			inSecret = true
+			continue
+		}
+		if inSecret {
+			k, _, ok := strings.Cut(trim, ":")
+			if !ok || !strings.HasPrefix(line, "  ") {
+				inSecret = false
+				continue
+			}
+			names = append(names, k)
+		}
+	}
+	check("kubernetes-sidecar.yaml", names)
+}

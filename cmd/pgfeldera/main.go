@@ -82,8 +82,7 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 	case "status":
 		return runStatus(ctx, rest, getenv, stdout, stderr)
 	case "verify":
-		fmt.Fprintf(stderr, "pgfeldera %s: not yet implemented\n", cmd)
-		return exitFatal
+		return runVerify(ctx, rest, getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "pgfeldera: unknown command %q\n\n%s", cmd, topUsage)
 		return exitConfig

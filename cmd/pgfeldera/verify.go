@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// runVerify compares every mapped table in Postgres and Feldera. Exit 0
+// when all match, 1 when one differs or cannot be read, 2 on a bad
+// configuration.
+func runVerify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	asJSON, maxDiffs := false, 5
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--json" || a == "-json":
+			asJSON = true
+		case strings.HasPrefix(a, "--max-diffs=") || a == "--max-diffs":
+			v := strings.TrimPrefix(a, "--max-diffs=")
+			if a == "--max-diffs" && i+1 < len(args) {
+				i++
+				v = args[i]
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				fmt.Fprintf(stderr, "pgfeldera: configuration error: --max-diffs %q: want a number ≥ 0\n", v)
+				return exitConfig
+			}
+			maxDiffs = n
+		default:
+			rest = append(rest, a)
+		}
+	}
+	cfg, err := parseConfig("verify", rest, getenv, stderr)
+	if code, done := configResult(err, stderr); done {
+		return code
+	}
+	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera:", err)
+		return exitConfig
+	}
+	// Reads only; no request may hang forever.
+	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, Logger: logger})
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera:", err)
+		return exitConfig
+	}
+	ccfg := cfg.connectorConfig(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	start := time.Now()
+	verdicts, err := connector.Verify(ctx, ccfg, client, maxDiffs)
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera verify:", err)
+		return exitFatal
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(verdicts)
+	} else {
+		printVerdicts(stdout, verdicts)
+		fmt.Fprintf(stdout, "verified %d tables in %.1fs\n", len(verdicts), time.Since(start).Seconds())
+	}
+	for _, v := range verdicts {
+		if !v.Match {
+			return exitFatal
+		}
+	}
+	return exitOK
+}
+
+func printVerdicts(w io.Writer, verdicts []connector.Verdict) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\tresult\n")
+	for _, v := range verdicts {
+		result := "match"
+		switch {
+		case v.Error != "":
+			result = "ERROR: " + v.Error
+		case !v.Match:
+			result = "DIFFERENT"
+		}
+		fmt.Fprintf(tw, "%s → %s\t%d\t%d\t%s\n", v.Source, v.Dest, v.PostgresRows, v.FelderaRows, result)
+		for _, d := range v.Differences {
+			line := "  " + d.Key + "\t\t\t" + d.Kind
+			if len(d.Columns) > 0 {
+				line += ": " + strings.Join(d.Columns, ", ")
+			}
+			fmt.Fprintln(tw, line)
+		}
+		if v.MoreDifferent {
+			fmt.Fprintln(tw, "  …\t\t\tmore differences not shown")
+		}
+	}
+	tw.Flush()
+}

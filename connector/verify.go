@@ -1,0 +1,110 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/verify"
+)
+
+// Verdict is the comparison of one mapped table.
+type Verdict struct {
+	Source string `json:"postgres_table"`
+	verify.Result
+	// Error says why the table could not be compared (then Match is false).
+	Error string `json:"error,omitempty"`
+}
+
+// Verify compares each mapped table in Postgres and in Feldera: row counts
+// and an order-independent digest of the rows as pgfeldera encodes them,
+// read from Postgres in one REPEATABLE READ transaction and from Feldera
+// with SELECT * through /query. When a table differs it reads both sides
+// again to name up to maxDiffs differing keys. It is meant for a system at
+// rest (writes stopped and the connector caught up): a table still being
+// written differs by the changes in flight.
+//
+// It returns an error only when nothing could be compared (configuration,
+// connection, schema); a table that cannot be read gets a Verdict with
+// Error set.
+func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict, error) {
+	c, err := New(cfg, sink)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.prepare(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := snapshot.Begin(ctx, conn, "", pinnedGUCs); err != nil {
+		return nil, err
+	}
+	var out []Verdict
+	for i, t := range p.targets {
+		v := Verdict{Source: t.Qualified()}
+		res, err := verifyTable(ctx, conn, sink, p.rels[i], maxDiffs)
+		if err != nil {
+			v.Result.Dest = t.Dest.Name
+			v.Error = err.Error()
+		} else {
+			v.Result = res
+		}
+		out = append(out, v)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rel *decode.Rel, maxDiffs int) (verify.Result, error) {
+	t := rel.Target
+	tab, err := verify.New(t.Dest)
+	if err != nil {
+		return verify.Result{}, err
+	}
+	cols := make([]string, len(rel.Cols))
+	for i, col := range rel.Cols {
+		cols[i] = col.Name
+	}
+	cr := decode.CopyRow{Rel: rel}
+	var line []byte
+	pass := func() error {
+		if _, err := snapshot.Copy(ctx, conn, t.Source(), cols, func(row []byte) error {
+			var err error
+			if line, err = cr.AppendInsert(line[:0], row); err != nil {
+				return err
+			}
+			return tab.AddPostgres(line[:len(line)-1])
+		}); err != nil {
+			return fmt.Errorf("read %s from postgres: %w", t.Qualified(), err)
+		}
+		err := sink.Query(ctx, "SELECT * FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
+			return tab.AddFeldera(row)
+		})
+		if err != nil {
+			return fmt.Errorf("read %s from feldera: %w", t.Dest.Name, err)
+		}
+		return nil
+	}
+	if err := pass(); err != nil {
+		return verify.Result{}, err
+	}
+	if !tab.Match() {
+		tab.StartDiff()
+		if err := pass(); err != nil {
+			return verify.Result{}, err
+		}
+	}
+	return tab.Result(maxDiffs), nil
+}
