@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 45m
 
-.PHONY: demo test build vet fmt check-postgres
+.PHONY: demo test build bench vet fmt check-postgres
 
 demo: build
 	./bin/pgfeldera demo
@@ -13,6 +13,11 @@ test: check-postgres
 
 build:
 	$(GO) build -o bin/pgfeldera ./cmd/pgfeldera
+
+# Not part of `make test`: several minutes, figures in docs/performance.md.
+# BENCHFLAGS e.g. -rounds 5 -only ab; BATCH_MAX_ROWS etc. pass through.
+bench: build check-postgres
+	$(GO) run ./cmd/pgfeldera-bench -pgfeldera bin/pgfeldera $(BENCHFLAGS)
 
 vet:
 	gofmt -l . | (! grep .) && $(GO) vet ./...
