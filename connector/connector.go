@@ -99,6 +99,7 @@ type Connector struct {
 	healthy time.Time
 
 	fenceUntil  atomic.Int64 // unix nanos: send nothing before (see Config.IngressFence)
+	stopping    <-chan struct{} // Run's context: closed on a graceful stop
 	tableStats  []*TableStats
 	health      health
 	observer    Observer
@@ -197,6 +198,11 @@ func (c *Connector) Run(ctx context.Context) error {
 	bo.Multiplier = 2
 	bo.MaxElapsedTime = 0
 	bo.Reset()
+	c.stopping = ctx.Done()
+	if err := c.openFence(); err != nil {
+		return &FatalError{Err: err}
+	}
+	defer c.closeFence()
 	session := c.session
 	if c.sessionHook != nil {
 		session = c.sessionHook

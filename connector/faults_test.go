@@ -3,6 +3,7 @@ package connector_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // workload commits a few transactions touching both tables.
@@ -166,5 +168,89 @@ func TestFaults_LateIngressIsFenced(t *testing.T) {
 				t.Fatal(d)
 			}
 		})
+	}
+}
+
+// The fence outlives the process. A connector that stops while an ingress
+// request may still land leaves the deadline in the fence file, and the
+// next process waits for it; without the file (the behaviour before it
+// existed) the next process sends newer rows at once and the late request
+// overwrites them, which the test sees. A process that died without
+// returning left the file marked running: the next one fences in full.
+func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			client, err := feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RequestTimeout: time.Second, RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.IngressFence = 5 * time.Second
+			cfg.BatchLinger = 0
+			r := e.startWith(cfg, client)
+			e.waitSlot()
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
+			sent := time.Now()
+			e.execOwn("INSERT INTO users SELECT g, 'old', 0 FROM generate_series(1, 10) g") // held, then applied late
+			time.Sleep(1500 * time.Millisecond)                                             // the client gave up
+			r.stop(t)
+			f, err := state.LoadFence(state.FencePath(cfg.StateFile))
+			if err != nil || f.Running || time.Until(f.Until) < time.Second {
+				t.Fatalf("after a stop with an unanswered request: fence file %+v, %v", f, err)
+			}
+			if !keep {
+				os.Remove(state.FencePath(cfg.StateFile))
+			}
+			e.execOwn("UPDATE users SET name = 'new'")
+			before := len(e.fel.Requests())
+			e.startWith(cfg, client) // a new process: nothing in memory
+			time.Sleep(time.Until(sent.Add(3 * time.Second)))
+			sentEarly := len(e.fel.Requests()) - before
+			e.fel.ClearFaults() // the old request lands now, 3 s after it was sent
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			d := e.diff("users", "users")
+			if !keep {
+				if !strings.Contains(d, "missing in feldera") {
+					t.Fatalf("without the fence file the late request should overwrite newer rows; the oracle saw nothing (%q)", d)
+				}
+				t.Logf("fence file removed: stale rows detected")
+				return
+			}
+			if sentEarly != 0 || d != "" {
+				t.Fatalf("with the fence file: %d requests before the fence, diff %q", sentEarly, d)
+			}
+		})
+	}
+}
+
+func TestFence_AfterUncleanExitWaitsInFull(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	cfg := e.config("users")
+	cfg.IngressFence = 3 * time.Second
+	cfg.BatchLinger = 0
+	if err := state.SaveFence(state.FencePath(cfg.StateFile), &state.Fence{Running: true, PID: 12345}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := e.start(cfg)
+	e.waitSlot()
+	e.execOwn("INSERT INTO users SELECT g, 'x', 0 FROM generate_series(1, 5) g")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	reqs := e.fel.Requests()
+	if len(reqs) == 0 || reqs[0].Time.Sub(start) < 3*time.Second {
+		t.Fatalf("first ingress %v after start, want ≥ 3s (requests %d)", reqs[0].Time.Sub(start), len(reqs))
+	}
+	if !strings.Contains(e.logs.String(), "did not stop cleanly") || !strings.Contains(e.logs.String(), "12345") {
+		t.Fatal("the wait was not explained in the log")
+	}
+	f, _ := state.LoadFence(state.FencePath(cfg.StateFile))
+	if f == nil || !f.Running || f.PID != os.Getpid() {
+		t.Fatalf("while running, the fence file should name this process: %+v", f)
+	}
+	r.stop(t)
+	if f, _ := state.LoadFence(state.FencePath(cfg.StateFile)); f == nil || f.Running {
+		t.Fatalf("after a stop the fence file should not be marked running: %+v", f)
 	}
 }

@@ -540,7 +540,7 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 			if feldera.IsOutcomeUnknown(err) {
 				// Feldera may still queue this request later, after anything
 				// newer: fence before sending again.
-				c.fenceUntil.Store(sentAt.Add(c.cfg.IngressFence).UnixNano())
+				c.extendFence(sentAt.Add(c.cfg.IngressFence))
 			}
 			c.observer.FelderaError(feldera.ErrorCode(err))
 			return fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
@@ -592,6 +592,11 @@ func (c *Connector) waitFence(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-c.stopping:
+		// A graceful stop does not wait out the fence: nothing is sent or
+		// acknowledged, the slot replays it, and the fence file carries
+		// the deadline to the next process.
+		return errors.New("stopping while the ingress fence holds: nothing sent")
 	case <-t.C:
 		return nil
 	}

@@ -130,7 +130,11 @@ func (w *world) start(extra ...string) *proc {
 		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
 		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
 		"BATCH_MAX_ROWS=100", "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
-		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1")
+		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1",
+		// A restart after a crash fences ingress for this long. The double
+		// applies a request while its client waits or not at all, never
+		// later, so the default 35 s would only slow every case down.
+		"FELDERA_INGRESS_FENCE=200ms")
 	cmd.Env = append(cmd.Env, extra...)
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	lw := &lockedWriter{w: w, p: p}
