@@ -98,7 +98,7 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil  atomic.Int64 // unix nanos: send nothing before (see Config.IngressFence)
+	fenceUntil  atomic.Int64    // unix nanos: send nothing before (see Config.IngressFence)
 	stopping    <-chan struct{} // Run's context: closed on a graceful stop
 	tableStats  []*TableStats
 	health      health
