@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -99,11 +98,12 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	defer os.RemoveAll(stateDir)
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	conn, err := connector.New(connector.Config{
+	ccfg := connector.Config{
 		DSN: dsn, Publication: "pgfeldera", Slot: "pgfeldera_demo", Tables: tables,
 		RequirePrimaryKey: true, StateFile: stateDir + "/state.json", BatchMaxRows: 2000,
 		BatchLinger: 50 * time.Millisecond, SnapshotMode: connector.SnapshotInitial, Logger: logger,
-	}, client)
+	}
+	conn, err := connector.New(ccfg, client)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera demo:", err)
 		return exitFatal
@@ -193,7 +193,7 @@ loop:
 		time.Sleep(50 * time.Millisecond)
 	}
 	show()
-	ok := compare(context.Background(), db, client, stdout)
+	ok := compare(context.Background(), ccfg, client, stdout)
 	if *keep {
 		say("\npgfeldera demo: --keep: still running. Postgres: %s  Feldera: %s/v0/pipelines/%s  (Ctrl-C to stop)", dsn, url, pipeline)
 		<-ctx.Done()
@@ -208,26 +208,26 @@ loop:
 	return exitOK
 }
 
-func compare(ctx context.Context, db *pgx.Conn, client *feldera.Client, w io.Writer) bool {
-	fmt.Fprintf(w, "\n  %-10s %10s %10s\n", "table", "postgres", "feldera")
+// compare runs pgfeldera verify's comparison: counts, and a hash of the
+// rows on both sides.
+func compare(ctx context.Context, cfg connector.Config, client *feldera.Client, w io.Writer) bool {
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	verdicts, err := connector.Verify(ctx, cfg, client, 3)
+	if err != nil {
+		fmt.Fprintln(w, "pgfeldera demo: verify:", err)
+		return false
+	}
+	fmt.Fprintf(w, "\n  %-10s %10s %10s  rows hash (pgfeldera verify)\n", "table", "postgres", "feldera")
 	ok := true
-	for _, t := range []string{"customers", "orders"} {
-		var pg int64
-		db.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&pg)
-		var fel int64 = -1
-		client.Query(ctx, "SELECT COUNT(*) FROM "+t, func(row json.RawMessage) error {
-			var m map[string]int64
-			json.Unmarshal(row, &m)
-			for _, v := range m {
-				fel = v
-			}
-			return nil
-		})
+	for _, v := range verdicts {
 		mark := "✓"
-		if pg != fel {
-			mark, ok = "✗", false
+		if !v.Match {
+			mark, ok = "✗ "+v.Error, false
 		}
-		fmt.Fprintf(w, "  %-10s %10d %10d  %s\n", t, pg, fel, mark)
+		fmt.Fprintf(w, "  %-10s %10d %10d  %s  %s\n", v.Dest, v.PostgresRows, v.FelderaRows, v.PostgresHash[:12], mark)
+		for _, d := range v.Differences {
+			fmt.Fprintf(w, "      %s: %s %s\n", d.Key, d.Kind, strings.Join(d.Columns, ","))
+		}
 	}
 	return ok
 }
