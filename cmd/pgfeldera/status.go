@@ -33,6 +33,9 @@ type Status struct {
 		File   string        `json:"file"`
 		Error  string        `json:"error,omitempty"`
 		Tables []state.Table `json:"tables,omitempty"`
+		// Fence is the ingress fence file: a process running (or one that
+		// died), and a deadline before which nothing is sent.
+		Fence *state.Fence `json:"fence,omitempty"`
 	} `json:"state"`
 	Feldera struct {
 		Pipeline         string `json:"pipeline"`
@@ -113,6 +116,9 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	} else {
 		st.State.Error = err.Error()
 	}
+	if f, err := state.LoadFence(state.FencePath(cfg.StateFile)); err == nil {
+		st.State.Fence = f
+	}
 	st.Feldera.Pipeline = cfg.Pipeline
 	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RetryMax: -1, RequestTimeout: 10 * time.Second})
 	if err != nil {
@@ -176,6 +182,16 @@ func printStatus(w io.Writer, st *Status) {
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
 	for _, t := range st.State.Tables {
 		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, t.Status)
+	}
+	if f := st.State.Fence; f != nil {
+		line := "no process running"
+		if f.Running {
+			line = fmt.Sprintf("running as pid %d (or died without stopping: the next start fences ingress in full)", f.PID)
+		}
+		if wait := time.Until(f.Until); wait > 0 {
+			line += fmt.Sprintf("; ingress fenced for %s more", wait.Round(time.Second))
+		}
+		fmt.Fprintf(tw, "\tfence\t%s\n", line)
 	}
 	fmt.Fprintf(tw, "feldera\t%s\t%s %s %s\n", st.Feldera.Pipeline, st.Feldera.DeploymentStatus, st.Feldera.DeploymentID, st.Feldera.Error)
 	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\n")

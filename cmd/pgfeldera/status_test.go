@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,6 +71,9 @@ func TestStatus(t *testing.T) {
 	<-done
 	if code != 0 || !st.Slot.Exists || !st.Slot.Active || st.Slot.ConfirmedFlushLSN == nil || st.Slot.WalStatus == nil {
 		t.Fatalf("code=%d %q slot=%+v", code, msg, st.Slot)
+	}
+	if f := st.State.Fence; f == nil || !f.Running || f.PID != os.Getpid() {
+		t.Fatalf("fence while running: %+v", f)
 	}
 	if len(st.State.Tables) != 1 || st.State.Tables[0].Status != "complete" || st.Feldera.DeploymentStatus != "Running" {
 		t.Fatalf("state=%+v feldera=%+v", st.State, st.Feldera)
