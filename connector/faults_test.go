@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
@@ -138,12 +139,7 @@ func TestGracefulStopRedeliversNothing(t *testing.T) {
 func TestFaults_LateIngressIsFenced(t *testing.T) {
 	for _, fence := range []time.Duration{time.Millisecond, 5 * time.Second} {
 		t.Run(fmt.Sprintf("fence=%s", fence), func(t *testing.T) {
-			e := newEnv(t, mixedPG, mixedFeldera)
-			client, err := feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RequestTimeout: time.Second, RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := e.config("users,public.items:catalog_items")
+			e, client, cfg := lateIngressEnv(t)
 			cfg.IngressFence = fence
 			cfg.BatchLinger = 0
 			e.startWith(cfg, client)
@@ -171,6 +167,17 @@ func TestFaults_LateIngressIsFenced(t *testing.T) {
 	}
 }
 
+// lateIngressEnv is a connector environment whose client gives up on an
+// ingress request after 1 s.
+func lateIngressEnv(t *testing.T) (*env, *feldera.Client, connector.Config) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	client, err := feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RequestTimeout: time.Second, RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, client, e.config("users,public.items:catalog_items")
+}
+
 // The fence outlives the process. A connector that stops while an ingress
 // request may still land leaves the deadline in the fence file, and the
 // next process waits for it; without the file (the behaviour before it
@@ -180,12 +187,7 @@ func TestFaults_LateIngressIsFenced(t *testing.T) {
 func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
-			e := newEnv(t, mixedPG, mixedFeldera)
-			client, err := feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RequestTimeout: time.Second, RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := e.config("users,public.items:catalog_items")
+			e, client, cfg := lateIngressEnv(t)
 			cfg.IngressFence = 5 * time.Second
 			cfg.BatchLinger = 0
 			r := e.startWith(cfg, client)

@@ -2,10 +2,7 @@ package state
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -32,12 +29,9 @@ func FencePath(stateFile string) string { return stateFile + ".fence" }
 // LoadFence reads a fence file: ErrNotExist when there is none, an error
 // naming the file when it cannot be used.
 func LoadFence(path string) (*Fence, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotExist
-	}
+	b, err := readFile(path, "fence file")
 	if err != nil {
-		return nil, fmt.Errorf("fence file %s: %w", path, err)
+		return nil, err
 	}
 	var f Fence
 	if err := json.Unmarshal(b, &f); err != nil {

@@ -69,12 +69,9 @@ func (s *State) Complete() bool {
 // Load reads the state file. A missing file is ErrNotExist; a file that
 // cannot be read, parsed, or is of another version is an error naming it.
 func Load(path string) (*State, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNotExist
-	}
+	b, err := readFile(path, "state file")
 	if err != nil {
-		return nil, fmt.Errorf("state file %s: %w", path, err)
+		return nil, err
 	}
 	var s State
 	dec := json.NewDecoder(strings.NewReader(string(b)))
@@ -91,6 +88,19 @@ func Load(path string) (*State, error) {
 		}
 	}
 	return &s, nil
+}
+
+// readFile reads path: ErrNotExist when it is missing, else errors name
+// the file.
+func readFile(path, what string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotExist
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return b, nil
 }
 
 // Save writes the state atomically and durably, with mode 0600.

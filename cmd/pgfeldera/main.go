@@ -63,14 +63,9 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 		fmt.Fprint(stdout, topUsage)
 		return exitOK
 	case "run":
-		cfg, err := parseConfig("run", rest, getenv, stderr)
-		if code, done := configResult(err, stderr); done {
+		cfg, logger, code, done := configure("run", rest, getenv, stderr)
+		if done {
 			return code
-		}
-		logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
-		if err != nil {
-			fmt.Fprintln(stderr, "pgfeldera:", err)
-			return exitConfig
 		}
 		if err := crashtest.Configure(cfg.CrashAt, cfg.CrashAfterBatches); err != nil {
 			fmt.Fprintln(stderr, "pgfeldera:", err)
@@ -100,6 +95,20 @@ func configResult(err error, stderr io.Writer) (int, bool) {
 	}
 	fmt.Fprintln(stderr, "pgfeldera: configuration error:", err)
 	return exitConfig, true
+}
+
+// configure parses a subcommand's settings and builds its logger; done
+// means exit with code (help, or a configuration error already reported).
+func configure(cmd string, args []string, getenv func(string) string, stderr io.Writer) (cfg *Config, logger *slog.Logger, code int, done bool) {
+	cfg, err := parseConfig(cmd, args, getenv, stderr)
+	if code, done := configResult(err, stderr); done {
+		return nil, nil, code, true
+	}
+	if logger, err = newLogger(cfg.LogLevel, cfg.LogFormat, stderr); err != nil {
+		fmt.Fprintln(stderr, "pgfeldera:", err)
+		return nil, nil, exitConfig, true
+	}
+	return cfg, logger, 0, false
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {

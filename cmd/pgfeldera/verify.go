@@ -42,16 +42,10 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 			rest = append(rest, a)
 		}
 	}
-	cfg, err := parseConfig("verify", rest, getenv, stderr)
-	if code, done := configResult(err, stderr); done {
+	cfg, logger, code, done := configure("verify", rest, getenv, stderr)
+	if done {
 		return code
 	}
-	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera:", err)
-		return exitConfig
-	}
-	// Reads only; no request may hang forever.
 	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, Logger: logger})
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera:", err)
