@@ -1,0 +1,60 @@
+package crashtest_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+)
+
+// SIGKILL while Feldera holds an ingress request that it applies later:
+// the restarted process finds the fence file still marked running and sends
+// nothing until FELDERA_INGRESS_FENCE has passed, so the late request lands
+// first and the replay then brings Feldera up to date. With the fence file
+// removed before the restart (no memory of the dead process), the new
+// process sends the newer rows at once, the late request overwrites them,
+// and the oracle sees it.
+func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
+			w := newWorld(t, nil)
+			p := w.start("FELDERA_INGRESS_FENCE=6s")
+			seeded(w, p, false)
+			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
+			w.exec("INSERT INTO users SELECT g, 'old', g FROM generate_series(1, 10) g")
+			time.Sleep(time.Second) // posted, and held by the double
+			p.kill()
+			p.exited(10 * time.Second)
+			if !keep {
+				os.Remove(filepath.Join(w.dir, "state.json.fence"))
+			}
+			w.exec("UPDATE users SET name = 'new' WHERE id <= 10")
+			p2 := w.start("FELDERA_INGRESS_FENCE=6s")
+			time.Sleep(3 * time.Second)
+			w.fel.ClearFaults() // the dead process's request lands now
+			if !keep {
+				if !w.acked(p2, 30*time.Second) {
+					t.Fatalf("not caught up\n%s", w.log())
+				}
+				time.Sleep(300 * time.Millisecond)
+				if report := w.oracle(); report == "" {
+					t.Fatal("without the fence file the late request should overwrite newer rows; the oracle saw nothing")
+				}
+				t.Log("fence file removed: stale rows detected")
+				p2.stop(t)
+				return
+			}
+			if msg := w.caughtUp(p2, 30*time.Second); msg != "" {
+				t.Fatal(msg)
+			}
+			if !strings.Contains(w.log(), "did not stop cleanly") {
+				t.Fatalf("the restart did not say why it waited\n%s", w.log())
+			}
+			p2.stop(t)
+		})
+	}
+}
