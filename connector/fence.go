@@ -3,6 +3,7 @@ package connector
 import (
 	"errors"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/state"
@@ -17,6 +18,11 @@ import (
 func (c *Connector) openFence() error {
 	if c.cfg.StateFile == "" {
 		return nil
+	}
+	if removed, err := state.RemoveStale(c.cfg.StateFile); err != nil {
+		return err
+	} else if len(removed) > 0 {
+		c.logger.Info("startup: removed temporary files of an interrupted state write", "files", strings.Join(removed, ","))
 	}
 	path := state.FencePath(c.cfg.StateFile)
 	f, err := state.LoadFence(path)

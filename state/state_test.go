@@ -80,3 +80,28 @@ func TestSave_NoTempFilesLeft(t *testing.T) {
 		t.Fatalf("dir has %d entries, want 1", len(ents))
 	}
 }
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	if err := state.Save(path, &state.State{Slot: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	stale := []string{".state.json8034271", ".state.json.fence12"}
+	keep := []string{"state.json", ".state.json", ".state.jsonx1", "other.json", ".other.json55", ".state.json.fence"}
+	for _, n := range append(stale, keep[1:]...) {
+		os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600)
+	}
+	removed, err := state.RemoveStale(path)
+	if err != nil || len(removed) != len(stale) {
+		t.Fatalf("removed %v, %v; want %v", removed, err, stale)
+	}
+	for _, n := range keep {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s was removed", n)
+		}
+	}
+	if _, err := state.Load(path); err != nil {
+		t.Fatal(err)
+	}
+}
