@@ -69,6 +69,13 @@ func (c *Connector) extendFence(until time.Time) {
 	}
 }
 
+// IngressFenced is how long ingress stays fenced (0 when it is not): after
+// a request without a clear answer, nothing newer is sent until Feldera can
+// no longer apply it. Safe for concurrent use.
+func (c *Connector) IngressFenced() time.Duration {
+	return max(time.Until(c.fenceDeadline()), 0)
+}
+
 func (c *Connector) fenceDeadline() time.Time {
 	n := c.fenceUntil.Load()
 	if n == 0 {

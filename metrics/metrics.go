@@ -189,10 +189,11 @@ var (
 	descSafe      = prometheus.NewDesc("pgfeldera_slot_safe_wal_size_bytes", "WAL that can still be written before the slot is lost (max_slot_wal_keep_size).", nil, nil)
 	descStatus    = prometheus.NewDesc("pgfeldera_slot_wal_status", "1 for the slot's current wal_status (reserved, extended, unreserved, lost); 0 for the others.", []string{"status"}, nil)
 	descReady     = prometheus.NewDesc("pgfeldera_ready", "1 when /readyz is ready.", nil, nil)
+	descFence     = prometheus.NewDesc("pgfeldera_ingress_fence_seconds", "Seconds before ingress may send again: an earlier request got no clear answer and Feldera may still apply it (FELDERA_INGRESS_FENCE); 0 when not fenced.", nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady} {
+	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence} {
 		ch <- d
 	}
 }
@@ -239,4 +240,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(descFence, prometheus.GaugeValue, conn.IngressFenced().Seconds())
 }

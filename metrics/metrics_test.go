@@ -56,7 +56,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "metrics_slot", Tables: tables,
 		SnapshotMode: connector.SnapshotNever, RequirePrimaryKey: true, BatchLinger: 10 * time.Millisecond,
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CompletionTimeout: 5 * time.Second,
-		IngressFence: 500 * time.Millisecond, Observer: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
+		IngressFence: 3 * time.Second, Observer: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 		`pgfeldera_rows_total{op="delete",table="users"}`: "10",
 		`pgfeldera_sessions_total`:                        "1",
 		`pgfeldera_ready`:                                 "1",
+		`pgfeldera_ingress_fence_seconds`:                 "0",
 	} {
 		if got := metric(body, name); got != want {
 			t.Errorf("%s = %q, want %s", name, got, want)
@@ -117,6 +118,9 @@ func TestMetricsAndReadiness(t *testing.T) {
 	_, body = get(t, srv, "/metrics")
 	if metric(body, `pgfeldera_feldera_errors_total{code="PipelineUnavailable"}`) == "" {
 		t.Errorf("feldera errors not counted:\n%s", body)
+	}
+	if v := metric(body, "pgfeldera_ingress_fence_seconds"); v == "" || v == "0" {
+		t.Errorf("a 503 (outcome unknown) should fence ingress: pgfeldera_ingress_fence_seconds = %q", v)
 	}
 	fel.ClearFaults()
 	waitReady(true)
