@@ -154,3 +154,23 @@ func TestVersionAndUnknownCommand(t *testing.T) {
 		t.Fatalf("unknown command: %d", code)
 	}
 }
+
+// Every subcommand that connects fails on unreachable servers without
+// printing a secret.
+func TestSecretsNeverPrinted_OnConnectionFailure(t *testing.T) {
+	for _, cmd := range [][]string{{"verify"}, {"verify", "--json"}, {"status"}, {"status", "--json"}} {
+		var out, errb bytes.Buffer
+		vars := base()
+		vars["STATE_FILE"] = t.TempDir() + "/state.json"
+		code := run(context.Background(), func() {}, cmd, env(vars), &out, &errb)
+		all := out.String() + errb.String()
+		if code != exitFatal || all == "" {
+			t.Errorf("%v: exit %d, output %q: want exit 1 with a reason", cmd, code, all)
+		}
+		for _, secret := range []string{"TOPSECRETKEY", "s3cretPW"} {
+			if strings.Contains(all, secret) {
+				t.Errorf("%v printed a secret: %s", cmd, all)
+			}
+		}
+	}
+}
