@@ -74,9 +74,14 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rel *decode.Rel
 		return verify.Result{}, err
 	}
 	cols := make([]string, len(rel.Cols))
+	var mapped []string
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
+		if col.Field != "" {
+			mapped = append(mapped, col.Field)
+		}
 	}
+	tab.Only(mapped)
 	cr := decode.CopyRow{Rel: rel}
 	var line []byte
 	pass := func() error {

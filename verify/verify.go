@@ -49,6 +49,7 @@ type Result struct {
 	PostgresHash  string       `json:"postgres_hash"`
 	FelderaHash   string       `json:"feldera_hash"`
 	Match         bool         `json:"match"`
+	NotCompared   []string     `json:"not_compared,omitempty"` // Feldera columns no Postgres column feeds
 	Differences   []Difference `json:"differences,omitempty"`
 	MoreDifferent bool         `json:"more_differences,omitempty"`
 }
@@ -92,6 +93,7 @@ type Table struct {
 	folded   map[string]int // case-insensitive field names, lower case
 	keyIdx   []int          // key fields; every field when the table has no key
 	keyed    bool
+	compared []bool // fields in the digest; see Only
 	pg, fel  side
 	suspect  map[int]bool // buckets collected in the second pass
 	values   []string
@@ -126,7 +128,48 @@ func New(rel feldera.Relation) (*Table, error) {
 	}
 	n := len(rel.Fields)
 	t.values, t.seen, t.fieldRaw = make([]string, n), make([]bool, n), make([]json.RawMessage, n)
+	t.compared = make([]bool, n)
+	for i := range t.compared {
+		t.compared[i] = true
+	}
 	return t, nil
+}
+
+// Only restricts the comparison to the named fields (and the key): a
+// Feldera column no Postgres column feeds holds its default, not a copy,
+// and must not count as a difference. Call it before adding rows.
+func (t *Table) Only(fields []string) {
+	for i := range t.compared {
+		t.compared[i] = false
+	}
+	for _, name := range fields {
+		if i, ok := t.field(name); ok {
+			t.compared[i] = true
+		}
+	}
+	if t.keyed {
+		for _, i := range t.keyIdx {
+			t.compared[i] = true
+		}
+		return
+	}
+	t.keyIdx = t.keyIdx[:0]
+	for i, c := range t.compared {
+		if c {
+			t.keyIdx = append(t.keyIdx, i)
+		}
+	}
+}
+
+// NotCompared names the fields Only left out.
+func (t *Table) NotCompared() []string {
+	var out []string
+	for i, c := range t.compared {
+		if !c {
+			out = append(out, t.rel.Fields[i].Name)
+		}
+	}
+	return out
 }
 
 func (t *Table) field(name string) (int, bool) {
@@ -172,6 +215,10 @@ func (t *Table) add(s *side, obj []byte, from string) error {
 	}
 	t.rowBuf = t.rowBuf[:0]
 	for i, f := range t.rel.Fields {
+		if !t.compared[i] {
+			t.values[i] = ""
+			continue
+		}
 		t.values[i] = Null
 		if t.seen[i] {
 			v, err := Canonical(f.ColumnType, t.fieldRaw[i])
@@ -230,7 +277,7 @@ func (t *Table) Match() bool {
 // second pass have run.
 func (t *Table) Result(maxDiffs int) Result {
 	r := Result{Dest: t.rel.Name, PostgresRows: t.pg.rows, FelderaRows: t.fel.rows,
-		PostgresHash: t.pg.total.String(), FelderaHash: t.fel.total.String(), Match: t.Match()}
+		PostgresHash: t.pg.total.String(), FelderaHash: t.fel.total.String(), Match: t.Match(), NotCompared: t.NotCompared()}
 	if t.suspect != nil {
 		r.Differences, r.MoreDifferent = t.differences(maxDiffs)
 	}

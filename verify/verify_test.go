@@ -181,3 +181,30 @@ func TestTable_CaseOfFieldNames(t *testing.T) {
 		t.Fatalf("case-sensitive field matched case-insensitively: %v", err)
 	}
 }
+
+// A Feldera column that no Postgres column feeds holds its default: Only
+// leaves it out, so it is neither a difference nor hidden.
+func TestTable_OnlyMappedFields(t *testing.T) {
+	rel := keyedRel()
+	rel.Fields = append(rel.Fields, feldera.Field{Name: "origin", ColumnType: feldera.ColumnType{Type: "VARCHAR"}})
+	pg := []string{`{"insert":{"id":1,"name":"a","amount":"1.00"}}`}
+	fel := []string{`{"id":1,"name":"a","amount":1,"origin":"pg"}`}
+	if r := run(t, rel, pg, fel); r.Match {
+		t.Fatal("without Only, a defaulted Feldera-only column must differ (else the test proves nothing)")
+	}
+	tab, _ := New(rel)
+	tab.Only([]string{"id", "name", "amount"})
+	tab.AddPostgres([]byte(pg[0]))
+	tab.AddFeldera([]byte(fel[0]))
+	if r := tab.Result(5); !r.Match || fmt.Sprint(r.NotCompared) != "[origin]" {
+		t.Fatalf("%+v", r)
+	}
+	// A real difference in a compared column is still seen.
+	tab, _ = New(rel)
+	tab.Only([]string{"id", "name", "amount"})
+	tab.AddPostgres([]byte(pg[0]))
+	tab.AddFeldera([]byte(`{"id":1,"name":"b","amount":1,"origin":"pg"}`))
+	if tab.Match() {
+		t.Fatal("a changed name was not seen")
+	}
+}

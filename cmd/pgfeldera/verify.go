@@ -93,6 +93,9 @@ func printVerdicts(w io.Writer, verdicts []connector.Verdict) {
 			}
 			fmt.Fprintln(tw, line)
 		}
+		if len(v.NotCompared) > 0 {
+			fmt.Fprintf(tw, "  not compared: %s\t\t\tno Postgres column feeds them\n", strings.Join(v.NotCompared, ", "))
+		}
 		if v.MoreDifferent {
 			fmt.Fprintln(tw, "  …\t\t\tmore differences not shown")
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestVerify(t *testing.T) {
 	}
 	fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(`
 		CREATE TABLE items (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, amount DECIMAL(12,2), ts TIMESTAMP, d DATE,
-			u UUID, flag BOOLEAN, f DOUBLE, j VARIANT, b VARBINARY, tags VARCHAR ARRAY);
+			u UUID, flag BOOLEAN, f DOUBLE, j VARIANT, b VARBINARY, tags VARCHAR ARRAY, origin VARCHAR NOT NULL DEFAULT 'pg');
 		CREATE TABLE log (msg VARCHAR, n INT) WITH ('materialized' = 'true');`)})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +79,8 @@ func TestVerify(t *testing.T) {
 		return code, v, errb.String()
 	}
 	code, v, msg := verify()
-	if code != 0 || len(v) != 2 || !v[0].Match || !v[1].Match || v[0].PostgresRows != 301 || v[1].FelderaRows != 3 {
+	if code != 0 || len(v) != 2 || !v[0].Match || !v[1].Match || v[0].PostgresRows != 301 || v[1].FelderaRows != 3 ||
+		fmt.Sprint(v[0].NotCompared) != "[origin]" {
 		t.Fatalf("after a snapshot: code=%d %+v %s", code, v, msg)
 	}
 
