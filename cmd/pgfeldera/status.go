@@ -56,15 +56,7 @@ type TableStatus struct {
 }
 
 func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	asJSON := false
-	var rest []string
-	for _, a := range args {
-		if a == "--json" || a == "-json" {
-			asJSON = true
-			continue
-		}
-		rest = append(rest, a)
-	}
+	asJSON, rest := jsonFlag(args)
 	cfg, err := parseConfig("status", rest, getenv, stderr)
 	if code, done := configResult(err, stderr); done {
 		return code
@@ -76,18 +68,35 @@ func runStatus(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprintln(stderr, "pgfeldera status:", err)
 		return exitFatal
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
-	} else {
-		printStatus(stdout, st)
-	}
+	output(stdout, asJSON, st, func() { printStatus(stdout, st) })
 	if !st.Slot.Exists || (st.Slot.WalStatus != nil && *st.Slot.WalStatus == "lost") {
 		fmt.Fprintf(stderr, "pgfeldera status: slot %s is missing or lost: the next run resnapshots\n", cfg.Slot)
 		return exitFatal
 	}
 	return exitOK
+}
+
+// jsonFlag takes --json out of a subcommand's arguments.
+func jsonFlag(args []string) (asJSON bool, rest []string) {
+	for _, a := range args {
+		if a == "--json" || a == "-json" {
+			asJSON = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return asJSON, rest
+}
+
+// output writes v as indented JSON for machines, or calls print.
+func output(w io.Writer, asJSON bool, v any, print func()) {
+	if !asJSON {
+		print()
+		return
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }
 
 func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {

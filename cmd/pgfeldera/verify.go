@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,13 +17,12 @@ import (
 // when all match, 1 when one differs or cannot be read, 2 on a bad
 // configuration.
 func runVerify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	asJSON, maxDiffs := false, 5
+	asJSON, args := jsonFlag(args)
+	maxDiffs := 5
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case a == "--json" || a == "-json":
-			asJSON = true
 		case strings.HasPrefix(a, "--max-diffs=") || a == "--max-diffs":
 			v := strings.TrimPrefix(a, "--max-diffs=")
 			if a == "--max-diffs" && i+1 < len(args) {
@@ -51,21 +48,16 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprintln(stderr, "pgfeldera:", err)
 		return exitConfig
 	}
-	ccfg := cfg.connectorConfig(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	start := time.Now()
-	verdicts, err := connector.Verify(ctx, ccfg, client, maxDiffs)
+	verdicts, err := connector.Verify(ctx, cfg.connectorConfig(logger), client, maxDiffs)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera verify:", err)
 		return exitFatal
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(verdicts)
-	} else {
+	output(stdout, asJSON, verdicts, func() {
 		printVerdicts(stdout, verdicts)
 		fmt.Fprintf(stdout, "verified %d tables in %.1fs\n", len(verdicts), time.Since(start).Seconds())
-	}
+	})
 	for _, v := range verdicts {
 		if !v.Match {
 			return exitFatal
