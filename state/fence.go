@@ -3,9 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -56,40 +54,4 @@ func SaveFence(path string, f *Fence) error {
 		return fmt.Errorf("fence file %s: %w", path, err)
 	}
 	return syncDir(filepath.Dir(path))
-}
-
-// RemoveStale removes the temporary files that an interrupted Save or
-// SaveFence of stateFile left behind (renameio names them "." + the file's
-// name + digits), and returns their names. Nothing else is touched.
-func RemoveStale(stateFile string) ([]string, error) {
-	dir, base := filepath.Dir(stateFile), filepath.Base(stateFile)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", dir, err)
-	}
-	var removed []string
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !(isTemp(name, "."+base) || isTemp(name, "."+base+".fence")) {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, name)); err != nil {
-			return removed, fmt.Errorf("state dir %s: remove stale %s: %w", dir, name, err)
-		}
-		removed = append(removed, name)
-	}
-	return removed, nil
-}
-
-func isTemp(name, prefix string) bool {
-	rest, ok := strings.CutPrefix(name, prefix)
-	if !ok || rest == "" {
-		return false
-	}
-	for _, c := range rest {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }
