@@ -419,14 +419,7 @@ func (b *bench) streamRounds(rounds, rows int, load func(round int) string) (ref
 		var refCPU, pgfCPU float64
 		runRef := func() error { refD, refCPU, err = b.recvlogical(refSlot, "pub", end); return err }
 		runPGF := func() error { pgfD, pgfCPU, err = b.drainPGF(pgfSlot, end, rows); return err }
-		first, second := runRef, runPGF
-		if r%2 == 1 {
-			first, second = runPGF, runRef
-		}
-		if err := first(); err != nil {
-			return nil, nil, nil, err
-		}
-		if err := second(); err != nil {
+		if err := alternate(r, runRef, runPGF); err != nil {
 			return nil, nil, nil, err
 		}
 		ref = append(ref, float64(rows)/refD.Seconds())
@@ -438,6 +431,18 @@ func (b *bench) streamRounds(rounds, rows int, load func(round int) string) (ref
 		b.dropSlot(pgfSlot)
 	}
 	return ref, pgfRates, cpu, nil
+}
+
+// alternate runs the reference first in even rounds (0, 2, …) and
+// pgfeldera first in odd ones, so neither always gets the warmer cache.
+func alternate(round int, ref, pgf func() error) error {
+	if round%2 == 1 {
+		ref, pgf = pgf, ref
+	}
+	if err := ref(); err != nil {
+		return err
+	}
+	return pgf()
 }
 
 func (b *bench) bulk(rounds, rows int) (Result, error) {
@@ -521,14 +526,7 @@ func (b *bench) snapshot(rounds, rows int) (Result, error) {
 			b.dropSlot(slot)
 			return err
 		}
-		first, second := runRef, runPGF
-		if r%2 == 1 {
-			first, second = runPGF, runRef
-		}
-		if err := first(); err != nil {
-			return Result{}, err
-		}
-		if err := second(); err != nil {
+		if err := alternate(r, runRef, runPGF); err != nil {
 			return Result{}, err
 		}
 		fmt.Printf("    round %d: COPY %.0f rows/s, pgfeldera %.0f rows/s\n", r+1, ref[r], pgfRates[r])
