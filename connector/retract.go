@@ -101,26 +101,10 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 	// Deletes go out in batches of BATCH_MAX_ROWS while the answer streams:
 	// memory stays bounded; an ad-hoc query reads a consistent snapshot of
 	// the table, and the COUNT(*) check below catches anything left.
-	var rows []json.RawMessage
-	err := c.sink.Query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
-		rows = append(rows, append(json.RawMessage(nil), row...))
-		if len(rows) >= c.cfg.BatchMaxRows {
-			for _, x := range rows {
-				if err := r.delete(x); err != nil {
-					return err
-				}
-			}
-			rows = rows[:0]
-		}
-		return nil
-	})
+	// r.delete copies the row into its batch and flushes a full one.
+	err := c.sink.Query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), r.delete)
 	if err != nil {
 		return queryHint(err, dest.Name)
-	}
-	for _, x := range rows {
-		if err := r.delete(x); err != nil {
-			return err
-		}
 	}
 	if err := r.done("all rows"); err != nil {
 		return err
