@@ -12,7 +12,9 @@ CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent(id));
 ALTER PUBLICATION pub ADD TABLE parent, child;`, mixedFeldera+`
 CREATE TABLE parent (id INT NOT NULL PRIMARY KEY);
 CREATE TABLE child (id INT NOT NULL PRIMARY KEY, parent_id INT);`)
-	e.start(e.config("users,public.items:catalog_items,parent,child"))
+	cfg := e.config("users,public.items:catalog_items,parent,child")
+	cfg.BatchMaxRows = 100 // the 500-row retraction flushes five times while its query streams
+	e.start(cfg)
 	e.waitSlot()
 	e.exec("INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 500) g")
 	e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 50) g")
