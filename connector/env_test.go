@@ -308,3 +308,15 @@ func (e *env) requestedRows() (inserts, deletes int) {
 	}
 	return
 }
+
+// waitLog waits until the log holds substr.
+func (e *env) waitLog(substr string, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(e.logs.String(), substr) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the log never said %q within %s\n%s", substr, within, tail(e.logs.String(), 3000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

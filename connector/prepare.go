@@ -28,7 +28,8 @@ type plan struct {
 	targets       []*decode.Target
 	rels          []*decode.Rel // per target: the catalog's columns, for COPY
 	deploymentID  string
-	faultTolerant bool
+	model         feldera.FTModel // the pipeline's fault-tolerance model
+	faultTolerant bool            // model keeps completed state across a Feldera restart
 	walTimeout    time.Duration
 }
 
@@ -152,11 +153,15 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		p.targets = append(p.targets, target)
 		p.rels = append(p.rels, drel)
 	}
-	if ft := pipe.RuntimeConfig; ft != nil && ft.FaultTolerance != nil && ft.FaultTolerance.Model != "" {
-		p.faultTolerant = true
-		c.logger.Info("feldera pipeline has fault tolerance: completed state survives its restarts", "model", ft.FaultTolerance.Model)
+	model, err := pipe.FaultToleranceModel()
+	if err != nil {
+		return nil, fatal(fmt.Errorf("feldera pipeline %s: %w", pipe.Name, err))
+	}
+	p.model, p.faultTolerant = model, model.FaultTolerant()
+	if p.faultTolerant {
+		c.logger.Info("feldera pipeline has fault tolerance: completed state survives its restarts", "model", model)
 	} else {
-		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state")
+		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state, and pgfeldera resnapshots", "model", model)
 	}
 	return p, nil
 }

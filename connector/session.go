@@ -137,9 +137,12 @@ func (c *Connector) watchDeployment(ctx context.Context, p *plan) <-chan error {
 			if err != nil || pipe.DeploymentID == nil || *pipe.DeploymentID == p.deploymentID {
 				continue
 			}
-			ft := pipe.RuntimeConfig != nil && pipe.RuntimeConfig.FaultTolerance != nil && pipe.RuntimeConfig.FaultTolerance.Model != ""
+			model, err := pipe.FaultToleranceModel()
 			switch {
-			case ft:
+			case err != nil:
+				lost <- fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
+				return
+			case model.FaultTolerant():
 				c.logger.Warn("feldera pipeline was redeployed; it has fault tolerance, so completed state survived", "deployment_id", *pipe.DeploymentID)
 				p.deploymentID = *pipe.DeploymentID
 				continue

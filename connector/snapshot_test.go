@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -228,19 +229,45 @@ func TestSnapshot_BadStateFileIsFatal(t *testing.T) {
 	}
 }
 
+// A Feldera redeploy under a running connector, for every form of
+// runtime_config.fault_tolerance Feldera accepts. Without fault tolerance
+// (absent, null, {"model": "none"}) the double empties its tables, as
+// Feldera does, and only a resnapshot makes it exact again; {"model":
+// "none"} was once read as fault tolerant and never resnapshotted. With
+// it ({} and the legacy strings mean exactly_once) completed state
+// survives and the connector streams on.
 func TestSnapshot_FelderaRestartWhileStreaming(t *testing.T) {
-	e := newEnv(t, mixedPG, mixedFeldera)
-	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
-	e.start(e.snapshotConfig("users,public.items:catalog_items"))
-	e.waitSlot()
-	e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(3000, 3100) g")
-	e.waitConfirmed(e.currentLSN(), 30*time.Second)
-	e.assertEqual("users", "users")
-	e.fel.Restart() // a new incarnation: everything acknowledged so far is gone
-	e.exec("INSERT INTO users VALUES (5000, 'after restart', 0)")
-	e.eventuallyEqual("users", "users", 60*time.Second)
-	if !strings.Contains(e.logs.String(), "redeployed") {
-		t.Fatal("the restart was not reported")
+	for _, c := range []struct{ name, ft string }{
+		{"absent", ""},
+		{"null", "null"},
+		{"model_none", `{"model": "none", "checkpoint_interval_secs": 60}`},
+		{"empty_object", "{}"},
+		{"legacy_string", `"latest_checkpoint"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(cfg *felderatest.Config) { cfg.FaultTolerance = c.ft })
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
+			e.start(e.snapshotConfig("users,public.items:catalog_items"))
+			e.waitSlot()
+			e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(3000, 3100) g")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("users", "users")
+			ft := c.ft == "{}" || c.ft == `"latest_checkpoint"`
+			e.fel.Restart() // a new deployment: without fault tolerance everything acknowledged so far is gone
+			if got := len(e.fel.Rows("users")); !ft && got != 0 || ft && got != 2101 {
+				t.Fatalf("after the redeploy the double holds %d rows", got)
+			}
+			e.exec("INSERT INTO users VALUES (5000, 'after restart', 0)")
+			e.waitLog("redeployed", 30*time.Second)
+			e.eventuallyEqual("users", "users", 60*time.Second)
+			if want := map[bool]string{true: "has fault tolerance", false: "has no fault tolerance"}[ft]; !strings.Contains(e.logs.String(), want) {
+				t.Fatalf("the log does not say the pipeline %s\n%s", want, tail(e.logs.String(), 2000))
+			}
+			resnapshot := strings.Contains(e.logs.String(), "resnapshot")
+			if resnapshot == ft {
+				t.Fatalf("fault tolerant %v, resnapshotted %v\n%s", ft, resnapshot, tail(e.logs.String(), 3000))
+			}
+		})
 	}
 }
 

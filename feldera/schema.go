@@ -28,11 +28,9 @@ type Pipeline struct {
 // RuntimeConf is the part of the pipeline's runtime configuration that says
 // which delivery guarantee survives a Feldera restart.
 type RuntimeConf struct {
-	// FaultTolerance is null (none) or an object with a model such as
-	// "at_least_once" or "exactly_once" (Enterprise).
-	FaultTolerance *struct {
-		Model string `json:"model"`
-	} `json:"fault_tolerance,omitempty"`
+	// FaultTolerance is read the way Feldera reads it: see
+	// FaultTolerance.Model. Nil when the field is absent (none).
+	FaultTolerance *FaultTolerance `json:"fault_tolerance,omitempty"`
 }
 
 // ProgramInfo holds the compiled program's schema; nil until compiled.

@@ -59,8 +59,15 @@ type Config struct {
 	// (a benchmark's arrival clock). It must not keep body.
 	OnIngress func(table string, body []byte, arrived time.Time)
 	// FaultTolerant keeps completed state across Restart, like a pipeline
-	// with Enterprise fault tolerance.
+	// with Enterprise fault tolerance, and reports
+	// {"model": "at_least_once"}.
 	FaultTolerant bool
+	// FaultTolerance, when set, is reported verbatim as
+	// runtime_config.fault_tolerance (any form Feldera accepts: `{}`,
+	// `{"model": "none"}`, `"latest_checkpoint"`, `null`, …), and Restart
+	// keeps completed state exactly when Feldera would read it as fault
+	// tolerant. It overrides FaultTolerant.
+	FaultTolerance string
 }
 
 // Request is one ingress request as the double saw it.
@@ -163,6 +170,9 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 	}
 	if cfg.IngressTimeout == 0 {
 		cfg.IngressTimeout = 30 * time.Second
+	}
+	if cfg.FaultTolerance != "" && !json.Valid([]byte(cfg.FaultTolerance)) {
+		return nil, fmt.Errorf("felderatest: FaultTolerance %q is not JSON", cfg.FaultTolerance)
 	}
 	s := &Server{cfg: cfg, tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}}
 	for _, rel := range cfg.Tables {
@@ -274,11 +284,36 @@ func (s *Server) Restart() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.newIncarnation()
-	if !s.cfg.FaultTolerant {
+	if !s.faultTolerant() {
 		for _, t := range s.tables {
 			t.clear()
 		}
 	}
+}
+
+// faultTolerant reports whether completed state survives Restart.
+func (s *Server) faultTolerant() bool {
+	if s.cfg.FaultTolerance == "" {
+		return s.cfg.FaultTolerant
+	}
+	// Read independently of the client's parser, so that a bug there
+	// cannot hide in the double: Feldera's FtConfig rules.
+	var v any
+	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) != nil {
+		return false
+	}
+	switch x := v.(type) {
+	case string:
+		return x == "initial_state" || x == "latest_checkpoint"
+	case map[string]any:
+		m, ok := x["model"]
+		if !ok {
+			return true
+		}
+		name, _ := m.(string)
+		return name == "at_least_once" || name == "exactly_once"
+	}
+	return false
 }
 
 // DeploymentID returns the current deployment id.
@@ -551,7 +586,10 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
 			"outputs": []any{map[string]any{"name": "error_view", "case_sensitive": false, "fields": []any{}, "materialized": false, "primary_key": nil}},
 		}}
 		var ft any
-		if s.cfg.FaultTolerant {
+		switch {
+		case s.cfg.FaultTolerance != "":
+			ft = json.RawMessage(s.cfg.FaultTolerance)
+		case s.cfg.FaultTolerant:
 			ft = map[string]any{"model": "at_least_once", "checkpoint_interval_secs": 60}
 		}
 		doc["runtime_config"] = map[string]any{"workers": 8, "fault_tolerance": ft}
