@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // Sink is what the connector needs from Feldera. *feldera.Client satisfies it.
@@ -51,6 +52,7 @@ const (
 	DefaultNoProgressTimeout = 5 * time.Minute
 	completionLogAfter       = 5 * time.Second
 	DefaultIngressFence      = 35 * time.Second
+	DefaultStopTimeout       = 20 * time.Second
 )
 
 // Config configures a Connector.
@@ -74,6 +76,13 @@ type Config struct {
 	// copy of old rows cannot overwrite newer ones. Default 35 s.
 	IngressFence time.Duration
 
+	// StopTimeout bounds a graceful stop: after Run's context ends, the
+	// in-flight work has this long to complete and be acknowledged; then
+	// it is abandoned (nothing unfinished is acknowledged; the slot
+	// replays it) and Run returns nil. Default 20 s, under Kubernetes'
+	// 30 s grace period.
+	StopTimeout time.Duration
+
 	// Observer sees batches, Feldera errors and session ends (metrics); nil
 	// means none.
 	Observer Observer
@@ -94,12 +103,18 @@ type Connector struct {
 	// acked is the flush position last sent to Postgres. Owned by the
 	// session goroutine; read by the supervisor between sessions.
 	acked pglogrepl.LSN
+	// ackMoves counts acknowledgements that moved the position forward:
+	// progress, which resets the reconnect backoff (a session that starts
+	// from the slot's position is not progress).
+	ackMoves int
 	// healthy is the last time the ack moved or a session had nothing
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil  atomic.Int64    // unix nanos: send nothing before (see Config.IngressFence)
-	stopping    <-chan struct{} // Run's context: closed on a graceful stop
+	fenceUntil  atomic.Int64     // unix nanos: send nothing before (see Config.IngressFence)
+	fenceFile   *state.FenceFile // per-request marks for the next process; nil without a state file
+	stopping    <-chan struct{}  // Run's context: closed on a graceful stop
+	hardStop    context.Context  // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats  []*TableStats
 	health      health
 	observer    Observer
@@ -131,6 +146,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.IngressFence <= 0 {
 		cfg.IngressFence = DefaultIngressFence
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = DefaultStopTimeout
 	}
 	if cfg.BackoffInitial <= 0 {
 		cfg.BackoffInitial = time.Second
@@ -199,6 +217,17 @@ func (c *Connector) Run(ctx context.Context) error {
 	bo.MaxElapsedTime = 0
 	bo.Reset()
 	c.stopping = ctx.Done()
+	hardStop, abandon := context.WithCancel(context.Background())
+	defer abandon()
+	c.hardStop = hardStop
+	stopAfter := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.cfg.StopTimeout, func() {
+			c.logger.Warn("session: STOP_TIMEOUT reached: abandoning unfinished work; the slot replays it", "stop_timeout", c.cfg.StopTimeout)
+			abandon()
+		})
+		context.AfterFunc(hardStop, func() { t.Stop() })
+	})
+	defer stopAfter()
 	if err := c.openFence(); err != nil {
 		return &FatalError{Err: err}
 	}
@@ -209,7 +238,7 @@ func (c *Connector) Run(ctx context.Context) error {
 	}
 	c.healthy = time.Now()
 	for {
-		before := c.acked
+		before := c.ackMoves
 		err := session(ctx)
 		if ctx.Err() != nil {
 			// A graceful stop: what was not acknowledged replays from the slot.
@@ -219,7 +248,7 @@ func (c *Connector) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		if c.acked != before {
+		if c.ackMoves != before {
 			bo.Reset() // only progress resets the backoff, not a reconnect
 		}
 		lastProgress := c.healthy

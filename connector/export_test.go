@@ -20,6 +20,7 @@ func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn ui
 		return fake(ctx, func(lsn uint64) {
 			if pglogrepl.LSN(lsn) > c.acked {
 				c.acked = pglogrepl.LSN(lsn)
+				c.ackMoves++
 				c.healthy = time.Now()
 			}
 		})

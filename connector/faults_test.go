@@ -231,32 +231,93 @@ func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
 	}
 }
 
-func TestFence_AfterUncleanExitWaitsInFull(t *testing.T) {
-	e := newEnv(t, mixedPG, mixedFeldera)
-	cfg := e.config("users")
-	cfg.IngressFence = 3 * time.Second
-	cfg.BatchLinger = 0
-	if err := state.SaveFence(state.FencePath(cfg.StateFile), &state.Fence{Running: true, PID: 12345}); err != nil {
-		t.Fatal(err)
+// A process that died leaves its fence file marked running. The next one
+// waits only when an ingress request was outstanding, and then until that
+// request's last byte plus the fence (from its own start when the last
+// byte was never recorded); with nothing outstanding it sends at once.
+func TestFence_AfterUncleanExit(t *testing.T) {
+	const fence = 3 * time.Second
+	wrote := time.Now().Add(-time.Second)
+	for _, c := range []struct {
+		name        string
+		outstanding *state.Outstanding
+		log         string
+	}{
+		{"nothing_outstanding", nil, "it had no ingress request outstanding"},
+		{"outstanding_written", &state.Outstanding{Table: "users", Rows: 5, Since: wrote.Add(-time.Second), Wrote: wrote}, "had an ingress request outstanding"},
+		{"outstanding_unwritten", &state.Outstanding{Table: "users", Rows: 5, Since: wrote}, "had an ingress request outstanding"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			cfg := e.config("users")
+			cfg.IngressFence = fence
+			cfg.BatchLinger = 0
+			if err := state.SaveFence(state.FencePath(cfg.StateFile), &state.Fence{Running: true, PID: 12345, Outstanding: c.outstanding}); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			r := e.start(cfg)
+			e.waitSlot()
+			e.execOwn("INSERT INTO users SELECT g, 'x', 0 FROM generate_series(1, 5) g")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			reqs := e.fel.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("no ingress request")
+			}
+			first := reqs[0].Time
+			switch {
+			case c.outstanding == nil && !first.Before(start.Add(fence)):
+				t.Fatalf("nothing was outstanding, yet the first ingress came %s after start (the fence is %s)", first.Sub(start), fence)
+			case c.outstanding != nil && !c.outstanding.Wrote.IsZero() && first.Before(wrote.Add(fence)):
+				t.Fatalf("first ingress %s after the dead process's last byte, want ≥ %s", first.Sub(wrote), fence)
+			case c.outstanding != nil && c.outstanding.Wrote.IsZero() && first.Before(start.Add(fence)):
+				t.Fatalf("last byte unknown: first ingress %s after start, want ≥ %s", first.Sub(start), fence)
+			}
+			if !strings.Contains(e.logs.String(), c.log) || !strings.Contains(e.logs.String(), "12345") {
+				t.Fatalf("the start was not explained in the log (want %q)\n%s", c.log, tail(e.logs.String(), 2000))
+			}
+			f, _ := state.LoadFence(state.FencePath(cfg.StateFile))
+			if f == nil || !f.Running || f.PID != os.Getpid() || f.Outstanding != nil {
+				t.Fatalf("while running and idle, the fence file should name this process with nothing outstanding: %+v", f)
+			}
+			r.stop(t)
+			if f, _ := state.LoadFence(state.FencePath(cfg.StateFile)); f == nil || f.Running {
+				t.Fatalf("after a stop the fence file should not be marked running: %+v", f)
+			}
+		})
 	}
-	start := time.Now()
-	r := e.start(cfg)
-	e.waitSlot()
-	e.execOwn("INSERT INTO users SELECT g, 'x', 0 FROM generate_series(1, 5) g")
-	e.waitConfirmed(e.currentLSN(), 30*time.Second)
-	reqs := e.fel.Requests()
-	if len(reqs) == 0 || reqs[0].Time.Sub(start) < 3*time.Second {
-		t.Fatalf("first ingress %v after start, want ≥ 3s (requests %d)", reqs[0].Time.Sub(start), len(reqs))
-	}
-	if !strings.Contains(e.logs.String(), "did not stop cleanly") || !strings.Contains(e.logs.String(), "12345") {
-		t.Fatal("the wait was not explained in the log")
-	}
-	f, _ := state.LoadFence(state.FencePath(cfg.StateFile))
-	if f == nil || !f.Running || f.PID != os.Getpid() {
-		t.Fatalf("while running, the fence file should name this process: %+v", f)
-	}
-	r.stop(t)
-	if f, _ := state.LoadFence(state.FencePath(cfg.StateFile)); f == nil || f.Running {
-		t.Fatalf("after a stop the fence file should not be marked running: %+v", f)
+}
+
+// An answer that proves Feldera refused an ingress request before reading
+// it (503 RestoreInProgress right after a Feldera restart) sets off no
+// fence: the retry goes out at once and nothing is left marked. A 503 that
+// may follow partial ingestion (the manager's timeout) fences.
+func TestFence_OnlyAnswersThatMayLandLate(t *testing.T) {
+	for _, c := range []struct {
+		code  string
+		fence bool
+	}{{"RestoreInProgress", false}, {"BootstrapInProgress", false}, {"PipelineInteractionUnreachable", true}} {
+		t.Run(c.code, func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			cfg := e.config("users")
+			cfg.IngressFence = 4 * time.Second
+			cfg.BatchLinger = 0
+			conn := e.newConnector(cfg, e.client)
+			e.run(conn)
+			e.waitSlot()
+			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 503, Code: c.code, Count: 1})
+			e.execOwn("INSERT INTO users SELECT g, 'x', 0 FROM generate_series(1, 5) g")
+			e.waitLog(c.code, 10*time.Second)
+			fenced := conn.IngressFenced() > 0
+			if f, err := state.LoadFence(state.FencePath(cfg.StateFile)); err != nil || (f.Outstanding != nil) != c.fence {
+				t.Fatalf("fence file after the answer: %+v, %v", f, err)
+			}
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("users", "users")
+			waited := strings.Contains(e.logs.String(), "may still be applied")
+			if fenced != c.fence || waited != c.fence {
+				t.Fatalf("503 %s: fenced %v, waited %v; want %v\n%s", c.code, fenced, waited, c.fence, tail(e.logs.String(), 2000))
+			}
+		})
 	}
 }

@@ -135,6 +135,14 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(rel.PrimaryKey) == 0 && ident != 'f' {
+			// A keyless Feldera table is a multiset: an UPDATE must delete
+			// the old row by its whole value, which only REPLICA IDENTITY
+			// FULL sends. Without it the new row is inserted and the old
+			// one stays: a duplicate per update.
+			return nil, fatal(fmt.Errorf("feldera table %s has no PRIMARY KEY, so an update must retract the old row by its whole value, but its source table %s has REPLICA IDENTITY %s, which does not send the old row: every UPDATE would leave a duplicate (ALTER TABLE %s REPLICA IDENTITY FULL, or declare a PRIMARY KEY in Feldera)",
+				rel.Name, t.Schema+"."+t.Name, map[byte]string{'n': "NOTHING", 'd': "DEFAULT", 'i': "USING INDEX"}[ident], t.Source()))
+		}
 		if len(rel.PrimaryKey) > 0 && (ident == 'n' || ident == 'd' && !anyKey(cols)) {
 			return nil, fatal(fmt.Errorf("table %s has REPLICA IDENTITY %s and no usable key, but Feldera table %s has a PRIMARY KEY: deletes and key changes could not be retracted (add a primary key or set REPLICA IDENTITY FULL)",
 				t.Schema+"."+t.Name, map[byte]string{'n': "NOTHING", 'd': "DEFAULT"}[ident], rel.Name))

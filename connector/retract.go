@@ -102,7 +102,7 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 	// memory stays bounded; an ad-hoc query reads a consistent snapshot of
 	// the table, and the COUNT(*) check below catches anything left.
 	// r.delete copies the row into its batch and flushes a full one.
-	err := c.sink.Query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), r.delete)
+	err := c.query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), r.delete)
 	if err != nil {
 		return queryHint(err, dest.Name)
 	}
@@ -168,7 +168,7 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		}
 		return nil
 	}
-	err := c.sink.Query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
+	err := c.query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(row, &m); err != nil {
 			return fmt.Errorf("feldera query row %s: %w", row, err)
@@ -238,7 +238,7 @@ func (c *Connector) verifyCount(ctx context.Context, t *decode.Target, want int6
 		return nil
 	}
 	var got int64 = -1
-	err := c.sink.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
+	err := c.query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
 		var m map[string]json.Number
 		if err := json.Unmarshal(row, &m); err != nil {
 			return err

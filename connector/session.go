@@ -36,7 +36,7 @@ type stream struct {
 	seq      int
 	results  chan error
 
-	flushCtx context.Context // outlives a graceful stop, not the session
+	flushCtx context.Context // outlives a graceful stop up to STOP_TIMEOUT, not the session
 	abort    context.CancelFunc
 	wakeCtx  context.Context // canceled when the in-flight flush ends
 	wake     context.CancelFunc
@@ -79,6 +79,21 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.startup(ctx, p, conn); err != nil {
 		return err
 	}
+	// Positions come from the server, never from an earlier session's
+	// memory: after a failover or a slot recreated by a snapshot, the
+	// slot may be behind what this process last acknowledged, and a
+	// status update must not claim more than the slot holds.
+	confirmed, err := slotConfirmed(ctx, conn, c.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if confirmed != c.acked {
+		if c.acked != 0 {
+			c.logger.Info("session: the slot's confirmed_flush_lsn differs from this process's last acknowledgement; starting from the slot's", "confirmed_flush_lsn", confirmed, "last_acked", c.acked)
+		}
+		c.acked = confirmed
+		c.stats.Acked.Store(uint64(confirmed))
+	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
 		"publication_names " + quoteLiteral(quoteIdent(c.cfg.Publication)),
@@ -96,7 +111,7 @@ func (c *Connector) session(ctx context.Context) error {
 		spare:    newBatch(len(p.targets)),
 		results:  make(chan error, 1),
 	}
-	s.flushCtx, s.abort = context.WithCancel(context.WithoutCancel(ctx))
+	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
 	s.wakeCtx, s.wake = ctx, func() {}
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -175,6 +190,26 @@ func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	c.logger.Info("session: created replication slot (stream only, no snapshot)")
 	return nil
+}
+
+// slotConfirmed reads the slot's confirmed_flush_lsn (0 when it has none).
+func slotConfirmed(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
+	res, err := conn.Exec(ctx, "SELECT coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(slot)).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return 0, fmt.Errorf("slot %s does not exist after startup", slot)
+	}
+	txt := string(res[0].Rows[0][0])
+	if txt == "" {
+		return 0, nil
+	}
+	lsn, err := pglogrepl.ParseLSN(txt)
+	if err != nil {
+		return 0, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", slot, txt, err)
+	}
+	return lsn, nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -402,6 +437,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 func (s *stream) advance(lsn pglogrepl.LSN) {
 	if lsn > s.c.acked {
 		s.c.acked = lsn
+		s.c.ackMoves++
 		s.c.healthy = time.Now()
 		s.c.stats.Acked.Store(uint64(lsn))
 	}
@@ -537,14 +573,8 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 			continue
 		}
 		table := targets[route].Dest.CanonicalName()
-		sentAt := time.Now()
-		tok, err := c.sink.Ingress(ctx, table, buf)
+		tok, err := c.ingress(ctx, table, buf, b.rows[route])
 		if err != nil {
-			if feldera.IsOutcomeUnknown(err) {
-				// Feldera may still queue this request later, after anything
-				// newer: fence before sending again.
-				c.extendFence(sentAt.Add(c.cfg.IngressFence))
-			}
 			c.observer.FelderaError(feldera.ErrorCode(err))
 			return fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
 		}
@@ -633,10 +663,19 @@ func (s *stream) shutdown() error {
 	return s.c.confirm(s.c.acked)
 }
 
+// stopContext is what outlives a graceful stop, up to STOP_TIMEOUT: the
+// hard-stop context of Run, or (outside Run) ctx without its cancellation.
+func (c *Connector) stopContext(ctx context.Context) context.Context {
+	if c.hardStop != nil {
+		return c.hardStop
+	}
+	return context.WithoutCancel(ctx)
+}
+
 // confirm waits up to 5 s for confirmed_flush_lsn to reach lsn: the
 // protocol does not acknowledge a status update.
 func (c *Connector) confirm(lsn pglogrepl.LSN) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(c.stopContext(context.Background()), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.cfg.DSN)
 	if err == nil {

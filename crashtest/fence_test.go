@@ -22,7 +22,7 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
 			w := newWorld(t, nil)
-			p := w.start("FELDERA_INGRESS_FENCE=6s")
+			p := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s")
 			seeded(w, p, false)
 			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			w.exec("INSERT INTO users SELECT g, 'old', g FROM generate_series(1, 10) g")
@@ -33,7 +33,7 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 				os.Remove(filepath.Join(w.dir, "state.json.fence"))
 			}
 			w.exec("UPDATE users SET name = 'new' WHERE id <= 10")
-			p2 := w.start("FELDERA_INGRESS_FENCE=6s")
+			p2 := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s")
 			if !keep {
 				// Nothing holds the new process back: once it has sent
 				// everything, the dead process's request lands on top.
@@ -56,6 +56,60 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 			}
 			if !strings.Contains(w.log(), "did not stop cleanly") {
 				t.Fatalf("the restart did not say why it waited\n%s", w.log())
+			}
+			p2.stop(t)
+		})
+	}
+}
+
+// A restart that replays a TRUNCATE reads Feldera's rows to retract them.
+// If a request of the dead process can still land, that read must wait
+// for the fence too: otherwise it sees the table empty, the TRUNCATE is
+// acknowledged, and the late request resurrects truncated rows. Here the
+// dead process flushed the first part of a transaction that ends in a
+// TRUNCATE (BATCH_MAX_ROWS=5); the restart (a larger batch) discards those
+// rows with the TRUNCATE, so its first call to Feldera is the read. With
+// the fence file kept, the late request lands during the fence and is
+// retracted: Feldera ends empty. Without it, the oracle sees the rows.
+func TestKill_TruncateReplayWaitsForLateIngress(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
+			w := newWorld(t, nil)
+			fence := []string{"FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s"}
+			p := w.start(append(fence, "BATCH_MAX_ROWS=5")...)
+			seeded(w, p, false)
+			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
+			w.exec("BEGIN; INSERT INTO users SELECT g, 'doomed', g FROM generate_series(1, 10) g; TRUNCATE users; COMMIT")
+			w.waitHeld(1, 10*time.Second)
+			p.kill()
+			if !keep {
+				os.Remove(filepath.Join(w.dir, "state.json.fence"))
+			}
+			p2 := w.start(append(fence, "BATCH_MAX_ROWS=100")...)
+			if !keep {
+				if !w.acked(p2, 30*time.Second) {
+					t.Fatalf("not caught up\n%s", w.log())
+				}
+				w.fel.ClearFaults() // the dead process's rows land after the retraction
+				w.waitLateApplied(1, 10*time.Second)
+				if n := len(w.fel.Rows("users")); n == 0 {
+					t.Fatal("without the fence file the late request should resurrect truncated rows; Feldera is empty")
+				}
+				t.Log("fence file removed: truncated rows resurrected")
+				p2.stop(t)
+				return
+			}
+			time.Sleep(2 * time.Second)
+			w.fel.ClearFaults() // inside the fence: the late rows land before the retraction reads
+			w.waitLateApplied(1, 10*time.Second)
+			if msg := w.caughtUp(p2, 30*time.Second); msg != "" {
+				t.Fatal(msg)
+			}
+			if n := len(w.fel.Rows("users")); n != 0 {
+				t.Fatalf("Feldera holds %d truncated rows\n%s", n, w.log())
+			}
+			if !strings.Contains(w.log(), "retracting every row") {
+				t.Fatalf("the TRUNCATE was not replayed\n%s", w.log())
 			}
 			p2.stop(t)
 		})

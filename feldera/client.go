@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultRequestTimeout = 60 * time.Second
+	DefaultRequestTimeout = 30 * time.Second
 	DefaultRetryMax       = 4
 	DefaultRetryWaitMin   = 200 * time.Millisecond
 	DefaultRetryWaitMax   = 5 * time.Second
@@ -229,7 +230,7 @@ func (c *Client) Pipeline(ctx context.Context) (*Pipeline, error) {
 // fatal and redeliver, never as "nothing happened".
 func (c *Client) Ingress(ctx context.Context, table string, body []byte) (string, error) {
 	op := "POST ingress/" + table
-	resp, err := c.send(ctx, c.once, http.MethodPost, "/ingress/"+URLName(table), IngressQuery, body)
+	resp, err := c.send(traceWrote(ctx), c.once, http.MethodPost, "/ingress/"+URLName(table), IngressQuery, body)
 	if err != nil {
 		return "", err
 	}
@@ -244,6 +245,27 @@ func (c *Client) Ingress(ctx context.Context, table string, body []byte) (string
 		return "", &APIError{Op: op, StatusCode: resp.StatusCode, Message: "response has no completion token"}
 	}
 	return tr.Token, nil
+}
+
+type wroteKey struct{}
+
+// WithBodyWritten returns a context whose ingress request calls fn once
+// its last byte (headers and body) was written to the connection. An
+// ingress fence counts from then: a large body can take long to upload.
+func WithBodyWritten(ctx context.Context, fn func(at time.Time)) context.Context {
+	return context.WithValue(ctx, wroteKey{}, fn)
+}
+
+func traceWrote(ctx context.Context) context.Context {
+	fn, _ := ctx.Value(wroteKey{}).(func(time.Time))
+	if fn == nil {
+		return ctx
+	}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			fn(time.Now())
+		}
+	}})
 }
 
 // Completion reports whether the records covered by token are processed

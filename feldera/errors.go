@@ -68,11 +68,39 @@ func IsTransient(err error) bool {
 	return ae.Err != nil || transientStatus(ae.StatusCode)
 }
 
+// Codes of answers Feldera gives before it reads any of an ingress
+// request's body (DURABILITY.md §3; API.md §0): the request can never be
+// applied later.
+var refusedUnread = map[string]bool{
+	"RestoreInProgress":              true, // replaying the journal: a new endpoint is refused
+	"BootstrapInProgress":            true, // bootstrapping: a new endpoint is refused
+	"Initializing":                   true, // no controller yet
+	"AwaitingApproval":               true,
+	"Suspended":                      true,
+	"PipelineInteractionNotDeployed": true, // the manager did not forward it
+	"ApiConnectionLimit":             true, // 429: no endpoint was given to it
+}
+
+// IsRefusedUnread reports whether Feldera refused a request before reading
+// it: a 503 or 429 whose error code says so. Such a request needs no fence.
+func IsRefusedUnread(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Err != nil {
+		return false
+	}
+	code := ae.Code
+	if i := strings.LastIndexByte(code, '.'); i >= 0 {
+		code = code[i+1:]
+	}
+	return refusedUnread[code]
+}
+
 // IsOutcomeUnknown reports whether a failed request may still be applied by
 // the server: no answer at all, or a gateway/timeout status (408, 502, 503,
 // 504; Feldera's manager answers 503 after 30 s while the pipeline may
-// still queue the body).
-func IsOutcomeUnknown(err error) bool { return IsTransient(err) }
+// still queue the body), unless the answer's code says the request was
+// refused before anything was read (IsRefusedUnread).
+func IsOutcomeUnknown(err error) bool { return IsTransient(err) && !IsRefusedUnread(err) }
 
 // IsPipelineRestarted reports whether Feldera says the pipeline restarted
 // since the token was issued: its state since then is lost.

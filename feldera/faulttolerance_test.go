@@ -2,6 +2,7 @@ package feldera_test
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -58,6 +59,34 @@ func TestFaultTolerance_Model(t *testing.T) {
 		}
 		if ival != c.interval {
 			t.Errorf("%s: checkpoint interval %d, want %d", c.doc, ival, c.interval)
+		}
+	}
+}
+
+// Which failed ingress answers may still be applied later (and so need a
+// fence): a refusal before reading proves nothing was queued.
+func TestIsOutcomeUnknown(t *testing.T) {
+	cases := []struct {
+		err     error
+		unknown bool
+	}{
+		{&feldera.APIError{Op: "POST ingress/t", Err: errors.New("connection reset")}, true},
+		{&feldera.APIError{StatusCode: 503, Code: "PipelineInteractionUnreachable"}, true},
+		{&feldera.APIError{StatusCode: 503, Code: "PipelineUnavailable"}, true},
+		{&feldera.APIError{StatusCode: 504}, true},
+		{&feldera.APIError{StatusCode: 502, Code: ""}, true},
+		{&feldera.APIError{StatusCode: 503, Code: "RestoreInProgress"}, false},
+		{&feldera.APIError{StatusCode: 503, Code: "BootstrapInProgress"}, false},
+		{&feldera.APIError{StatusCode: 503, Code: "Initializing"}, false},
+		{&feldera.APIError{StatusCode: 503, Code: "PipelineInteractionNotDeployed"}, false},
+		{&feldera.APIError{StatusCode: 429, Code: "ApiConnectionLimit"}, false},
+		{&feldera.APIError{StatusCode: 400, Code: "ParseErrors"}, false},
+		{&feldera.APIError{StatusCode: 410, Code: "Terminating"}, false},
+		{errors.New("not an API error"), false},
+	}
+	for _, c := range cases {
+		if got := feldera.IsOutcomeUnknown(c.err); got != c.unknown {
+			t.Errorf("IsOutcomeUnknown(%v) = %v, want %v", c.err, got, c.unknown)
 		}
 	}
 }

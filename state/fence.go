@@ -1,9 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/google/renameio/v2"
@@ -13,18 +16,51 @@ import (
 // file (FencePath). An ingress request that got no clear answer may still
 // be applied by Feldera up to its ingress timeout later, after anything
 // newer; the connector sends nothing before Until. Running is set while a
-// process runs and cleared when it returns: a record still marked running
-// belongs to a process that died (SIGKILL, OOM, a crash point), which may
-// have had such a request outstanding, so the next one fences in full.
+// process runs and cleared when it returns. Outstanding is set while an
+// ingress request is unanswered (or got an answer that does not prove
+// Feldera is done with it): a record still marked running with a request
+// outstanding belongs to a process that died with a request Feldera may
+// still apply, so the next one waits until Outstanding.Written plus the
+// fence. A record marked running with nothing outstanding needs no wait.
 type Fence struct {
-	Version int       `json:"version"`
-	Running bool      `json:"running"`
-	PID     int       `json:"pid,omitempty"`
-	Until   time.Time `json:"until,omitempty"`
+	Version     int          `json:"version"`
+	Running     bool         `json:"running"`
+	PID         int          `json:"pid,omitempty"`
+	Until       time.Time    `json:"until,omitempty"`
+	Outstanding *Outstanding `json:"outstanding,omitempty"`
+}
+
+// Outstanding is an ingress request without a conclusive answer.
+type Outstanding struct {
+	Table string    `json:"table"`
+	Since time.Time `json:"since"`           // the request started
+	Wrote time.Time `json:"wrote,omitzero"`  // its last body byte was written; zero: not (yet) known
+	Rows  int       `json:"rows,omitempty"`  // for the log
+	Cause string    `json:"cause,omitempty"` // why it is still outstanding after an answer
 }
 
 // FencePath is the fence file that goes with a state file.
 func FencePath(stateFile string) string { return stateFile + ".fence" }
+
+// fenceRecordSize is the fixed size of a fence record: every in-place
+// write covers the whole file, padded with spaces, so no shorter record
+// leaves the tail of a longer one behind.
+const fenceRecordSize = 1024
+
+func (f *Fence) encode() ([]byte, error) {
+	f.Version = Version
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) >= fenceRecordSize {
+		return nil, fmt.Errorf("fence record of %d bytes does not fit in %d", len(b), fenceRecordSize)
+	}
+	rec := bytes.Repeat([]byte{' '}, fenceRecordSize)
+	copy(rec, b)
+	rec[fenceRecordSize-1] = '\n'
+	return rec, nil
+}
 
 // LoadFence reads a fence file: ErrNotExist when there is none, an error
 // naming the file when it cannot be used.
@@ -45,13 +81,114 @@ func LoadFence(path string) (*Fence, error) {
 
 // SaveFence writes a fence file atomically and durably.
 func SaveFence(path string, f *Fence) error {
-	f.Version = Version
-	b, err := json.Marshal(f)
+	b, err := f.encode()
 	if err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(path, append(b, '\n'), 0o600, renameio.WithTempDir(filepath.Dir(path))); err != nil {
+	if err := renameio.WriteFile(path, b, 0o600, renameio.WithTempDir(filepath.Dir(path))); err != nil {
 		return fmt.Errorf("fence file %s: %w", path, err)
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// FenceFile is the fence file of a running process. Open and Close write
+// it durably (rename, fsync); the per-request marks in between are
+// rewritten in place without fsync. Safe for concurrent use.
+//
+// Why no fsync for the marks: they only need to survive the death of this
+// process (SIGKILL, OOM, a crash point), and a process death leaves the
+// kernel's page cache, which holds the write, intact: the next process on
+// this machine reads it. Losing the page cache takes a machine crash or
+// reboot, or moving the volume to another machine (a detach unmounts, and
+// an unmount writes the cache out); a reboot lasts longer than the fence
+// (FELDERA_INGRESS_FENCE, 35 s by default: Feldera's manager forwards an
+// ingress request for at most 30 s), so any request of the dead process can
+// no longer land when the next one starts. An fsync per request would cost
+// milliseconds on every POST to cover a case that cannot occur.
+type FenceFile struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+	rec  Fence
+}
+
+// OpenFence records durably that this process runs, then keeps the file
+// open for the per-request marks.
+func OpenFence(path string, until time.Time) (*FenceFile, error) {
+	ff := &FenceFile{path: path, rec: Fence{Running: true, PID: os.Getpid(), Until: until}}
+	if err := SaveFence(path, &ff.rec); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fence file %s: %w", path, err)
+	}
+	ff.f = f
+	return ff, nil
+}
+
+func (ff *FenceFile) write() error {
+	b, err := ff.rec.encode()
+	if err != nil {
+		return err
+	}
+	if _, err := ff.f.WriteAt(b, 0); err != nil {
+		return fmt.Errorf("fence file %s: %w", ff.path, err)
+	}
+	return nil
+}
+
+// Outstanding marks a request as sent and not yet answered. It must be
+// written before the first byte of the request leaves.
+func (ff *FenceFile) Outstanding(table string, rows int, since time.Time) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.rec.Outstanding = &Outstanding{Table: table, Rows: rows, Since: since}
+	return ff.write()
+}
+
+// Wrote records when the outstanding request's last byte was written: the
+// fence counts from it.
+func (ff *FenceFile) Wrote(at time.Time) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if ff.rec.Outstanding == nil {
+		return nil
+	}
+	ff.rec.Outstanding.Wrote = at
+	return ff.write()
+}
+
+// Answered clears the mark: the request got an answer that proves Feldera
+// will not apply it later (a token, a refusal, an error that stopped it
+// before it was read).
+func (ff *FenceFile) Answered() error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if ff.rec.Outstanding == nil {
+		return nil
+	}
+	ff.rec.Outstanding = nil
+	return ff.write()
+}
+
+// Unclear keeps the mark after an answer that does not settle the request
+// (a timeout, a dropped connection, a gateway 503) and says why.
+func (ff *FenceFile) Unclear(cause string) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if ff.rec.Outstanding == nil {
+		return nil
+	}
+	ff.rec.Outstanding.Cause = cause
+	return ff.write()
+}
+
+// Close records durably that this process stopped, with the fence
+// deadline (zero: none) the next process must honour.
+func (ff *FenceFile) Close(until time.Time) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.f.Close()
+	return SaveFence(ff.path, &Fence{Until: until})
 }

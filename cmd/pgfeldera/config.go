@@ -29,6 +29,8 @@ type Config struct {
 	RequirePrimaryKey bool
 	CompletionTimeout time.Duration
 	IngressFence      time.Duration
+	RequestTimeout    time.Duration
+	StopTimeout       time.Duration
 	BatchMaxRows      int
 	BatchLinger       time.Duration
 	SnapshotMode      string
@@ -137,6 +139,10 @@ var settings = []setting{
 		parse: durationInto("FELDERA_COMPLETION_TIMEOUT", func(c *Config) *time.Duration { return &c.CompletionTimeout })},
 	{Env: "FELDERA_INGRESS_FENCE", Default: "35s", Help: "after an ingress request got no clear answer, send nothing newer for this long (Feldera may still queue it)",
 		parse: durationInto("FELDERA_INGRESS_FENCE", func(c *Config) *time.Duration { return &c.IngressFence })},
+	{Env: "FELDERA_REQUEST_TIMEOUT", Default: "30s", Help: "longest wait for one answer from Feldera (an ingress request: the whole exchange); must be shorter than FELDERA_INGRESS_FENCE",
+		parse: durationInto("FELDERA_REQUEST_TIMEOUT", func(c *Config) *time.Duration { return &c.RequestTimeout })},
+	{Env: "STOP_TIMEOUT", Default: "20s", Help: "on SIGTERM/SIGINT, longest time to finish in-flight work before exiting 0 with nothing unfinished acknowledged",
+		parse: durationInto("STOP_TIMEOUT", func(c *Config) *time.Duration { return &c.StopTimeout })},
 	{Env: "BATCH_MAX_ROWS", Default: "10000", Help: "outbox flush size in rows: the memory bound",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
@@ -313,6 +319,15 @@ func (c *Config) resolve(given map[string]string) error {
 	}
 	if err := validateDSN(c.DSN); err != nil {
 		return err
+	}
+	// An ingress request is fenced from its last byte, and pgfeldera
+	// waits for its answer at most FELDERA_REQUEST_TIMEOUT from its start;
+	// Feldera holds a request no longer than its client does (or than the
+	// manager's 30 s forward timeout). A fence no longer than the request
+	// timeout could lift while the request may still be applied.
+	if c.IngressFence <= c.RequestTimeout {
+		return &ConfigError{Msg: fmt.Sprintf("FELDERA_INGRESS_FENCE=%s must be longer than FELDERA_REQUEST_TIMEOUT=%s: an ingress request may be applied for as long as pgfeldera waits for its answer, so a shorter fence could lift while it can still land",
+			c.IngressFence, c.RequestTimeout)}
 	}
 	return nil
 }

@@ -36,7 +36,8 @@ func TestConfig_Defaults(t *testing.T) {
 	if c.Publication != "pgfeldera" || c.Slot != "pgfeldera" || c.AckMode != "completed" || !c.RequirePrimaryKey ||
 		c.BatchMaxRows != 10000 || c.BatchLinger.Milliseconds() != 50 || c.SnapshotMode != "initial" ||
 		c.StateFile != "pgfeldera.state.json" || c.NoProgressTimeout.Minutes() != 5 || c.CompletionTimeout.Seconds() != 60 ||
-		c.HTTPAddr != ":9187" || c.LogLevel != "info" || c.LogFormat != "text" || c.CrashAfterBatches != 1 {
+		c.HTTPAddr != ":9187" || c.LogLevel != "info" || c.LogFormat != "text" || c.CrashAfterBatches != 1 ||
+		c.IngressFence.Seconds() != 35 || c.RequestTimeout.Seconds() != 30 || c.StopTimeout.Seconds() != 20 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if len(c.Tables) != 2 || c.Tables[0].Dest != "users" || c.Tables[1].Schema != "public" || c.Tables[1].Name != "items" || c.Tables[1].Dest != "catalog_items" {
@@ -76,6 +77,8 @@ func TestConfig_BadValuesExit2(t *testing.T) {
 		{"url", "FELDERA_URL", "ftp://h", "FELDERA_URL"},
 		{"logLevel", "LOG_LEVEL", "loud", "LOG_LEVEL"},
 		{"logFormat", "LOG_FORMAT", "xml", "LOG_FORMAT"},
+		{"requestTimeout", "FELDERA_REQUEST_TIMEOUT", "never", "FELDERA_REQUEST_TIMEOUT"},
+		{"stopTimeout", "STOP_TIMEOUT", "-3s", "STOP_TIMEOUT"},
 		{"dsn", "PG_DSN", "postgres://app:s3cretPW@127.0.0.1:notaport/db", "PG_DSN"},
 	}
 	for _, tc := range cases {
@@ -98,6 +101,29 @@ func TestConfig_BadValuesExit2(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A fence that could lift while pgfeldera still waits for the request it
+// guards is refused, naming both variables; a longer one is accepted.
+func TestConfig_FenceMustOutlastRequestTimeout(t *testing.T) {
+	for _, c := range []struct {
+		fence, timeout string
+		ok             bool
+	}{{"30s", "30s", false}, {"10s", "30s", false}, {"35s", "35s", false}, {"", "40s", false}, {"6s", "5s", true}, {"", "", true}} {
+		vars := base()
+		vars["FELDERA_INGRESS_FENCE"], vars["FELDERA_REQUEST_TIMEOUT"] = c.fence, c.timeout
+		_, err := parseConfig("run", nil, env(vars), &bytes.Buffer{})
+		if c.ok {
+			if err != nil {
+				t.Errorf("fence %q, request timeout %q: %v", c.fence, c.timeout, err)
+			}
+			continue
+		}
+		code, out := runWith(t, vars)
+		if code != 2 || !strings.Contains(out, "FELDERA_INGRESS_FENCE") || !strings.Contains(out, "FELDERA_REQUEST_TIMEOUT") {
+			t.Errorf("fence %q, request timeout %q: exit %d\n%s", c.fence, c.timeout, code, out)
+		}
 	}
 }
 

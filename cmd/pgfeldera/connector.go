@@ -16,7 +16,7 @@ func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Lo
 		logger.Info("pgfeldera: stopping gracefully (a second signal exits at once)")
 		stop() // restore default signal handling: a second signal kills
 	}()
-	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, Logger: logger})
+	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RequestTimeout: cfg.RequestTimeout, Logger: logger})
 	if err != nil {
 		logger.Error("pgfeldera: " + err.Error())
 		return exitConfig
@@ -61,6 +61,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		RequirePrimaryKey: c.RequirePrimaryKey,
 		CompletionTimeout: c.CompletionTimeout,
 		IngressFence:      c.IngressFence,
+		StopTimeout:       c.StopTimeout,
 		BatchMaxRows:      c.BatchMaxRows,
 		BatchLinger:       c.BatchLinger,
 		SnapshotMode:      c.SnapshotMode,

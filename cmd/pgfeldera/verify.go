@@ -43,7 +43,7 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 	if done {
 		return code
 	}
-	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, Logger: logger})
+	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RequestTimeout: cfg.RequestTimeout, Logger: logger})
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera:", err)
 		return exitConfig

@@ -34,6 +34,7 @@ func TestVerify(t *testing.T) {
 			decode(md5(g::text), 'hex'), array['x', g::text] FROM generate_series(1, 300) g;
 		INSERT INTO items (id) VALUES (1000);
 		CREATE TABLE log (msg text, n int);
+		ALTER TABLE log REPLICA IDENTITY FULL;
 		INSERT INTO log VALUES ('a', 1), ('a', 1), ('b', 2);
 		CREATE PUBLICATION pub FOR TABLE items, log;`); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ package felderatest
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -149,6 +150,8 @@ type Server struct {
 	keyInserts    map[string]map[string]int
 	missedDeletes int
 	countOnly     map[string]int
+	held          int // requests a fault holds now
+	lateApplied   int // HangThenApply requests applied after their client left
 }
 
 // NewServer starts a double serving cfg. Close it when done.
@@ -448,8 +451,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rest := m[2]
-	if done := s.fault(w, r, rest); done {
+	done, late := s.fault(w, r, rest)
+	if done {
 		return
+	}
+	if late {
+		r = r.WithContext(context.WithValue(r.Context(), lateKey{}, true))
 	}
 	switch {
 	case rest == "" && r.Method == http.MethodGet:
@@ -496,9 +503,12 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// fault applies the first matching injected fault; true means the request
-// was answered (or dropped) by it.
-func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool {
+type lateKey struct{}
+
+// fault applies the first matching injected fault; done means the request
+// was answered (or dropped) by it, late that it is a HangThenApply request
+// released after its client gave up.
+func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (done, late bool) {
 	s.mu.Lock()
 	var f *Fault
 	for i, c := range s.faults {
@@ -515,7 +525,7 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool
 	unblock := s.unblock
 	s.mu.Unlock()
 	if f == nil {
-		return false
+		return false, false
 	}
 	switch f.Kind {
 	case FailStatus:
@@ -526,15 +536,17 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool
 		// only once the body was consumed.
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			return true
+			return true, false
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		s.holding(1)
+		defer s.holding(-1)
 		select {
 		case <-unblock:
 			// A request whose client gave up is not processed late: the
 			// manager drops a forwarded request when its client leaves.
 			// (HangThenApply is the other behaviour.)
-			return r.Context().Err() != nil
+			return r.Context().Err() != nil, false
 		case <-r.Context().Done():
 		}
 	case Drop:
@@ -549,18 +561,41 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) bool
 	case HangThenApply:
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			return true
+			return true, false
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		s.holding(1)
 		<-unblock
-		return false
+		s.holding(-1)
+		return false, r.Context().Err() != nil
 	case PartialThen503:
 		if !strings.HasPrefix(rest, "/ingress/") {
-			return false
+			return false, false
 		}
 		s.ingressPartial(w, r, strings.TrimPrefix(rest, "/ingress/"))
 	}
-	return true
+	return true, false
+}
+
+func (s *Server) holding(d int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held += d
+}
+
+// Held is how many requests a Hang or HangThenApply fault holds now.
+func (s *Server) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// LateApplied is how many HangThenApply requests were applied after their
+// client had given up (the late duplicates a fence must outwait).
+func (s *Server) LateApplied() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lateApplied
 }
 
 func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
@@ -795,6 +830,9 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		req.Status = http.StatusOK
 	}
 	s.requests = append(s.requests, req)
+	if late, _ := r.Context().Value(lateKey{}).(bool); late {
+		s.lateApplied++
+	}
 	s.mu.Unlock()
 
 	switch {
