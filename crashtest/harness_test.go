@@ -62,6 +62,9 @@ type world struct {
 
 var slotN int
 
+// batchMaxRows is the harness's BATCH_MAX_ROWS: no request may carry more.
+const batchMaxRows = 100
+
 func newWorld(t testing.TB, mod func(*felderatest.Config)) *world {
 	t.Helper()
 	w := &world{t: t, pg: pgcluster.Shared(t), dir: t.TempDir()}
@@ -129,7 +132,7 @@ func (w *world) start(extra ...string) *proc {
 		"TABLES=users,public.items:catalog_items",
 		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
 		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
-		"BATCH_MAX_ROWS=100", "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
+		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
 		// The fence keeps its default (35 s): a restart after a crash at
 		// a named point must not wait for it (nothing is outstanding
 		// there), and the matrix asserts that it does not.
@@ -272,16 +275,89 @@ func (w *world) oracle() string {
 	return b.String()
 }
 
-// lost counts the rows the oracle finds missing or different.
+// lost counts the rows the oracle finds missing or different. A
+// comparison that fails is a test failure, never a count of 0.
 func (w *world) lost() int {
+	w.t.Helper()
 	n := 0
 	for _, pair := range [][2]string{{"users", "users"}, {"items", "catalog_items"}} {
 		r, err := oracle.Compare(context.Background(), w.db, pair[0], w.fel, pair[1])
-		if err == nil {
-			n += len(r.Missing) + len(r.Extra)
+		if err != nil {
+			w.t.Fatalf("oracle: compare %s with %s: %v", pair[0], pair[1], err)
 		}
+		n += len(r.Missing) + len(r.Extra)
 	}
 	return n
+}
+
+// crashDouble is the Feldera a crash case runs against: steps run only
+// when the connector waits for them, and Feldera restarts with the
+// connector (w.fel.Restart after the crash), losing what no step took
+// (exactly_once keeps what completed). So after a crash Feldera holds only
+// what completed: a restart that skipped unacknowledged WAL loses rows.
+func crashDouble(c *felderatest.Config) {
+	c.StepsOnPoll = true
+	c.FaultTolerance = "{}"
+}
+
+// maxLines is the longest request in the double's log, in lines.
+func (w *world) maxLines() int {
+	n := 0
+	for _, r := range w.fel.Requests() {
+		n = max(n, r.Lines)
+	}
+	return n
+}
+
+// firstPostAfter is how long after t the first ingress request came, or
+// -1 when none did.
+func (w *world) firstPostAfter(t time.Time) time.Duration {
+	for _, r := range w.fel.Requests() {
+		if !r.Time.Before(t) {
+			return r.Time.Sub(t)
+		}
+	}
+	return -1
+}
+
+// keyOps counts, per table and key, the inserts and deletes the double's
+// ingress received: "users/7" → {inserts, deletes}.
+type keyOps map[string][2]int
+
+func (w *world) keyOps() keyOps {
+	ops := keyOps{}
+	for _, r := range w.fel.Requests() {
+		for _, k := range r.InsertKeys {
+			c := ops[r.Table+"/"+k]
+			c[0]++
+			ops[r.Table+"/"+k] = c
+		}
+		for _, k := range r.DeleteKeys {
+			c := ops[r.Table+"/"+k]
+			c[1]++
+			ops[r.Table+"/"+k] = c
+		}
+	}
+	return ops
+}
+
+// notReplayed lists the changes of req (the crashed, unacknowledged batch)
+// that were not sent again: a change the clean run sent c times must have
+// been sent at least c+1 times over the crash and the restart. A later
+// upsert of the same key does not count as its replay, because the clean
+// run sent that one too.
+func (w *world) notReplayed(req felderatest.Request, clean keyOps) []string {
+	got := w.keyOps()
+	var missing []string
+	for i, keys := range [][]string{req.InsertKeys, req.DeleteKeys} {
+		for _, k := range keys {
+			id := req.Table + "/" + k
+			if got[id][i] < clean[id][i]+1 {
+				missing = append(missing, fmt.Sprintf("%s %s (sent %d times, the clean run %d)", []string{"insert", "delete"}[i], id, got[id][i], clean[id][i]))
+			}
+		}
+	}
+	return missing
 }
 
 // delivered is every line Feldera's ingress received.

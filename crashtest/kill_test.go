@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// An abrupt kill (SIGKILL: no final status update) redelivers at most what
+// An abrupt kill (SIGKILL: no final status update) redelivers exactly what
 // came after the last acknowledgement; a graceful stop redelivers nothing.
 // Both counts are measured and printed.
 func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
@@ -39,8 +39,8 @@ func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
 		t.Fatal(msg)
 	}
 	killRedelivered := w.delivered() - before
-	if killRedelivered > after*10 {
-		t.Fatalf("SIGKILL: %d rows redelivered, more than the %d rows after the last ack", killRedelivered, after*10)
+	if killRedelivered != after*10 {
+		t.Fatalf("SIGKILL: %d rows redelivered, want exactly the %d rows after the last ack", killRedelivered, after*10)
 	}
 	// Graceful stop, then restart: nothing is redelivered.
 	if code := p2.stop(t); code != 0 {

@@ -19,7 +19,11 @@ type workload struct {
 	name   string
 	points map[string][]int // crash point → the batch counts it is reached with
 	setup  func(w *world)   // before the first process starts
-	run    func(w *world, p *proc, snapshotPoint bool)
+	// truncates: a replay may rightly drop rows of the crashed batch that
+	// a later TRUNCATE discards, so its changes are not all sent again
+	// (the oracle still sees a loss).
+	truncates bool
+	run       func(w *world, p *proc, snapshotPoint bool)
 }
 
 func stream(ns ...int) map[string][]int {
@@ -47,13 +51,16 @@ func seeded(w *world, p *proc, snapshotPoint bool) {
 	}
 }
 
-// step runs one statement, then waits (up to 2 s) until the process
-// acknowledged it or died: every statement becomes its own batch and
-// acknowledgement, so the n-th batch a crash point names exists whatever
-// the machine's load.
+// step runs one statement, then waits until the process acknowledged it
+// or died: every statement becomes its own batch and acknowledgement, so
+// the n-th batch a crash point names is the one the case means. An
+// acknowledgement that never comes from a live process fails the case.
 func (w *world) step(p *proc, sql string) {
+	w.t.Helper()
 	w.exec(sql)
-	w.acked(p, 2*time.Second)
+	if !w.acked(p, 30*time.Second) && !exitedNow(p) {
+		w.t.Fatalf("%s: not acknowledged within 30 s\n%s", sql, w.log())
+	}
 }
 
 func mixedRun(w *world, p *proc, snap bool) {
@@ -122,8 +129,9 @@ var workloads = []workload{
 		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
 	},
 	{
-		name:   "truncate",
-		points: with(stream(1, 2, 3), "after_retract", 1, 2, 3),
+		name:      "truncate",
+		truncates: true,
+		points:    with(stream(1, 2, 3), "after_retract", 1, 2, 3),
 		run: func(w *world, p *proc, snap bool) {
 			seeded(w, p, snap)
 			w.step(p, "INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 250) g")
@@ -178,8 +186,18 @@ type outcome struct {
 	workload, point string
 	batches         int
 	replayed, lost  int
+	firstPost       time.Duration // restart → first ingress request; -1: none was needed
 	err             string
 }
+
+// replayRequired lists the points after which the crashed batch was not
+// acknowledged, so the restart must send it again.
+var replayRequired = map[string]bool{"after_post": true, "after_complete": true}
+
+// restartFirstPostMax bounds restart → first POST at a named crash point:
+// nothing is outstanding there, so nothing may be fenced (the fence is
+// 35 s).
+const restartFirstPostMax = 5 * time.Second
 
 func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
@@ -188,12 +206,12 @@ func TestCrashMatrix(t *testing.T) {
 	var mu sync.Mutex
 	var results []outcome
 	for _, wl := range workloads {
-		baseline := cleanRun(t, wl)
+		baseline, cleanOps := cleanRun(t, wl)
 		for _, point := range append(append([]string{}, streamPoints...), "snapshot_after_batch", "snapshot_before_state", "after_retract") {
 			for _, n := range wl.points[point] {
 				name := fmt.Sprintf("%s/%s/%d", wl.name, point, n)
 				t.Run(name, func(t *testing.T) {
-					o := crashCase(t, wl, point, n, baseline)
+					o := crashCase(t, wl, point, n, baseline, cleanOps)
 					mu.Lock()
 					results = append(results, o)
 					mu.Unlock()
@@ -208,9 +226,13 @@ func TestCrashMatrix(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| point | batches | workload | replayed | lost |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| point | batches | workload | replayed | lost | restart → first POST |\n|---|---|---|---|---|---|\n")
 	for _, o := range results {
-		fmt.Fprintf(&b, "| %s | %d | %s | %d | %d |\n", o.point, o.batches, o.workload, o.replayed, o.lost)
+		first := "—"
+		if o.firstPost >= 0 {
+			first = o.firstPost.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %s |\n", o.point, o.batches, o.workload, o.replayed, o.lost, first)
 	}
 	t.Logf("crash matrix (%d cases):\n%s", len(results), b.String())
 	if out := os.Getenv("CRASH_MATRIX_OUT"); out != "" {
@@ -220,9 +242,9 @@ func TestCrashMatrix(t *testing.T) {
 
 // cleanRun runs the workload without a crash and returns how many lines
 // Feldera received: the baseline replays are counted against.
-func cleanRun(t *testing.T, wl workload) int {
+func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 	t.Helper()
-	w := newWorld(t, nil)
+	w := newWorld(t, crashDouble)
 	if wl.setup != nil {
 		wl.setup(w)
 	}
@@ -235,12 +257,12 @@ func cleanRun(t *testing.T, wl workload) int {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("%s clean run exited %d\n%s", wl.name, code, w.log())
 	}
-	return w.delivered() - before
+	return w.delivered() - before, w.keyOps()
 }
 
-func crashCase(t *testing.T, wl workload, point string, n int, baseline int) outcome {
-	o := outcome{workload: wl.name, point: point, batches: n}
-	w := newWorld(t, nil)
+func crashCase(t *testing.T, wl workload, point string, n int, baseline int, clean keyOps) outcome {
+	o := outcome{workload: wl.name, point: point, batches: n, firstPost: -1}
+	w := newWorld(t, crashDouble)
 	if wl.setup != nil {
 		wl.setup(w)
 	}
@@ -252,6 +274,11 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int) out
 		o.err = fmt.Sprintf("the first run exited %d, want 70 (crash point reached)\n%s", code, w.log())
 		return o
 	}
+	// Feldera restarts too: what no step took is gone, so only a replay
+	// from the slot can bring it back.
+	w.fel.Restart()
+	run1 := w.fel.Requests()
+	restart := time.Now()
 	p2 := w.start()
 	if msg := w.caughtUp(p2, 120*time.Second); msg != "" {
 		o.lost = w.lost()
@@ -263,5 +290,18 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int) out
 	}
 	o.lost = w.lost()
 	o.replayed = w.delivered() - before - baseline
+	o.firstPost = w.firstPostAfter(restart)
+	switch {
+	case o.firstPost > restartFirstPostMax:
+		o.err = fmt.Sprintf("the restart sent its first request %s after it started (want ≤ %s: nothing was outstanding at %s)\n%s", o.firstPost.Round(time.Millisecond), restartFirstPostMax, point, w.log())
+	case w.maxLines() > batchMaxRows:
+		o.err = fmt.Sprintf("a request carried %d lines, more than BATCH_MAX_ROWS=%d", w.maxLines(), batchMaxRows)
+	case replayRequired[point] && len(run1) == 0:
+		o.err = "the crashed batch was never posted"
+	case replayRequired[point] && !wl.truncates:
+		if missing := w.notReplayed(run1[len(run1)-1], clean); len(missing) > 0 {
+			o.err = fmt.Sprintf("the restart did not send the unacknowledged batch again: %d of its changes missing (%s …)", len(missing), missing[0])
+		}
+	}
 	return o
 }

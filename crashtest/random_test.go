@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -52,11 +53,32 @@ func history(r *rand.Rand) []string {
 	return out
 }
 
-var randomPoints = append(append([]string{}, streamPoints...), "after_retract")
+// truncatedTables counts the tables the history's TRUNCATEs name: the
+// after_retract point is passed once per truncated table.
+func truncatedTables(stmts []string) int {
+	n := 0
+	for _, q := range stmts {
+		if rest, ok := strings.CutPrefix(q, "TRUNCATE "); ok {
+			n += strings.Count(rest, ",") + 1
+		}
+	}
+	return n
+}
+
+var (
+	randomPoints   = append(append([]string{}, streamPoints...), "after_retract")
+	snapshotPoints = []string{"snapshot_after_batch", "snapshot_before_state"}
+)
+
+// maxFallbacks is the share of histories allowed to miss their crash point
+// (and be SIGKILLed at an arbitrary moment instead): more means the
+// histories no longer exercise the points they name.
+const maxFallbacks = 0.2
 
 // TestCrashRandom runs seeded random histories, each crashed at a random
 // point (or SIGKILLed when the point is not reached), restarted and
-// checked. CRASHTEST_SEED=<n> reproduces a failure.
+// checked. A quarter of them start from pre-existing rows and crash inside
+// the initial snapshot. CRASHTEST_SEED=<n> reproduces a failure.
 func TestCrashRandom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("random crash histories: not in -short")
@@ -69,16 +91,43 @@ func TestCrashRandom(t *testing.T) {
 		}
 		seed = v
 	}
+	var hits, fallbacks, firstPostMax atomic.Int64
 	for i := 0; i < *randomRuns; i++ {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(s, s))
 			stmts := history(r)
 			point := randomPoints[r.IntN(len(randomPoints))]
+			pre := 0
+			if r.IntN(4) == 0 {
+				point = snapshotPoints[r.IntN(len(snapshotPoints))]
+				pre = 500 + r.IntN(2500)
+			}
 			n := 1 + r.IntN(3)
-			w := newWorld(t, nil)
+			switch point {
+			case "snapshot_before_state":
+				n = 1 // reached once per snapshot
+			case "after_retract":
+				// passed once per truncated table: name one that happens
+				if retracts := truncatedTables(stmts); retracts == 0 {
+					point = streamPoints[r.IntN(len(streamPoints))]
+				} else {
+					n = 1 + r.IntN(min(retracts, 3))
+				}
+			}
+			w := newWorld(t, crashDouble)
+			if pre > 0 {
+				w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(-%d, -1) g", pre))
+				w.exec(fmt.Sprintf("INSERT INTO items SELECT g, 'pre', 1 FROM generate_series(1000, %d) g", 1000+pre/10))
+			}
 			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n))
-			seeded(w, p, false)
+			seeded(w, p, pre > 0)
+			if pre > 0 {
+				// Let the snapshot reach its point first: a TRUNCATE in the
+				// history would otherwise empty the table under the copy
+				// (TRUNCATE is not MVCC-safe), leaving no batch to crash in.
+				p.exited(10 * time.Second)
+			}
 			for _, q := range stmts {
 				w.exec(q)
 			}
@@ -86,15 +135,43 @@ func TestCrashRandom(t *testing.T) {
 			if code := p.exited(3 * time.Second); code != 70 {
 				p.kill() // not reached: an abrupt kill instead
 				how = "SIGKILL"
+				fallbacks.Add(1)
+			} else {
+				hits.Add(1)
 			}
+			w.fel.Restart() // Feldera restarts too, losing what no step took
+			restart := time.Now()
 			p2 := w.start()
 			if msg := w.caughtUp(p2, 60*time.Second); msg != "" {
-				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d): %s\nhistory:\n%s", s, how, point, n, msg, strings.Join(stmts, ";\n"))
+				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d, %d rows before): %s\nhistory:\n%s", s, how, point, n, pre, msg, strings.Join(stmts, ";\n"))
 			}
 			if code := p2.stop(t); code != 0 {
 				t.Fatalf("CRASHTEST_SEED=%d: restart exited %d", s, code)
 			}
-			t.Logf("CRASHTEST_SEED=%d: %d statements, %s at %s/%d, nothing lost", s, len(stmts), how, point, n)
+			first := w.firstPostAfter(restart)
+			if how == "crash point" && first > restartFirstPostMax {
+				t.Fatalf("CRASHTEST_SEED=%d: the restart sent its first request %s after it started (want ≤ %s)", s, first.Round(time.Millisecond), restartFirstPostMax)
+			}
+			if m := w.maxLines(); m > batchMaxRows {
+				t.Fatalf("CRASHTEST_SEED=%d: a request carried %d lines, more than BATCH_MAX_ROWS=%d", s, m, batchMaxRows)
+			}
+			for {
+				cur := firstPostMax.Load()
+				if int64(first) <= cur || firstPostMax.CompareAndSwap(cur, int64(first)) {
+					break
+				}
+			}
+			firstPost := "none needed"
+			if first >= 0 {
+				firstPost = first.Round(time.Millisecond).String()
+			}
+			t.Logf("CRASHTEST_SEED=%d: %d statements, %d rows before, %s at %s/%d, restart → first POST %s, nothing lost", s, len(stmts), pre, how, point, n, firstPost)
 		})
+	}
+	total := hits.Load() + fallbacks.Load()
+	t.Logf("random histories: %d of %d reached their crash point, %d fell back to SIGKILL; slowest restart → first POST %s",
+		hits.Load(), total, fallbacks.Load(), time.Duration(firstPostMax.Load()).Round(time.Millisecond))
+	if total > 0 && float64(fallbacks.Load()) > maxFallbacks*float64(total) {
+		t.Fatalf("%d of %d histories missed their crash point (more than %.0f%%): the histories no longer exercise the points they name", fallbacks.Load(), total, maxFallbacks*100)
 	}
 }

@@ -658,3 +658,49 @@ func TestClient_QueryLongAnswerVersusStall(t *testing.T) {
 		t.Fatalf("stalled answer: err=%v after %s", err, time.Since(start))
 	}
 }
+
+// StepsOnPoll: pushed data is neither visible nor complete until a client
+// asks for a token's completion, and a restart drops what no step took.
+func TestStepsOnPoll(t *testing.T) {
+	s, c := newServer(t, func(c *felderatest.Config) { c.StepsOnPoll = true; c.FaultTolerance = "{}" })
+	tok := push(t, c, "users", `{"insert":{"id":1}}`) // push waits for completion: stepped
+	if _, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":2}}`)); err != nil {
+		t.Fatal(err)
+	}
+	wantRows(t, s, "users", `{"id":1,"name":null,"score":7,"tag":"none"}`)
+	if done, err := c.Completion(ctx(t), tok); err != nil || !done {
+		t.Fatalf("first token: %v %v", done, err)
+	}
+	wantRows(t, s, "users", `{"id":1,"name":null,"score":7,"tag":"none"}`+"\n"+`{"id":2,"name":null,"score":7,"tag":"none"}`)
+	if _, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":3}}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Restart() // fault tolerant: completed state stays, id 3 was never stepped
+	wantRows(t, s, "users", `{"id":1,"name":null,"score":7,"tag":"none"}`+"\n"+`{"id":2,"name":null,"score":7,"tag":"none"}`)
+	reqs := s.Requests()
+	if last := reqs[len(reqs)-1]; last.Lines != 1 || len(last.InsertKeys) != 1 || last.InsertKeys[0] != "3" {
+		t.Fatalf("request log: %+v", last)
+	}
+}
+
+// Held and LateApplied show a hanging request was held, and applied after
+// its client gave up.
+func TestFaults_HeldAndLateApplied(t *testing.T) {
+	s, _ := newServer(t, nil)
+	s.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
+	hc := &http.Client{Timeout: 200 * time.Millisecond}
+	_, err := hc.Post(s.URL+"/v0/pipelines/p1/ingress/users?format=json", "application/json", strings.NewReader(`{"insert":{"id":9}}`))
+	if err == nil {
+		t.Fatal("the held request was answered")
+	}
+	if s.Held() != 1 || s.LateApplied() != 0 {
+		t.Fatalf("held %d, late %d", s.Held(), s.LateApplied())
+	}
+	time.Sleep(100 * time.Millisecond) // the server notices the client left
+	s.ClearFaults()
+	for deadline := time.Now().Add(5 * time.Second); s.LateApplied() == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	}
+	if s.Held() != 0 || s.LateApplied() != 1 || len(s.Rows("users")) != 1 {
+		t.Fatalf("after release: held %d, late %d, rows %d", s.Held(), s.LateApplied(), len(s.Rows("users")))
+	}
+}

@@ -91,10 +91,14 @@ func majorOf(path string) int {
 	return 0
 }
 
-// InCI reports whether the tests run in CI, where missing binaries fail.
+// InCI reports whether the tests run in CI, where missing binaries fail:
+// CI set to anything but a false value ("", "0", "false", "no", "off").
 func InCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1"
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("CI"))) {
+	case "", "0", "false", "no", "off":
+		return false
+	}
+	return true
 }
 
 var (

@@ -147,3 +147,15 @@ func TestCluster_NoLeftoverAfterPanic(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// In CI a missing server is a failure, never a skip: CI counts as set for
+// anything but a false value.
+func TestInCI(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "0": false, "false": false, "FALSE": false, "no": false, "off": false,
+		"true": true, "1": true, "yes": true, "TRUE": true, "github": true, "woodpecker": true} {
+		t.Setenv("CI", v)
+		if got := pgcluster.InCI(); got != want {
+			t.Errorf("CI=%q: InCI() = %v, want %v", v, got, want)
+		}
+	}
+}
