@@ -320,3 +320,43 @@ func (e *env) waitLog(substr string, within time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// waitHeld waits until the double holds n requests (a Hang or
+// HangThenApply fault fired).
+func (e *env) waitHeld(n int) {
+	e.t.Helper()
+	e.poll(fmt.Sprintf("the double to hold %d requests", n), 10*time.Second, func() bool { return e.fel.Held() >= n })
+}
+
+// waitLateApplied waits until n held requests were applied after their
+// client gave up.
+func (e *env) waitLateApplied(n int) {
+	e.t.Helper()
+	e.poll(fmt.Sprintf("%d late requests applied", n), 10*time.Second, func() bool { return e.fel.LateApplied() >= n })
+}
+
+// waitAccepted waits until n ingress requests were answered 200.
+func (e *env) waitAccepted(n int) {
+	e.t.Helper()
+	e.poll(fmt.Sprintf("%d accepted ingress requests", n), 30*time.Second, func() bool {
+		ok := 0
+		for _, r := range e.fel.Requests() {
+			if r.Status == 200 {
+				ok++
+			}
+		}
+		return ok >= n
+	})
+}
+
+// poll waits until cond holds, failing the test after within.
+func (e *env) poll(what string, within time.Duration, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("waited %s for %s\n%s", within, what, tail(e.logs.String(), 3000))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

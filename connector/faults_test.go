@@ -32,44 +32,57 @@ func (e *env) settle(within time.Duration) {
 	e.eventuallyEqual("items", "catalog_items", 10*time.Second)
 }
 
+// Each fault is shown to have fired (the double served it, the walsender
+// was terminated) and to have cost a session (the connector reconnected),
+// and the tables end equal anyway.
 func TestFaults(t *testing.T) {
 	cases := []struct {
 		name   string
 		during func(e *env)
+		fired  func(e *env) string // "" when the fault demonstrably happened
 	}{
 		{"WalSenderTerminated", func(e *env) {
 			e.workload(1)
-			if _, err := e.pg.TerminateWalSenders(context.Background()); err != nil {
+			n, err := e.pg.TerminateWalSenders(context.Background())
+			if err != nil {
 				e.t.Fatal(err)
 			}
+			if n == 0 {
+				e.t.Fatal("no walsender was terminated")
+			}
 			e.workload(2)
-		}},
+		}, nil},
 		{"Feldera503For20s", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 503})
 			e.workload(1)
-			time.Sleep(20 * time.Second)
+			time.Sleep(20 * time.Second) // the outage lasts this long whatever the connector does
 			e.fel.ClearFaults()
 			e.workload(2)
-		}},
+		}, func(e *env) string { return served(e, felderatest.FailStatus, 2) }},
 		{"FelderaHangsPastClientTimeout", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Hang, Path: "ingress"})
 			e.workload(1)
-			time.Sleep(12 * time.Second) // the client's request timeout is 10 s
+			e.waitLog("push ", 20*time.Second) // the client's request timeout (10 s) gave up on the hang
 			e.fel.ClearFaults()
 			e.workload(2)
-		}},
+		}, func(e *env) string { return served(e, felderatest.Hang, 1) }},
 		{"CompletionHeld30s", func(e *env) {
 			e.fel.HoldCompletion(true)
 			e.workload(1)
-			time.Sleep(30 * time.Second)
+			e.waitLog("not complete after", 60*time.Second) // FELDERA_COMPLETION_TIMEOUT (30 s) ended the session
 			e.fel.HoldCompletion(false)
 			e.workload(2)
-		}},
+		}, nil},
 		{"ConnectionDroppedMidPost", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Drop, Path: "ingress", Count: 3})
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.PartialThen503, Path: "ingress", Count: 2})
 			e.workload(1)
 			e.workload(2)
+		}, func(e *env) string {
+			if m := served(e, felderatest.Drop, 3); m != "" {
+				return m
+			}
+			return served(e, felderatest.PartialThen503, 2)
 		}},
 	}
 	for _, c := range cases {
@@ -77,12 +90,28 @@ func TestFaults(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
 			cfg := e.config("users,public.items:catalog_items")
 			cfg.SnapshotMode = "initial"
-			e.start(cfg)
+			conn := e.newConnector(cfg, e.client)
+			e.run(conn)
 			e.waitSlot()
 			c.during(e)
 			e.settle(120 * time.Second)
+			if c.fired != nil {
+				if msg := c.fired(e); msg != "" {
+					t.Fatal(msg)
+				}
+			}
+			if n := conn.Stats().Sessions.Load(); n < 2 {
+				t.Fatalf("%d sessions: the fault did not end one", n)
+			}
 		})
 	}
+}
+
+func served(e *env, k felderatest.FaultKind, want int) string {
+	if n := e.fel.Served(k); n < want {
+		return fmt.Sprintf("fault kind %d served %d times, want at least %d", k, n, want)
+	}
+	return ""
 }
 
 func TestFaults_PostgresImmediateRestart(t *testing.T) {
@@ -146,12 +175,17 @@ func TestFaults_LateIngressIsFenced(t *testing.T) {
 			e.waitSlot()
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			e.execOwn("INSERT INTO users SELECT g, 'old', 0 FROM generate_series(1, 10) g") // held, then applied late
-			time.Sleep(1500 * time.Millisecond)                                             // the client gave up
+			e.waitHeld(1)
+			e.waitLog("push 10 rows to users", 10*time.Second) // the client gave up
 			e.execOwn("UPDATE users SET name = 'new'")
-			time.Sleep(1500 * time.Millisecond)
+			if fence < time.Second {
+				e.waitAccepted(1) // the newer rows are in before the old request lands
+			} else {
+				e.waitLog("may still be applied", 10*time.Second) // fenced: nothing newer goes out
+			}
 			e.fel.ClearFaults() // the old request lands now
+			e.waitLateApplied(1)
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			time.Sleep(300 * time.Millisecond)
 			d := e.diff("users", "users")
 			if fence < time.Second {
 				if !strings.Contains(d, "missing in feldera") {
@@ -195,7 +229,8 @@ func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			sent := time.Now()
 			e.execOwn("INSERT INTO users SELECT g, 'old', 0 FROM generate_series(1, 10) g") // held, then applied late
-			time.Sleep(1500 * time.Millisecond)                                             // the client gave up
+			e.waitHeld(1)
+			e.waitLog("push 10 rows to users", 10*time.Second) // the client gave up
 			r.stop(t)
 			f, err := state.LoadFence(state.FencePath(cfg.StateFile))
 			if err != nil || f.Running || time.Until(f.Until) < time.Second {
@@ -212,7 +247,7 @@ func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
 				// everything, the old request lands on top.
 				e.waitConfirmed(e.currentLSN(), 30*time.Second)
 				e.fel.ClearFaults()
-				time.Sleep(300 * time.Millisecond)
+				e.waitLateApplied(1)
 				if d := e.diff("users", "users"); !strings.Contains(d, "missing in feldera") {
 					t.Fatalf("without the fence file the late request should overwrite newer rows; the oracle saw nothing (%q)", d)
 				}
@@ -222,8 +257,8 @@ func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
 			time.Sleep(time.Until(sent.Add(3 * time.Second)))
 			sentEarly := len(e.fel.Requests()) - before
 			e.fel.ClearFaults() // the old request lands now, 3 s after it was sent, inside the fence
+			e.waitLateApplied(1)
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			time.Sleep(300 * time.Millisecond)
 			if d := e.diff("users", "users"); sentEarly != 0 || d != "" {
 				t.Fatalf("with the fence file: %d requests before the fence, diff %q", sentEarly, d)
 			}

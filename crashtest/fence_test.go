@@ -26,13 +26,14 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 			seeded(w, p, false)
 			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			w.exec("INSERT INTO users SELECT g, 'old', g FROM generate_series(1, 10) g")
-			time.Sleep(time.Second) // posted, and held by the double
+			w.waitHeld(1, 10*time.Second) // posted, and held by the double
 			p.kill()
 			p.exited(10 * time.Second)
 			if !keep {
 				os.Remove(filepath.Join(w.dir, "state.json.fence"))
 			}
 			w.exec("UPDATE users SET name = 'new' WHERE id <= 10")
+			restarted := time.Now()
 			p2 := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s")
 			if !keep {
 				// Nothing holds the new process back: once it has sent
@@ -41,7 +42,7 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 					t.Fatalf("not caught up\n%s", w.log())
 				}
 				w.fel.ClearFaults()
-				time.Sleep(300 * time.Millisecond)
+				w.waitLateApplied(1, 10*time.Second)
 				if report := w.oracle(); report == "" {
 					t.Fatal("without the fence file the late request should overwrite newer rows; the oracle saw nothing")
 				}
@@ -49,10 +50,14 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 				p2.stop(t)
 				return
 			}
-			time.Sleep(3 * time.Second)
-			w.fel.ClearFaults() // the dead process's request lands now, inside the fence
+			time.Sleep(3 * time.Second) // release it in the middle of the fence
+			w.fel.ClearFaults()         // the dead process's request lands now, inside the fence
+			w.waitLateApplied(1, 10*time.Second)
 			if msg := w.caughtUp(p2, 30*time.Second); msg != "" {
 				t.Fatal(msg)
+			}
+			if first := w.firstPostAfter(restarted); first < 3*time.Second {
+				t.Fatalf("the restart sent its first request %s after it started, before the late one landed (3 s)", first)
 			}
 			if !strings.Contains(w.log(), "did not stop cleanly") {
 				t.Fatalf("the restart did not say why it waited\n%s", w.log())

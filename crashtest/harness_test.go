@@ -309,11 +309,12 @@ func (w *world) maxLines() int {
 	return n
 }
 
-// firstPostAfter is how long after t the first ingress request came, or
-// -1 when none did.
+// firstPostAfter is how long after t the first ingress request came (a
+// late-applied request of a dead process does not count), or -1 when none
+// did.
 func (w *world) firstPostAfter(t time.Time) time.Duration {
 	for _, r := range w.fel.Requests() {
-		if !r.Time.Before(t) {
+		if !r.Time.Before(t) && !r.Late {
 			return r.Time.Sub(t)
 		}
 	}

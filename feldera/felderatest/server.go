@@ -86,8 +86,9 @@ type Request struct {
 	Inserts int // insert commands applied or queued
 	Deletes int
 	Updates int
-	Errors  int // lines rejected with ParseErrors
-	Lines   int // lines in the body, blank ones excepted
+	Errors  int  // lines rejected with ParseErrors
+	Lines   int  // lines in the body, blank ones excepted
+	Late    bool // a HangThenApply request applied after its client gave up
 	// InsertKeys and DeleteKeys are the keys (as in InsertsByKey) of a
 	// keyed table's inserts and deletes, in body order.
 	InsertKeys, DeleteKeys []string
@@ -162,6 +163,7 @@ type Server struct {
 	missedDeletes int
 	countOnly     map[string]int
 	held          int // requests a fault holds now
+	served        map[FaultKind]int
 	lateApplied   int // HangThenApply requests applied after their client left
 }
 
@@ -188,7 +190,7 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 	if cfg.FaultTolerance != "" && !json.Valid([]byte(cfg.FaultTolerance)) {
 		return nil, fmt.Errorf("felderatest: FaultTolerance %q is not JSON", cfg.FaultTolerance)
 	}
-	s := &Server{cfg: cfg, tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}}
+	s := &Server{cfg: cfg, tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
 	for _, rel := range cfg.Tables {
 		t, err := newTable(rel)
 		if err != nil {
@@ -542,6 +544,9 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (don
 		}
 	}
 	unblock := s.unblock
+	if f != nil {
+		s.served[f.Kind]++
+	}
 	s.mu.Unlock()
 	if f == nil {
 		return false, false
@@ -600,6 +605,13 @@ func (s *Server) holding(d int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.held += d
+}
+
+// Served is how many requests a fault of kind k has hit.
+func (s *Server) Served(k FaultKind) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served[k]
 }
 
 // Held is how many requests a Hang or HangThenApply fault holds now.
@@ -859,10 +871,11 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	default:
 		req.Status = http.StatusOK
 	}
-	s.requests = append(s.requests, req)
 	if late, _ := r.Context().Value(lateKey{}).(bool); late {
 		s.lateApplied++
+		req.Late = true
 	}
+	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 
 	switch {
