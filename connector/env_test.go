@@ -360,3 +360,14 @@ func (e *env) poll(what string, within time.Duration, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// assertBatchesBounded fails when an ingress request carried more than max
+// lines.
+func (e *env) assertBatchesBounded(max int) {
+	e.t.Helper()
+	for _, r := range e.fel.Requests() {
+		if r.Lines > max {
+			e.t.Fatalf("a request to %s carried %d lines, more than BATCH_MAX_ROWS=%d", r.Table, r.Lines, max)
+		}
+	}
+}

@@ -19,6 +19,7 @@ CREATE TABLE catalog_items (sku INT NOT NULL, region VARCHAR NOT NULL, price DEC
 func TestStream_MixedWorkload(t *testing.T) {
 	e := newEnv(t, mixedPG, mixedFeldera)
 	cfg := e.config("users,public.items:catalog_items")
+	cfg.BatchMaxRows = 4000
 	e.start(cfg)
 	e.waitSlot()
 	e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 100) g")
@@ -36,6 +37,12 @@ func TestStream_MixedWorkload(t *testing.T) {
 	e.assertEqual("items", "catalog_items")
 	if n := len(e.fel.Rows("users")); n != 100-10+1+25000 {
 		t.Fatalf("users has %d rows", n)
+	}
+	// The 25,000-row transaction went out in pieces of at most
+	// BATCH_MAX_ROWS (the memory bound).
+	e.assertBatchesBounded(cfg.BatchMaxRows)
+	if len(e.fel.Requests()) < 25000/cfg.BatchMaxRows {
+		t.Fatalf("%d requests for a 25,000-row transaction with BATCH_MAX_ROWS=%d", len(e.fel.Requests()), cfg.BatchMaxRows)
 	}
 }
 
