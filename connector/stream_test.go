@@ -1,9 +1,13 @@
 package connector_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
 )
 
 const mixedPG = `
@@ -73,4 +77,57 @@ func TestStream_RefusesUnmappedTable(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("connector kept running after a change to an unmapped table")
 	}
+}
+
+// A keyless Feldera table is a multiset: an UPDATE must retract the old row
+// by its whole value. With REPLICA IDENTITY DEFAULT the stream carries no
+// old row, so startup refuses it, naming both tables; with FULL, updates,
+// deletes and duplicate rows end in an exact multiset match, and so does a
+// resnapshot (which retracts every row first).
+func TestStream_KeylessDestination(t *testing.T) {
+	const pg = `
+CREATE TABLE log (msg text, n int);
+CREATE PUBLICATION pub FOR TABLE log;`
+	const fel = `CREATE TABLE events (msg VARCHAR, n INT) WITH ('materialized' = 'true');`
+	t.Run("default_identity_refused", func(t *testing.T) {
+		e := newEnv(t, pg, fel)
+		cfg := e.config("log:events")
+		cfg.RequirePrimaryKey = false
+		err := e.newConnector(cfg, e.client).Run(context.Background())
+		var fe *connector.FatalError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "public.log") || !strings.Contains(err.Error(), "events") || !strings.Contains(err.Error(), "REPLICA IDENTITY DEFAULT") {
+			t.Fatalf("want a refusal naming public.log, events and the identity; got %v", err)
+		}
+	})
+	t.Run("full_identity_exact", func(t *testing.T) {
+		e := newEnv(t, pg, fel)
+		e.exec("ALTER TABLE log REPLICA IDENTITY FULL")
+		e.exec("INSERT INTO log VALUES ('pre', 1), ('pre', 1), ('pre', 2)")
+		cfg := e.snapshotConfig("log:events")
+		cfg.RequirePrimaryKey = false
+		r := e.start(cfg)
+		e.waitSlot()
+		e.exec("INSERT INTO log VALUES ('a', 1), ('a', 1), ('b', 2), ('c', 3)")
+		e.exec("UPDATE log SET n = 10 WHERE msg = 'a'")                                      // two identical rows change
+		e.exec("DELETE FROM log WHERE msg = 'b'")                                            // one delete
+		e.exec("UPDATE log SET msg = 'pre2' WHERE n = 2")                                    // a pre-existing row
+		e.exec("DELETE FROM log WHERE ctid = (SELECT min(ctid) FROM log WHERE msg = 'pre')") // one of two copies
+		e.waitConfirmed(e.currentLSN(), 30*time.Second)
+		e.assertEqual("log", "events")
+		if e.fel.MissedDeletes() != 0 {
+			t.Fatalf("%d deletes of rows Feldera did not hold", e.fel.MissedDeletes())
+		}
+		// Resnapshot: the slot is dropped while stopped; the restart
+		// retracts every row and copies the table again.
+		r.stop(t)
+		e.dropSlot(e.slot)
+		e.exec("INSERT INTO log VALUES ('while down', 7), ('while down', 7)")
+		e.exec("DELETE FROM log WHERE msg = 'c'")
+		e.start(cfg)
+		e.eventuallyEqual("log", "events", 30*time.Second)
+		e.waitLog("resnapshot", 10*time.Second)
+		if e.fel.MissedDeletes() != 0 {
+			t.Fatalf("%d deletes of rows Feldera did not hold", e.fel.MissedDeletes())
+		}
+	})
 }
