@@ -148,9 +148,13 @@ func TestGracefulStopRedeliversNothing(t *testing.T) {
 	ins, del := e.requestedRows()
 	r = e.start(cfg)
 	e.waitSlot()
-	time.Sleep(2 * time.Second)
+	// A marker transaction after the restart: once it is acknowledged,
+	// anything the restart redelivered would have arrived before it.
+	e.exec("INSERT INTO users VALUES (999999, 'marker', 0)")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
 	ins2, del2 := e.requestedRows()
-	if n := len(e.fel.Requests()) - before; n != 0 || ins2 != ins || del2 != del {
+	ins2--
+	if n := len(e.fel.Requests()) - before - 1; n != 0 || ins2 != ins || del2 != del {
 		t.Fatalf("after a graceful stop, the restart redelivered %d requests (%d inserts, %d deletes)", n, ins2-ins, del2-del)
 	}
 	t.Logf("graceful stop: 0 rows redelivered")
@@ -179,7 +183,7 @@ func TestFaults_LateIngressIsFenced(t *testing.T) {
 			e.waitLog("push 10 rows to users", 10*time.Second) // the client gave up
 			e.execOwn("UPDATE users SET name = 'new'")
 			if fence < time.Second {
-				e.waitAccepted(1) // the newer rows are in before the old request lands
+				e.waitConfirmed(e.currentLSN(), 30*time.Second) // the newer rows are in before the old request lands
 			} else {
 				e.waitLog("may still be applied", 10*time.Second) // fenced: nothing newer goes out
 			}

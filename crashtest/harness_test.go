@@ -62,8 +62,13 @@ type world struct {
 
 var slotN int
 
-// batchMaxRows is the harness's BATCH_MAX_ROWS: no request may carry more.
-const batchMaxRows = 100
+// batchMaxRows is the harness's BATCH_MAX_ROWS. A request may carry one
+// line more (maxRequestLines): the batch is sealed after the change that
+// reaches the bound, and a key-changing UPDATE is two lines (delete, insert).
+const (
+	batchMaxRows    = 100
+	maxRequestLines = batchMaxRows + 1
+)
 
 func newWorld(t testing.TB, mod func(*felderatest.Config)) *world {
 	t.Helper()

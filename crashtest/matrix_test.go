@@ -294,7 +294,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	switch {
 	case o.firstPost > restartFirstPostMax:
 		o.err = fmt.Sprintf("the restart sent its first request %s after it started (want ≤ %s: nothing was outstanding at %s)\n%s", o.firstPost.Round(time.Millisecond), restartFirstPostMax, point, w.log())
-	case w.maxLines() > batchMaxRows:
+	case w.maxLines() > maxRequestLines:
 		o.err = fmt.Sprintf("a request carried %d lines, more than BATCH_MAX_ROWS=%d", w.maxLines(), batchMaxRows)
 	case replayRequired[point] && len(run1) == 0:
 		o.err = "the crashed batch was never posted"

@@ -152,7 +152,7 @@ func TestCrashRandom(t *testing.T) {
 			if how == "crash point" && first > restartFirstPostMax {
 				t.Fatalf("CRASHTEST_SEED=%d: the restart sent its first request %s after it started (want ≤ %s)", s, first.Round(time.Millisecond), restartFirstPostMax)
 			}
-			if m := w.maxLines(); m > batchMaxRows {
+			if m := w.maxLines(); m > maxRequestLines {
 				t.Fatalf("CRASHTEST_SEED=%d: a request carried %d lines, more than BATCH_MAX_ROWS=%d", s, m, batchMaxRows)
 			}
 			for {
