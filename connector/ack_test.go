@@ -51,11 +51,21 @@ func TestStream_AckModes(t *testing.T) {
 			before := e.confirmed()
 			e.exec("INSERT INTO users VALUES (1, 'held', 1)")
 			var commitEnd = e.currentLSN()
-			deadline := time.Now().Add(4 * time.Second)
 			moved := false
-			for time.Now().Before(deadline) && !moved {
+			switch mode {
+			case connector.AckCompleted:
+				// The connector sent the row and has been told three
+				// times that it is not complete: the slot must not move.
+				polls := e.fel.PendingPolls()
+				e.poll("the held request and three inprogress answers", 30*time.Second, func() bool {
+					return len(e.fel.Requests()) >= 1 && e.fel.PendingPolls() >= polls+3
+				})
 				moved = e.confirmed() >= commitEnd
-				time.Sleep(50 * time.Millisecond)
+			case connector.AckAccepted:
+				e.poll("accepted mode to ack on HTTP 200", 30*time.Second, func() bool {
+					moved = e.confirmed() >= commitEnd
+					return moved
+				})
 			}
 			switch mode {
 			case connector.AckCompleted:

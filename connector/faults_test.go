@@ -55,10 +55,12 @@ func TestFaults(t *testing.T) {
 		{"Feldera503For20s", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 503})
 			e.workload(1)
-			time.Sleep(20 * time.Second) // the outage lasts this long whatever the connector does
+			// The outage lasts until the connector was refused five
+			// times: it kept retrying (fenced, backed off) throughout.
+			e.poll("five 503s served", 60*time.Second, func() bool { return e.fel.Served(felderatest.FailStatus) >= 5 })
 			e.fel.ClearFaults()
 			e.workload(2)
-		}, func(e *env) string { return served(e, felderatest.FailStatus, 2) }},
+		}, func(e *env) string { return served(e, felderatest.FailStatus, 5) }},
 		{"FelderaHangsPastClientTimeout", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Hang, Path: "ingress"})
 			e.workload(1)

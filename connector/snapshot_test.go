@@ -77,11 +77,10 @@ func TestSnapshot_ConcurrentWritesExactlyOnce(t *testing.T) {
 	})
 	w := e.startWriter("users", 100000)
 	e.run(c)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(e.logs.String(), "snapshot: complete") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
+	e.waitLog("snapshot: complete", 60*time.Second)
+	// keep writing into the stream for a while: 50 more rows
+	mark := w.next.Load()
+	e.poll("50 rows written after the snapshot", 30*time.Second, func() bool { return w.next.Load() >= mark+50 })
 	last := w.halt()
 	e.waitConfirmed(e.currentLSN(), 60*time.Second)
 	e.assertEqual("users", "users")

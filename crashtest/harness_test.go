@@ -387,28 +387,29 @@ func (w *world) waitState(within time.Duration) {
 	w.t.Fatalf("the snapshot did not complete\n%s", w.log())
 }
 
+// poll waits until cond holds, failing the test after within: a wait for
+// a state, never a sleep hoping for it.
+func (w *world) poll(what string, within time.Duration, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("waited %s for %s\n%s", within, what, w.log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitHeld waits until the double holds n requests (a Hang or HangThenApply
 // fault fired), instead of sleeping and hoping it did.
 func (w *world) waitHeld(n int, within time.Duration) {
 	w.t.Helper()
-	deadline := time.Now().Add(within)
-	for w.fel.Held() < n {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("the double holds %d requests, want %d\n%s", w.fel.Held(), n, w.log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	w.poll(fmt.Sprintf("the double to hold %d requests", n), within, func() bool { return w.fel.Held() >= n })
 }
 
 // waitLateApplied waits until n held requests were applied after their
 // client left.
 func (w *world) waitLateApplied(n int, within time.Duration) {
 	w.t.Helper()
-	deadline := time.Now().Add(within)
-	for w.fel.LateApplied() < n {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("the double applied %d late requests, want %d\n%s", w.fel.LateApplied(), n, w.log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	w.poll(fmt.Sprintf("%d late requests applied", n), within, func() bool { return w.fel.LateApplied() >= n })
 }

@@ -21,10 +21,19 @@ func TestUnsafe_AcceptedModeLoses(t *testing.T) {
 			p := w.start("FELDERA_ACK_MODE="+mode, "FELDERA_COMPLETION_TIMEOUT=3s")
 			seeded(w, p, false)
 			w.fel.HoldCompletion(true)
+			before := len(w.fel.Requests())
+			polls := w.fel.PendingPolls()
 			w.exec("INSERT INTO users SELECT g, 'held', g FROM generate_series(1, 50) g")
-			time.Sleep(1500 * time.Millisecond) // accepted mode acks meanwhile
-			p.kill()                            // the connector dies…
-			w.fel.Restart()                     // …and Feldera restarts, dropping what it had not completed
+			end := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
+			if mode == "accepted" {
+				w.poll("accepted mode to ack the held batch", 30*time.Second, func() bool { return w.confirmed() >= end })
+			} else {
+				w.poll("the held batch sent and found incomplete", 30*time.Second, func() bool {
+					return len(w.fel.Requests()) > before && w.fel.PendingPolls() > polls
+				})
+			}
+			p.kill()        // the connector dies…
+			w.fel.Restart() // …and Feldera restarts, dropping what it had not completed
 			w.fel.HoldCompletion(false)
 			p2 := w.start("FELDERA_ACK_MODE=" + mode)
 			msg := ""

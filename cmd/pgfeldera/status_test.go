@@ -61,12 +61,22 @@ func TestStatus(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- conn.Run(rctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(fel.Rows("users")) < 42 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	// Poll until the snapshot is complete, the slot active with a
+	// confirmed position, and Feldera holds every row: then look.
+	var (
+		code int
+		st   Status
+		msg  string
+	)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, st, msg = status()
+		ready := code == 0 && st.Slot.Active && st.Slot.ConfirmedFlushLSN != nil &&
+			len(st.State.Tables) == 1 && st.State.Tables[0].Status == "complete" &&
+			len(st.Tables) == 1 && st.Tables[0].FelderaRows != nil && *st.Tables[0].FelderaRows == 42
+		if ready || time.Now().After(deadline) {
+			break
+		}
 	}
-	time.Sleep(200 * time.Millisecond)
-	code, st, msg := status()
 	cancel()
 	<-done
 	if code != 0 || !st.Slot.Exists || !st.Slot.Active || st.Slot.ConfirmedFlushLSN == nil || st.Slot.WalStatus == nil {

@@ -165,6 +165,7 @@ type Server struct {
 	held          int // requests a fault holds now
 	served        map[FaultKind]int
 	lateApplied   int // HangThenApply requests applied after their client left
+	pending       int // completion polls answered "inprogress"
 }
 
 // NewServer starts a double serving cfg. Close it when done.
@@ -627,6 +628,14 @@ func (s *Server) LateApplied() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lateApplied
+}
+
+// PendingPolls is how many completion polls were answered "inprogress": a
+// client that waits for a held token polls again and again.
+func (s *Server) PendingPolls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
 }
 
 func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
@@ -1114,6 +1123,8 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 	if ep.completed >= tok.C {
 		status = "complete"
 		step = ep.completed
+	} else {
+		s.pending++
 	}
 	writeJSON(w, 200, map[string]any{"status": status, "step": step})
 }
