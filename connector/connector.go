@@ -83,6 +83,11 @@ type Config struct {
 	// 30 s grace period.
 	StopTimeout time.Duration
 
+	// ReadyBlockedFor is how long a flush (or, during a snapshot, the copy)
+	// may make no progress before Ready reports not ready. Default
+	// ReadyBlockedFor (a minute).
+	ReadyBlockedFor time.Duration
+
 	// Observer sees batches, Feldera errors and session ends (metrics); nil
 	// means none.
 	Observer Observer
@@ -149,6 +154,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.ReadyBlockedFor <= 0 {
+		cfg.ReadyBlockedFor = ReadyBlockedFor
 	}
 	if cfg.BackoffInitial <= 0 {
 		cfg.BackoffInitial = time.Second

@@ -60,8 +60,8 @@ type health struct {
 	flushFailed  atomic.Bool  // the last flush failed; cleared by a success
 }
 
-// ReadyBlockedFor is how long a flush may wait before the connector stops
-// being ready.
+// ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a flush
+// may wait before the connector stops being ready.
 const ReadyBlockedFor = time.Minute
 
 // Ready reports whether the connector is doing its job: a session is
@@ -71,8 +71,8 @@ func (c *Connector) Ready() (bool, string) {
 	h := &c.health
 	now := time.Now().UnixNano()
 	if h.snapshotting.Load() {
-		if now-h.progress.Load() > int64(ReadyBlockedFor) {
-			return false, "snapshot made no progress for a minute"
+		if now-h.progress.Load() > int64(c.cfg.ReadyBlockedFor) {
+			return false, "snapshot made no progress for " + c.cfg.ReadyBlockedFor.String()
 		}
 		return true, "snapshotting"
 	}
@@ -82,8 +82,8 @@ func (c *Connector) Ready() (bool, string) {
 	if h.flushFailed.Load() {
 		return false, "the last flush to Feldera failed"
 	}
-	if since := h.flushSince.Load(); since != 0 && now-since > int64(ReadyBlockedFor) {
-		return false, "a flush has been waiting for Feldera for over a minute"
+	if since := h.flushSince.Load(); since != 0 && now-since > int64(c.cfg.ReadyBlockedFor) {
+		return false, "a flush has been waiting for Feldera for over " + c.cfg.ReadyBlockedFor.String()
 	}
 	return true, "streaming"
 }
