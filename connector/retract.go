@@ -71,6 +71,7 @@ func (r *retractor) flush() error {
 	if err := r.c.flush(r.ctx, r.targets, r.b, true); err != nil {
 		return err
 	}
+	crashtest.Point("retract_after_batch")
 	r.b.reset(r.b.seq + 1)
 	return nil
 }

@@ -272,7 +272,7 @@ func TestSnapshot_FelderaRestartWhileStreaming(t *testing.T) {
 
 // A slot whose WAL was removed (wal_status lost) is a lost stream: resnapshot.
 func TestSnapshot_LostSlotResnapshots(t *testing.T) {
-	cluster := pgcluster.New(t, pgcluster.Options{Settings: map[string]string{"max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}})
+	cluster := pgcluster.New(t, pgcluster.Options{Settings: pgcluster.LoseSlotSettings})
 	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 500) g")
 	cfg := e.snapshotConfig("users,public.items:catalog_items")
@@ -281,23 +281,12 @@ func TestSnapshot_LostSlotResnapshots(t *testing.T) {
 	e.waitConfirmed(e.currentLSN(), 30*time.Second)
 	r.stop(t)
 	e.exec("DELETE FROM users WHERE id <= 100") // its WAL will be gone
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		for i := 0; i < 4; i++ {
-			e.exec("INSERT INTO unpublished (payload) SELECT repeat('x', 1000) FROM generate_series(1, 2000)")
-			e.exec("SELECT pg_switch_wal()")
-		}
-		e.exec("CHECKPOINT")
-		if s, ok, _ := e.pg.Slot(context.Background(), e.slot); ok && s.WalStatus == "lost" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("could not get the slot lost")
-		}
+	if err := cluster.LoseSlot(context.Background(), e.db.Config().Database, e.slot); err != nil {
+		t.Fatal(err)
 	}
 	e.start(cfg)
 	e.eventuallyEqual("users", "users", 60*time.Second)
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(e.logs.String(), "resnapshot with retraction") && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}

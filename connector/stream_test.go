@@ -131,3 +131,30 @@ CREATE PUBLICATION pub FOR TABLE log;`
 		}
 	})
 }
+
+// BATCH_LINGER_MS counts from the oldest row of the filling batch: a
+// writer that never pauses still gets its rows flushed every linger, not
+// only once it stops (a linger restarted by each row would never fire).
+func TestStream_LingerFromOldestRow(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	cfg := e.config("users,public.items:catalog_items")
+	cfg.BatchLinger = 300 * time.Millisecond
+	e.start(cfg)
+	e.waitSlot()
+	before := len(e.fel.Requests())
+	w := e.startWriter("users", 0) // a row every few milliseconds
+	// While the writer is still writing, at least three flushes land.
+	e.poll("three flushes while rows keep arriving", 30*time.Second, func() bool { return len(e.fel.Requests())-before >= 3 })
+	written := w.halt()
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	reqs := e.fel.Requests()[before:]
+	rows := 0
+	for _, r := range reqs {
+		rows += r.Inserts
+	}
+	if rows != int(written) || len(reqs) >= int(written)/2 {
+		t.Fatalf("%d rows in %d requests for %d written: the linger should batch them", rows, len(reqs), written)
+	}
+	t.Logf("%d rows in %d requests", rows, len(reqs))
+}

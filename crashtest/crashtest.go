@@ -28,6 +28,7 @@ var Points = []string{
 	"snapshot_after_batch",  // a snapshot batch is complete in Feldera
 	"snapshot_before_state", // every snapshot batch complete, state not saved
 	"after_retract",         // retraction deletes complete, position not moved
+	"retract_after_batch",   // one batch of a retraction's deletes complete, more may follow
 }
 
 var (

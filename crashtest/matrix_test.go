@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
 )
 
 var streamPoints = []string{"after_decode", "after_post", "after_complete", "after_ack"}
@@ -131,7 +133,8 @@ var workloads = []workload{
 	{
 		name:      "truncate",
 		truncates: true,
-		points:    with(stream(1, 2, 3), "after_retract", 1, 2, 3),
+		// the first TRUNCATE retracts 250 rows in three batches of 100
+		points: with(with(stream(1, 2, 3), "after_retract", 1, 2, 3), "retract_after_batch", 1, 2, 3),
 		run: func(w *world, p *proc, snap bool) {
 			seeded(w, p, snap)
 			w.step(p, "INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 250) g")
@@ -156,8 +159,8 @@ var workloads = []workload{
 	},
 	{
 		name: "resnapshot_after_dropped_slot",
-		points: with(with(with(stream(1), "snapshot_after_batch", 1, 2, 3), "snapshot_before_state", 1),
-			"after_retract", 1, 2),
+		points: with(with(with(with(stream(1), "snapshot_after_batch", 1, 2, 3), "snapshot_before_state", 1),
+			"after_retract", 1, 2), "retract_after_batch", 1),
 		setup: func(w *world) {
 			w.exec("INSERT INTO users SELECT g, 'seed', g FROM generate_series(1, 500) g")
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 100) g")
@@ -203,11 +206,20 @@ func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash matrix: not in -short")
 	}
+	for _, point := range crashtest.Points {
+		reached := false
+		for _, wl := range workloads {
+			reached = reached || len(wl.points[point]) > 0
+		}
+		if !reached {
+			t.Fatalf("crash point %s is in no workload of the matrix", point)
+		}
+	}
 	var mu sync.Mutex
 	var results []outcome
 	for _, wl := range workloads {
 		baseline, cleanOps := cleanRun(t, wl)
-		for _, point := range append(append([]string{}, streamPoints...), "snapshot_after_batch", "snapshot_before_state", "after_retract") {
+		for _, point := range crashtest.Points {
 			for _, n := range wl.points[point] {
 				name := fmt.Sprintf("%s/%s/%d", wl.name, point, n)
 				t.Run(name, func(t *testing.T) {

@@ -115,3 +115,43 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo did not clean up:\n%s", out.String())
 	}
 }
+
+// A slot whose WAL is gone: status says the next run resnapshots and
+// exits 1, as it does for a missing slot.
+func TestStatus_LostSlotExits1(t *testing.T) {
+	c := pgcluster.New(t, pgcluster.Options{Settings: pgcluster.LoseSlotSettings})
+	dsn := c.NewDB(t)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	ctx := context.Background()
+	if err := c.Exec(ctx, db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
+		CREATE PUBLICATION pub FOR TABLE users;`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Exec(ctx, db, `SELECT pg_create_logical_replication_slot('lost_slot', 'pgoutput')`); err != nil {
+		t.Fatal(err)
+	}
+	fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fel.Close()
+	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "lost_slot", "TABLES": "users",
+		"FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p", "STATE_FILE": filepath.Join(t.TempDir(), "state.json")}
+	status := func() (int, Status, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, func() {}, []string{"status", "--json"}, env(vars), &out, &errb)
+		var st Status
+		json.Unmarshal(out.Bytes(), &st)
+		return code, st, errb.String()
+	}
+	if code, st, msg := status(); code != 0 || !st.Slot.Exists {
+		t.Fatalf("a healthy slot: code=%d slot=%+v %q", code, st.Slot, msg)
+	}
+	if err := c.LoseSlot(ctx, db, "lost_slot"); err != nil {
+		t.Fatal(err)
+	}
+	code, st, msg := status()
+	if code != 1 || st.Slot.WalStatus == nil || *st.Slot.WalStatus != "lost" || !strings.Contains(msg, "missing or lost") {
+		t.Fatalf("a lost slot: code=%d slot=%+v %q", code, st.Slot, msg)
+	}
+}

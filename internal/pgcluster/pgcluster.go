@@ -545,3 +545,40 @@ func (c *Cluster) NewDB(tb testing.TB) string {
 	})
 	return c.DSN(name)
 }
+
+// LoseSlotSettings make a slot losable: a cluster started with them keeps
+// at most 1 MB of WAL for a slot, so LoseSlot can get past it quickly.
+var LoseSlotSettings = map[string]string{"max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}
+
+// LoseSlot writes and switches WAL in db and checkpoints until the slot's
+// wal_status is "lost" (its WAL removed), within a minute. The cluster
+// must run with LoseSlotSettings and the slot must not be in use.
+func (c *Cluster) LoseSlot(ctx context.Context, db, slot string) error {
+	if err := c.Exec(ctx, db, "CREATE TABLE IF NOT EXISTS pgcluster_wal_filler (payload text)"); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		for i := 0; i < 4; i++ {
+			if err := c.Exec(ctx, db, "INSERT INTO pgcluster_wal_filler SELECT repeat('x', 1000) FROM generate_series(1, 2000)"); err != nil {
+				return err
+			}
+			if err := c.Exec(ctx, db, "SELECT pg_switch_wal()"); err != nil {
+				return err
+			}
+		}
+		if err := c.Exec(ctx, db, "CHECKPOINT"); err != nil {
+			return err
+		}
+		s, ok, err := c.Slot(ctx, slot)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("slot %s does not exist", slot)
+		}
+		if s.WalStatus == "lost" {
+			return nil
+		}
+	}
+	return fmt.Errorf("slot %s is not lost after a minute of WAL (is the cluster started with LoseSlotSettings?)", slot)
+}

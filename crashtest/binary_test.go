@@ -1,0 +1,100 @@
+package crashtest_test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+)
+
+// The claims README makes about the process, checked on the real binary.
+
+// NO_PROGRESS_TIMEOUT: a Feldera that never completes ends the process
+// with exit 1 (a supervisor restarts it), naming the setting.
+func TestBinary_NoProgressTimeoutExits1(t *testing.T) {
+	w := newWorld(t, nil)
+	p := w.start("NO_PROGRESS_TIMEOUT=3s", "FELDERA_COMPLETION_TIMEOUT=1s", "SNAPSHOT_MODE=never")
+	seeded(w, p, false)
+	w.fel.HoldCompletion(true)
+	w.exec("INSERT INTO users VALUES (1, 'never completes', 1)")
+	code := p.exited(60 * time.Second)
+	if code != 1 {
+		p.kill()
+		t.Fatalf("exit %d, want 1 after NO_PROGRESS_TIMEOUT\n%s", code, w.log())
+	}
+	if !strings.Contains(w.log(), "NO_PROGRESS_TIMEOUT") {
+		t.Fatalf("the exit does not name NO_PROGRESS_TIMEOUT:\n%s", w.log())
+	}
+	// The row was never acknowledged: a healthy restart delivers it.
+	w.fel.HoldCompletion(false)
+	p2 := w.start("SNAPSHOT_MODE=never")
+	if msg := w.caughtUp(p2, 60*time.Second); msg != "" {
+		t.Fatal(msg)
+	}
+	p2.stop(t)
+}
+
+// A graceful stop waits for the in-flight batch (up to STOP_TIMEOUT); a
+// second signal ends the process at once, by the signal.
+func TestBinary_SecondSignalExitsAtOnce(t *testing.T) {
+	w := newWorld(t, nil)
+	p := w.start("STOP_TIMEOUT=120s", "FELDERA_COMPLETION_TIMEOUT=120s", "SNAPSHOT_MODE=never")
+	seeded(w, p, false)
+	w.fel.HoldCompletion(true)
+	before := len(w.fel.Requests())
+	w.exec("INSERT INTO users VALUES (1, 'held', 1)")
+	w.poll("the batch to be sent", 30*time.Second, func() bool { return len(w.fel.Requests()) > before })
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	w.poll("the graceful stop to begin", 30*time.Second, func() bool { return strings.Contains(w.log(), "stopping gracefully") })
+	if code := p.exited(500 * time.Millisecond); code != -1 {
+		t.Fatalf("exited %d while its batch was held: the graceful stop did not wait", code)
+	}
+	sent := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.exited(30 * time.Second); code == -1 && !exitedNow(p) {
+		p.kill()
+		t.Fatal("a second SIGTERM did not end the process")
+	}
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("the second signal should kill the process (default handling); it exited with %v", p.cmd.ProcessState)
+	}
+	t.Logf("second SIGTERM → exit in %s (STOP_TIMEOUT 120 s)", time.Since(sent).Round(time.Millisecond))
+}
+
+// Neither the API key nor the DSN's password appears in anything `run`
+// prints, at debug level, through Feldera errors and retries.
+func TestBinary_SecretsNeverPrinted(t *testing.T) {
+	const apiKey, password = "apikey-S3CRET-7f3a9", "pgpw-S3CRET-51c0"
+	w := newWorld(t, func(c *felderatest.Config) { c.APIKey = apiKey })
+	dsn := strings.Replace(w.dsn, "postgres@", "postgres:"+password+"@", 1)
+	w.fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 503, Code: "Initializing", Count: 2})
+	p := w.start("PG_DSN="+dsn, "FELDERA_API_KEY="+apiKey, "LOG_LEVEL=debug", "SNAPSHOT_MODE=never")
+	seeded(w, p, false)
+	w.exec("INSERT INTO users SELECT g, 'x', g FROM generate_series(1, 10) g")
+	if msg := w.caughtUp(p, 60*time.Second); msg != "" {
+		t.Fatal(msg)
+	}
+	p.stop(t)
+	if w.fel.Served(felderatest.FailStatus) < 2 {
+		t.Fatalf("the injected errors were not served: %d", w.fel.Served(felderatest.FailStatus))
+	}
+	// A configuration error that quotes the DSN, and an unreachable server.
+	bad := w.start("PG_DSN=postgres://postgres:"+password+"@127.0.0.1:1/none?sslmode=disable", "FELDERA_API_KEY="+apiKey, "LOG_LEVEL=debug", "NO_PROGRESS_TIMEOUT=2s")
+	if code := bad.exited(60 * time.Second); code != 1 && code != 2 {
+		bad.kill()
+		t.Fatalf("an unreachable Postgres exited %d", code)
+	}
+	out := w.log()
+	if !strings.Contains(out, "503") && !strings.Contains(out, "Initializing") {
+		t.Fatalf("the log shows no Feldera error: the test saw nothing to leak\n%s", out)
+	}
+	for name, secret := range map[string]string{"FELDERA_API_KEY": apiKey, "the DSN password": password} {
+		if strings.Contains(out, secret) {
+			i := strings.Index(out, secret)
+			t.Errorf("%s appears in the output: …%s…", name, out[max(0, i-200):min(len(out), i+100)])
+		}
+	}
+}
