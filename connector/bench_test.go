@@ -111,7 +111,7 @@ func (d *discardSink) Ingress(_ context.Context, table string, body []byte) (str
 	return "t", nil
 }
 
-func (d *discardSink) WaitComplete(context.Context, string) error { return nil }
+func (d *discardSink) WaitCompleteStep(context.Context, string) (uint64, error) { return 0, nil }
 
 func (d *discardSink) Query(_ context.Context, sql string, fn func(json.RawMessage) error) error {
 	d.mu.Lock()

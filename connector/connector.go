@@ -25,8 +25,15 @@ type Sink interface {
 	// Ingress pushes NDJSON insert/delete lines to a table and returns a
 	// completion token covering them.
 	Ingress(ctx context.Context, table string, body []byte) (string, error)
-	// WaitComplete returns when the token's records are processed.
-	WaitComplete(ctx context.Context, token string) error
+	// WaitCompleteStep returns when the token's records are processed,
+	// with the step that processed them (0 when unknown).
+	WaitCompleteStep(ctx context.Context, token string) (uint64, error)
+	// Stats reads /stats: the incarnation, the output endpoints.
+	Stats(ctx context.Context) (*feldera.Stats, error)
+	// Checkpoints lists the pipeline's checkpoints, oldest first.
+	Checkpoints(ctx context.Context) ([]feldera.Checkpoint, error)
+	// RequestCheckpoint asks for a checkpoint (POST /checkpoint).
+	RequestCheckpoint(ctx context.Context) (uint64, error)
 	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
 	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
 }
@@ -53,6 +60,7 @@ const (
 	completionLogAfter       = 5 * time.Second
 	DefaultIngressFence      = 35 * time.Second
 	DefaultStopTimeout       = 20 * time.Second
+	DefaultCheckpointAfter   = 30 * time.Second
 )
 
 // Config configures a Connector.
@@ -82,6 +90,13 @@ type Config struct {
 	// replays it) and Run returns nil. Default 20 s, under Kubernetes'
 	// 30 s grace period.
 	StopTimeout time.Duration
+
+	// CheckpointAfter, under the checkpoint gate (at_least_once), asks
+	// Feldera for a checkpoint (POST /checkpoint) once completed work has
+	// waited this long for one, so that the WAL the slot retains stays
+	// bounded even when the pipeline's own interval is long or off.
+	// Default DefaultCheckpointAfter.
+	CheckpointAfter time.Duration
 
 	// ReadyBlockedFor is how long a flush (or, during a snapshot, the copy)
 	// may make no progress before Ready reports not ready. Default
@@ -127,6 +142,14 @@ type Connector struct {
 	sessionHook func(ctx context.Context) error // test hook: replaces session
 	onBackoff   func(interval time.Duration)    // test hook: sees each backoff interval
 	stats       Stats
+
+	gate            atomic.Int32  // the Gate of the current session (status, metrics)
+	checkpointWaits atomic.Int64  // unix nanos since completed work waits for a checkpoint; 0: none waits
+	checkpointed    atomic.Uint64 // the newest checkpoint's steps the watcher saw
+	maxStep         atomic.Uint64 // the highest step any completion reported
+	probed          bool          // POST /checkpoint was tried once under fault tolerance
+	warnedOutputs   bool
+	forceGate       *Gate // test hook: overrides the gate the model chooses
 }
 
 // New returns a connector. It does not connect.
@@ -154,6 +177,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.CheckpointAfter <= 0 {
+		cfg.CheckpointAfter = DefaultCheckpointAfter
 	}
 	if cfg.ReadyBlockedFor <= 0 {
 		cfg.ReadyBlockedFor = ReadyBlockedFor

@@ -30,6 +30,8 @@ type plan struct {
 	deploymentID  string
 	model         feldera.FTModel // the pipeline's fault-tolerance model
 	faultTolerant bool            // model keeps completed state across a Feldera restart
+	incarnation   string          // /stats incarnation_uuid: the Feldera process fed
+	gate          Gate            // when a completed batch is durable, by the model
 	walTimeout    time.Duration
 }
 
@@ -171,7 +173,65 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	} else {
 		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state, and pgfeldera resnapshots", "model", model)
 	}
+	if atRest {
+		return p, nil
+	}
+	st, err := c.sink.Stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read feldera pipeline stats: %w", err)
+	}
+	p.incarnation = st.GlobalMetrics.IncarnationUUID
+	if len(st.Outputs) == 0 && !c.warnedOutputs {
+		c.warnedOutputs = true
+		c.logger.Warn("feldera pipeline has no output connectors: Feldera may then report a step complete before it finished (feldera#7169), so a read right after completion (the COUNT(*) checks of a TRUNCATE or resnapshot) can briefly see old rows and fail the check, which is retried; acknowledgements under at_least_once still wait for a checkpoint")
+	}
+	if err := c.chooseGate(ctx, p); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// chooseGate picks when a completed batch may be acknowledged, from the
+// fault-tolerance model (DURABILITY.md §2.3):
+//
+//   - none: at completion. Feldera cannot keep anything across a restart;
+//     a restart is noticed (a new incarnation or deployment) and the tables
+//     are resnapshotted with retraction.
+//   - exactly_once: at completion. Feldera journals each step's input
+//     before the step's outputs are pushed, and completion waits for them,
+//     so a complete token is replayed by a restart.
+//   - at_least_once: once a checkpoint covers the completing step. A
+//     restart restores the last checkpoint and nothing after it.
+//
+// Under fault tolerance, POST /checkpoint is tried once: a 501 means this
+// Feldera cannot checkpoint, so the model it reports cannot hold.
+func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
+	p.gate = GateFor(p.model, c.cfg.AckMode)
+	why := "no fault tolerance: a Feldera restart loses its state and is resnapshotted"
+	switch {
+	case c.cfg.AckMode == AckAccepted:
+		why = "FELDERA_ACK_MODE=accepted: acknowledged on HTTP 200 (unsafe)"
+	case p.model == feldera.FTAtLeastOnce:
+		why = "at_least_once: a restart restores the last checkpoint, so a batch is acknowledged once a checkpoint covers its step"
+	case p.model == feldera.FTExactlyOnce:
+		why = "exactly_once: a completed step is journaled and replayed by a restart"
+	}
+	if c.forceGate != nil {
+		p.gate, why = *c.forceGate, "forced by a test"
+	}
+	if p.faultTolerant && !c.probed {
+		if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
+			if feldera.IsCheckpointUnsupported(err) {
+				return fatal(fmt.Errorf("feldera pipeline reports fault tolerance (%s) but answers POST /checkpoint with 501 EnterpriseFeature: this Feldera cannot checkpoint, so it cannot keep the state it reports it keeps; use an Enterprise Feldera, or remove fault_tolerance from the runtime configuration (pgfeldera then resnapshots after each Feldera restart)", p.model))
+			}
+			return fmt.Errorf("feldera: probe POST /checkpoint: %w", err)
+		}
+		c.probed = true
+	}
+	c.gate.Store(int32(p.gate))
+	c.logger.Info("ack gate chosen", "gate", p.gate.String(), "model", p.model, "why", why,
+		"deployment_id", p.deploymentID, "incarnation_uuid", p.incarnation)
+	return nil
 }
 
 // quoteIfNeeded turns a canonical Feldera name into the form

@@ -43,6 +43,7 @@ type stream struct {
 
 	nextStatus time.Time
 	lost       <-chan error // the Feldera pipeline lost its state
+	front      *frontier    // the acknowledgement rule
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -58,6 +59,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 }
 
 func (c *Connector) session(ctx context.Context) error {
+	c.maxStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
 	p, err := c.prepare(ctx, false)
 	if err != nil {
 		return err
@@ -110,13 +112,14 @@ func (c *Connector) session(ctx context.Context) error {
 		filling:  newBatch(len(p.targets)),
 		spare:    newBatch(len(p.targets)),
 		results:  make(chan error, 1),
+		front:    newFrontier(p.gate, c.acked),
 	}
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
 	s.wakeCtx, s.wake = ctx, func() {}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	s.lost = c.watchDeployment(watchCtx, p)
+	s.lost = c.watchPipeline(watchCtx, p)
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
@@ -130,48 +133,134 @@ func (c *Connector) session(ctx context.Context) error {
 	return err
 }
 
-// watchDeployment polls the pipeline: a new deployment_id without fault
-// tolerance means Feldera lost the state we acknowledged. The session must
-// end so the next one resnapshots (the state file records the deployment
-// the tables were copied into).
-func (c *Connector) watchDeployment(ctx context.Context, p *plan) <-chan error {
+// checkpointPoll is how often the watcher reads /checkpoints while
+// completed work waits for one, and /stats for a restart.
+const checkpointPoll = 500 * time.Millisecond
+
+// watchPipeline polls the pipeline while the session streams, so that a
+// Feldera restart is noticed even when no token is outstanding:
+//
+//   - a new incarnation_uuid under the same deployment_id is a restart in
+//     place. With fault tolerance, Feldera restored what a checkpoint (or
+//     the journal) holds, which covers everything acknowledged: the session
+//     ends and the next one replays from the slot. Without it the state is
+//     gone: the session ends and the next startup resnapshots (the state
+//     file records the incarnation the tables were copied into).
+//   - a new deployment_id without fault tolerance: the same resnapshot.
+//     With fault tolerance the pipeline resumed from its checkpoint: the
+//     session ends and replays from the slot.
+//
+// Under the checkpoint gate it also publishes the newest checkpoint's
+// steps, and asks for a checkpoint when completed work has waited
+// CheckpointAfter for one.
+func (c *Connector) watchPipeline(ctx context.Context, p *plan) <-chan error {
 	lost := make(chan error, 1)
-	if p.deploymentID == "" {
-		return lost
-	}
+	c.checkpointed.Store(0)
+	c.checkpointWaits.Store(0)
 	go func() {
-		t := time.NewTicker(2 * time.Second)
+		every := 2 * time.Second
+		if p.gate == GateCheckpoint {
+			every = checkpointPoll
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
-		for {
+		var asked time.Time
+		for n := 0; ; n++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			pipe, err := c.sink.Pipeline(ctx)
-			if err != nil || pipe.DeploymentID == nil || *pipe.DeploymentID == p.deploymentID {
-				continue
+			if p.gate == GateCheckpoint {
+				if cps, err := c.sink.Checkpoints(ctx); err == nil && len(cps) > 0 {
+					c.checkpointed.Store(cps[len(cps)-1].Steps)
+				}
+				if since := c.checkpointWaits.Load(); since != 0 && time.Since(time.Unix(0, since)) >= c.cfg.CheckpointAfter && time.Since(asked) >= c.cfg.CheckpointAfter {
+					asked = time.Now()
+					if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
+						c.logger.Warn("feldera: checkpoint request failed; waiting for the pipeline's own", "err", err)
+					} else {
+						c.logger.Info("feldera: asked for a checkpoint: completed work waited for one", "waited", time.Since(time.Unix(0, since)).Round(time.Millisecond), "checkpoint_after", c.cfg.CheckpointAfter)
+					}
+				}
 			}
-			model, err := pipe.FaultToleranceModel()
-			switch {
-			case err != nil:
-				lost <- fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
+			if p.gate == GateCheckpoint && n%4 != 3 {
+				continue // the restart checks below run every 2 s
+			}
+			if err := c.checkRestart(ctx, p); err != nil {
+				lost <- err
 				return
-			case model.FaultTolerant():
-				c.logger.Warn("feldera pipeline was redeployed; it has fault tolerance, so completed state survived", "deployment_id", *pipe.DeploymentID)
-				p.deploymentID = *pipe.DeploymentID
-				continue
-			case c.cfg.SnapshotMode == SnapshotNever:
-				c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
-					"deployment_id", *pipe.DeploymentID)
-				p.deploymentID = *pipe.DeploymentID
-				continue
 			}
-			lost <- fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
-			return
 		}
 	}()
 	return lost
+}
+
+// checkRestart compares the pipeline's deployment and incarnation with
+// the ones the session started with (see watchPipeline).
+func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
+	if p.incarnation != "" {
+		if st, err := c.sink.Stats(ctx); err == nil && st.GlobalMetrics.IncarnationUUID != "" && st.GlobalMetrics.IncarnationUUID != p.incarnation {
+			if p.faultTolerant {
+				return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s); it has fault tolerance (%s), so it kept what was acknowledged: replaying from the slot", p.incarnation, st.GlobalMetrics.IncarnationUUID, p.model)
+			}
+			if c.cfg.SnapshotMode == SnapshotNever {
+				c.logger.Error("feldera pipeline restarted without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot", "incarnation_uuid", st.GlobalMetrics.IncarnationUUID)
+				p.incarnation = st.GlobalMetrics.IncarnationUUID
+				return nil
+			}
+			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) without fault tolerance: its state is lost; resnapshotting", p.incarnation, st.GlobalMetrics.IncarnationUUID)
+		}
+	}
+	if p.deploymentID == "" {
+		return nil
+	}
+	pipe, err := c.sink.Pipeline(ctx)
+	if err != nil || pipe.DeploymentID == nil || *pipe.DeploymentID == p.deploymentID {
+		return nil
+	}
+	model, err := pipe.FaultToleranceModel()
+	switch {
+	case err != nil:
+		return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
+	case model.FaultTolerant():
+		return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance, so it resumed from its checkpoint: replaying from the slot", p.deploymentID, *pipe.DeploymentID)
+	case c.cfg.SnapshotMode == SnapshotNever:
+		c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
+			"deployment_id", *pipe.DeploymentID)
+		p.deploymentID = *pipe.DeploymentID
+		return nil
+	}
+	return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
+}
+
+// awaitCheckpoint asks Feldera for a checkpoint and waits until the newest
+// one covers step. Requests coalesce (one that arrives while a checkpoint
+// is written is answered by that one, which may not cover step), so it
+// reads coverage from /checkpoints and asks again while it falls short.
+func (c *Connector) awaitCheckpoint(ctx context.Context, step uint64) error {
+	for attempt := 0; ; attempt++ {
+		if attempt%20 == 0 { // at once, then every 2 s
+			if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
+				return fmt.Errorf("request a checkpoint: %w", err)
+			}
+		}
+		cps, err := c.sink.Checkpoints(ctx)
+		if err != nil {
+			return fmt.Errorf("read checkpoints: %w", err)
+		}
+		if n := len(cps); n > 0 {
+			c.checkpointed.Store(cps[n-1].Steps)
+			if cps[n-1].Steps >= step {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a checkpoint to cover step %d: %w", step, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // ensureSlot creates the slot when missing. SNAPSHOT 'nothing' is always
@@ -216,7 +305,38 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 
 // pending reports whether anything read is not yet acknowledged.
 func (s *stream) pending() bool {
-	return s.open || s.filling.total > 0 || s.inflight != nil || s.filling.ackTo > s.c.acked
+	return s.open || s.filling.total > 0 || s.inflight != nil || s.filling.ackTo > s.c.acked || len(s.front.pending) > 0
+}
+
+// reach moves the position to lsn once everything Feldera completed so far
+// is durable under the gate: lsn needs nothing more from Feldera (its rows
+// went out in earlier batches, or it had none), but a retraction or an
+// earlier batch may still wait for a checkpoint.
+func (s *stream) reach(lsn pglogrepl.LSN) {
+	s.advance(s.front.completed(lsn, s.c.maxStep.Load(), time.Now()))
+	s.publishWait()
+}
+
+// checkpointed applies the newest checkpoint the watcher saw; it reports
+// whether the position moved.
+func (s *stream) checkpointed() bool {
+	if len(s.front.pending) == 0 {
+		return false
+	}
+	before := s.c.acked
+	s.advance(s.front.checkpointed(s.c.checkpointed.Load()))
+	s.publishWait()
+	return s.c.acked > before
+}
+
+// publishWait tells the watcher since when completed work waits for a
+// checkpoint (it may ask for one) and the status how long.
+func (s *stream) publishWait() {
+	if at, ok := s.front.waiting(); ok {
+		s.c.checkpointWaits.Store(at.UnixNano())
+	} else {
+		s.c.checkpointWaits.Store(0)
+	}
 }
 
 func (s *stream) run(ctx context.Context) error {
@@ -236,6 +356,12 @@ func (s *stream) run(ctx context.Context) error {
 			return err
 		default:
 		}
+		if s.checkpointed() {
+			if err := s.status(); err != nil {
+				return err
+			}
+			crashtest.Point("after_ack")
+		}
 		now := time.Now()
 		if s.inflight == nil && s.flushDue(now) {
 			s.startFlush()
@@ -254,6 +380,9 @@ func (s *stream) run(ctx context.Context) error {
 			continue
 		}
 		deadline := s.nextStatus
+		if len(s.front.pending) > 0 && now.Add(checkpointPoll).Before(deadline) {
+			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
+		}
 		if s.filling.total > 0 && s.inflight == nil && s.c.cfg.BatchLinger > 0 {
 			if ld := s.filling.first.Add(s.c.cfg.BatchLinger); ld.Before(deadline) {
 				deadline = ld
@@ -330,7 +459,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 			// below ServerWALEnd was read, so idle slots release WAL (writes
 			// to unpublished tables move the WAL head too).
 			moved = pkm.ServerWALEnd > s.c.acked
-			s.advance(pkm.ServerWALEnd)
+			s.reach(pkm.ServerWALEnd)
 			s.c.healthy = time.Now()
 		}
 		if pkm.ReplyRequested || moved {
@@ -367,9 +496,12 @@ func (s *stream) event(ev *decode.Event) error {
 			// Nothing of it is pending (a TRUNCATE already retracted, or no
 			// mapped rows): acknowledge now.
 			if ev.Commit.EndLSN > s.c.acked {
-				s.advance(ev.Commit.EndLSN)
-				if err := s.status(); err != nil {
-					return err
+				before := s.c.acked
+				s.reach(ev.Commit.EndLSN)
+				if s.c.acked > before {
+					if err := s.status(); err != nil {
+						return err
+					}
 				}
 			}
 		} else if ev.Commit.EndLSN > s.filling.ackTo {
@@ -526,15 +658,15 @@ func (s *stream) finish(err error) error {
 	if err != nil {
 		return err // the outbox is dropped with the session: the slot replays it
 	}
-	moved := b.ackTo > s.c.acked
-	s.advance(b.ackTo)
+	before := s.c.acked
+	s.reach(b.ackTo)
 	// A COMMIT seen after this batch was sealed, with no rows since, is
 	// complete too.
 	if s.filling.total == 0 && s.filling.ackTo > 0 {
-		s.advance(s.filling.ackTo)
+		s.reach(s.filling.ackTo)
 		s.filling.ackTo = 0
-		moved = true
 	}
+	moved := s.c.acked > before
 	b.shrink(64 << 20)
 	s.spare = b
 	if moved {
@@ -592,7 +724,13 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		})
 		defer slow.Stop()
 		for _, s := range tokens {
-			if err := c.sink.WaitComplete(wctx, s.token); err != nil {
+			step, err := c.sink.WaitCompleteStep(wctx, s.token)
+			if step > b.step {
+				b.step = step
+			}
+			for cur := c.maxStep.Load(); step > cur && !c.maxStep.CompareAndSwap(cur, step); cur = c.maxStep.Load() {
+			}
+			if err != nil {
 				if code := feldera.ErrorCode(err); code != "" {
 					c.observer.FelderaError(code)
 				}
@@ -652,7 +790,16 @@ func (s *stream) shutdown() error {
 			return err
 		}
 	} else if s.filling.ackTo > 0 {
-		s.advance(s.filling.ackTo)
+		s.reach(s.filling.ackTo)
+	}
+	if len(s.front.pending) > 0 {
+		// at_least_once: what completed is durable once a checkpoint
+		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
+		// still uncovered then is replayed by the next start.
+		if err := s.c.awaitCheckpoint(s.c.stopContext(bg), s.front.highestPending()); err != nil {
+			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
+		}
+		s.checkpointed()
 	}
 	if err := s.status(); err != nil {
 		return err

@@ -36,7 +36,7 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
 	decision := snapshot.Decide(st, slot, c.cfg.Slot, c.cfg.Publication, mappings,
-		snapshot.Target{DeploymentID: p.deploymentID, FaultTolerant: p.faultTolerant})
+		snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant})
 	if decision.Action == snapshot.Stream {
 		c.logger.Info("startup: stream from the slot", "reason", decision.Reason)
 		return nil
@@ -60,7 +60,7 @@ func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.
 // snapshot, so the stream resumes exactly after what the copy saw. retract
 // removes from Feldera what an earlier attempt left that no longer exists.
 func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, slotExists, retract bool, mappings []snapshot.Mapping) error {
-	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID}
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation}
 	for _, m := range mappings {
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
 	}
@@ -97,6 +97,16 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 	}
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
 		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false); err != nil {
+			return err
+		}
+	}
+	if p.gate == GateCheckpoint {
+		// at_least_once: the copy is durable once a checkpoint covers it;
+		// the state file must not say complete before (a Feldera restart
+		// would restore a checkpoint without the rows, and the startup
+		// would stream on).
+		c.logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", c.maxStep.Load())
+		if err := c.awaitCheckpoint(ctx, c.maxStep.Load()); err != nil {
 			return err
 		}
 	}

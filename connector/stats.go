@@ -60,6 +60,18 @@ type health struct {
 	flushFailed  atomic.Bool  // the last flush failed; cleared by a success
 }
 
+// Gate is the acknowledgement gate of the current session.
+func (c *Connector) Gate() Gate { return Gate(c.gate.Load()) }
+
+// CheckpointWait is how long completed work has waited for a checkpoint
+// (the checkpoint gate); 0 when nothing waits.
+func (c *Connector) CheckpointWait() time.Duration {
+	if at := c.checkpointWaits.Load(); at != 0 {
+		return time.Since(time.Unix(0, at))
+	}
+	return 0
+}
+
 // ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a flush
 // may wait before the connector stops being ready.
 const ReadyBlockedFor = time.Minute

@@ -272,54 +272,133 @@ func traceWrote(ctx context.Context) context.Context {
 // and delivered to every output. A token of an earlier incarnation of the
 // pipeline returns an error for which IsPipelineRestarted is true.
 func (c *Client) Completion(ctx context.Context, token string) (bool, error) {
+	done, _, err := c.CompletionStep(ctx, token)
+	return done, err
+}
+
+// CompletionStep is Completion that also returns, for a complete token,
+// the step that processed its records (comparable with Checkpoint.Steps).
+// step is 0 when Feldera did not say.
+func (c *Client) CompletionStep(ctx context.Context, token string) (done bool, step uint64, err error) {
 	// The token is base64 and may hold '+', '/' and '=': always percent-encode.
 	resp, err := c.do(ctx, http.MethodGet, "/completion_status", "token="+url.QueryEscape(token), nil)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	defer resp.Body.Close()
 	if err := checkResponse("GET completion_status", resp); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	var st struct {
-		Status string `json:"status"`
+		Status string  `json:"status"`
+		Step   *uint64 `json:"step"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return false, fmt.Errorf("feldera: decode completion status: %w", err)
+		return false, 0, fmt.Errorf("feldera: decode completion status: %w", err)
 	}
 	switch st.Status {
 	case "complete":
-		return true, nil
+		if st.Step != nil {
+			step = *st.Step
+		}
+		return true, step, nil
 	case "inprogress":
-		return false, nil
+		return false, 0, nil
 	}
-	return false, &APIError{Op: "GET completion_status", StatusCode: resp.StatusCode, Message: fmt.Sprintf("unknown completion status %q", st.Status)}
+	return false, 0, &APIError{Op: "GET completion_status", StatusCode: resp.StatusCode, Message: fmt.Sprintf("unknown completion status %q", st.Status)}
 }
 
 // WaitComplete polls the token until it is complete, ctx ends, or the server
 // answers with an error. The poll interval starts at DefaultPollInterval and
 // doubles up to DefaultPollMax.
 func (c *Client) WaitComplete(ctx context.Context, token string) error {
+	_, err := c.WaitCompleteStep(ctx, token)
+	return err
+}
+
+// WaitCompleteStep is WaitComplete returning the step that completed the
+// token (see CompletionStep).
+func (c *Client) WaitCompleteStep(ctx context.Context, token string) (uint64, error) {
 	wait := DefaultPollInterval
 	for {
-		done, err := c.Completion(ctx, token)
+		done, step, err := c.CompletionStep(ctx, token)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if done {
-			return nil
+			return step, nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("feldera: wait for completion: %w", ctx.Err())
+			return 0, fmt.Errorf("feldera: wait for completion: %w", ctx.Err())
 		case <-t.C:
 		}
 		if wait *= 2; wait > DefaultPollMax {
 			wait = DefaultPollMax
 		}
 	}
+}
+
+// getJSON GETs path and decodes the 2xx answer into v.
+func (c *Client) getJSON(ctx context.Context, op, path string, v any) error {
+	resp, err := c.do(ctx, http.MethodGet, path, "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse(op, resp); err != nil {
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("feldera: decode %s: %w", op, err)
+	}
+	return nil
+}
+
+// Stats reads the pipeline's /stats: the incarnation it runs as, its
+// state, its output endpoints.
+func (c *Client) Stats(ctx context.Context) (*Stats, error) {
+	var st Stats
+	if err := c.getJSON(ctx, "GET stats", "/stats", &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Checkpoints lists the pipeline's checkpoints, oldest first (GET
+// /checkpoints). Each one's Steps says which steps it covers.
+func (c *Client) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
+	var cps []Checkpoint
+	if err := c.getJSON(ctx, "GET checkpoints", "/checkpoints", &cps); err != nil {
+		return nil, err
+	}
+	return cps, nil
+}
+
+// RequestCheckpoint asks for a checkpoint (POST /checkpoint) and returns
+// its sequence number; the checkpoint itself runs in the background, and a
+// request that arrives while one is being written is answered by that one
+// (it may not cover what was processed just before): check coverage with
+// Checkpoints. Without Enterprise fault tolerance Feldera answers 501
+// EnterpriseFeature (see IsCheckpointUnsupported).
+func (c *Client) RequestCheckpoint(ctx context.Context) (uint64, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/checkpoint", "", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse("POST checkpoint", resp); err != nil {
+		return 0, err
+	}
+	var r struct {
+		Seq uint64 `json:"checkpoint_sequence_number"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return 0, fmt.Errorf("feldera: decode checkpoint answer: %w", err)
+	}
+	return r.Seq, nil
 }
 
 // Query runs an ad-hoc SQL query and calls fn with each result row, a JSON

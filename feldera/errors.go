@@ -113,6 +113,27 @@ func hasCode(err error, code string) bool {
 	return errors.As(err, &ae) && (ae.Code == code || strings.HasSuffix(ae.Code, "."+code))
 }
 
+// IsCheckpointUnsupported reports Feldera's 501 EnterpriseFeature answer to
+// POST /checkpoint: this Feldera cannot checkpoint (the OSS edition).
+func IsCheckpointUnsupported(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.StatusCode == http.StatusNotImplemented || ae.Code == "EnterpriseFeature")
+}
+
+// IsRestarted reports an answer that means the pipeline process restarted
+// (or is terminating) since the token or request was made: 410
+// PipelineRestarted, 410 UnknownEndpointInCompletionToken, 400
+// IncarnationUuidMismatch, 410 Terminating. Whatever it had not made
+// durable is gone.
+func IsRestarted(err error) bool {
+	for _, code := range []string{CodePipelineRestarted, "UnknownEndpointInCompletionToken", "IncarnationUuidMismatch", "Terminating"} {
+		if hasCode(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
 // IsParseErrors reports a 400 ParseErrors answer to an ingress request.
 // Feldera may have ingested the good lines of that request.
 func IsParseErrors(err error) bool { return hasCode(err, CodeParseErrors) }

@@ -10,6 +10,7 @@
 package feldera
 
 import (
+	"encoding/json"
 	"net/url"
 	"strings"
 )
@@ -21,6 +22,7 @@ type Pipeline struct {
 	DeploymentDesiredStatus string       `json:"deployment_desired_status,omitempty"`
 	DeploymentID            *string      `json:"deployment_id"`
 	ProgramStatus           string       `json:"program_status,omitempty"`
+	ProgramVersion          int64        `json:"program_version,omitempty"`
 	ProgramInfo             *ProgramInfo `json:"program_info"`
 	RuntimeConfig           *RuntimeConf `json:"runtime_config,omitempty"`
 }
@@ -138,4 +140,30 @@ func URLName(canonical string) string {
 // SQLIdent quotes a canonical identifier for use in an ad-hoc query.
 func SQLIdent(canonical string) string {
 	return `"` + strings.ReplaceAll(canonical, `"`, `""`) + `"`
+}
+
+// Stats is the part of GET /stats a connector reads.
+type Stats struct {
+	GlobalMetrics GlobalMetrics     `json:"global_metrics"`
+	Outputs       []json.RawMessage `json:"outputs"`
+}
+
+// GlobalMetrics is /stats global_metrics: IncarnationUUID changes on every
+// restart of the pipeline process, including one in place that keeps the
+// deployment_id.
+type GlobalMetrics struct {
+	IncarnationUUID string `json:"incarnation_uuid"`
+	State           string `json:"state"`
+}
+
+// Checkpoint is an entry of GET /checkpoints: Steps is the circuit's step
+// count when it was taken, so it covers every token completed at a step ≤
+// Steps.
+type Checkpoint struct {
+	UUID             string `json:"uuid"`
+	Identifier       string `json:"identifier,omitempty"`
+	Fingerprint      uint64 `json:"fingerprint"`
+	Size             uint64 `json:"size,omitempty"`
+	Steps            uint64 `json:"steps"`
+	ProcessedRecords uint64 `json:"processed_records"`
 }

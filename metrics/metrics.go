@@ -189,11 +189,13 @@ var (
 	descSafe      = prometheus.NewDesc("pgfeldera_slot_safe_wal_size_bytes", "WAL that can still be written before the slot is lost (max_slot_wal_keep_size).", nil, nil)
 	descStatus    = prometheus.NewDesc("pgfeldera_slot_wal_status", "1 for the slot's current wal_status (reserved, extended, unreserved, lost); 0 for the others.", []string{"status"}, nil)
 	descReady     = prometheus.NewDesc("pgfeldera_ready", "1 when /readyz is ready.", nil, nil)
+	descGate      = prometheus.NewDesc("pgfeldera_ack_gate", "1 for the acknowledgement gate in use: complete (at completion: no fault tolerance, or exactly_once) or checkpoint (once a checkpoint covers the batch: at_least_once).", []string{"gate"}, nil)
+	descCkptWait  = prometheus.NewDesc("pgfeldera_checkpoint_wait_seconds", "How long completed work has waited for a Feldera checkpoint to cover it (checkpoint gate); 0 when nothing waits.", nil, nil)
 	descFence     = prometheus.NewDesc("pgfeldera_ingress_fence_seconds", "Seconds before ingress may send again: an earlier request got no clear answer and Feldera may still apply it (FELDERA_INGRESS_FENCE); 0 when not fenced.", nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence} {
+	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait} {
 		ch <- d
 	}
 }
@@ -241,4 +243,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(descFence, prometheus.GaugeValue, conn.IngressFenced().Seconds())
+	for _, g := range []connector.Gate{connector.GateComplete, connector.GateCheckpoint} {
+		v := 0.0
+		if conn.Gate() == g {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, v, g.String())
+	}
+	ch <- prometheus.MustNewConstMetric(descCkptWait, prometheus.GaugeValue, conn.CheckpointWait().Seconds())
 }

@@ -43,7 +43,8 @@ type Plan struct {
 // Target is what the startup plan needs to know of the Feldera pipeline.
 type Target struct {
 	DeploymentID  string
-	FaultTolerant bool // completed state survives a Feldera restart
+	Incarnation   string // /stats global_metrics.incarnation_uuid: new on every process restart
+	FaultTolerant bool   // completed state survives a Feldera restart
 }
 
 // Decide is the startup plan from the state file (nil when absent), the
@@ -67,6 +68,9 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 	}
 	if st.DeploymentID != "" && target.DeploymentID != "" && st.DeploymentID != target.DeploymentID && !target.FaultTolerant {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline was redeployed (deployment %s, the tables were copied into %s) without fault tolerance: its state is lost", target.DeploymentID, st.DeploymentID)}
+	}
+	if st.Incarnation != "" && target.Incarnation != "" && st.Incarnation != target.Incarnation && !target.FaultTolerant {
+		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline restarted in place (incarnation %s, the tables were copied into %s) without fault tolerance: its state is lost", target.Incarnation, st.Incarnation)}
 	}
 	switch {
 	case !slot.Exists:

@@ -39,6 +39,10 @@ func TestDecide(t *testing.T) {
 		{"felderaRedeployed", withDeployment(complete, "d1"), present, snapshot.Resnapshot, snapshot.Target{DeploymentID: "d2"}},
 		{"felderaRedeployedFaultTolerant", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d2", FaultTolerant: true}},
 		{"felderaSameDeployment", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1"}},
+		{"felderaRestartedInPlace", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Resnapshot, snapshot.Target{DeploymentID: "d1", Incarnation: "i2"}},
+		{"felderaRestartedInPlaceFaultTolerant", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i2", FaultTolerant: true}},
+		{"felderaSameIncarnation", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i1"}},
+		{"stateWithoutIncarnation", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -51,6 +55,12 @@ func TestDecide(t *testing.T) {
 	if p := snapshot.Decide(complete, present, "other_slot", "p", tables, snapshot.Target{}); p.Action != snapshot.Resnapshot {
 		t.Fatalf("slot renamed: %v", p.Action)
 	}
+}
+
+func withIncarnation(s *state.State, id string) *state.State {
+	c := *s
+	c.Incarnation = id
+	return &c
 }
 
 func withDeployment(s *state.State, id string) *state.State {

@@ -52,8 +52,12 @@ type State struct {
 	Publication string `json:"publication"`
 	// DeploymentID is the Feldera deployment the tables were copied into:
 	// another one (a restart without fault tolerance) has lost them.
-	DeploymentID string  `json:"deployment_id,omitempty"`
-	Tables       []Table `json:"tables"`
+	DeploymentID string `json:"deployment_id,omitempty"`
+	// Incarnation is the Feldera process (/stats incarnation_uuid) the
+	// tables were copied into: without fault tolerance, another one has
+	// lost them even under the same deployment.
+	Incarnation string  `json:"incarnation_uuid,omitempty"`
+	Tables      []Table `json:"tables"`
 }
 
 // Complete reports whether every table's snapshot is complete.

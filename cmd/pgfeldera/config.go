@@ -31,6 +31,7 @@ type Config struct {
 	IngressFence      time.Duration
 	RequestTimeout    time.Duration
 	StopTimeout       time.Duration
+	CheckpointAfter   time.Duration
 	BatchMaxRows      int
 	BatchLinger       time.Duration
 	SnapshotMode      string
@@ -141,6 +142,8 @@ var settings = []setting{
 		parse: durationInto("FELDERA_INGRESS_FENCE", func(c *Config) *time.Duration { return &c.IngressFence })},
 	{Env: "FELDERA_REQUEST_TIMEOUT", Default: "30s", Help: "longest wait for one answer from Feldera (an ingress request: the whole exchange); must be shorter than FELDERA_INGRESS_FENCE",
 		parse: durationInto("FELDERA_REQUEST_TIMEOUT", func(c *Config) *time.Duration { return &c.RequestTimeout })},
+	{Env: "FELDERA_CHECKPOINT_AFTER", Default: "30s", Help: "under at_least_once, ask Feldera for a checkpoint once completed work has waited this long for one (it is acknowledged only when a checkpoint covers it)",
+		parse: durationInto("FELDERA_CHECKPOINT_AFTER", func(c *Config) *time.Duration { return &c.CheckpointAfter })},
 	{Env: "STOP_TIMEOUT", Default: "20s", Help: "on SIGTERM/SIGINT, longest time to finish in-flight work before exiting 0 with nothing unfinished acknowledged",
 		parse: durationInto("STOP_TIMEOUT", func(c *Config) *time.Duration { return &c.StopTimeout })},
 	{Env: "BATCH_MAX_ROWS", Default: "10000", Help: "outbox flush size in rows: the memory bound",

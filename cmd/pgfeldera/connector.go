@@ -62,6 +62,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		CompletionTimeout: c.CompletionTimeout,
 		IngressFence:      c.IngressFence,
 		StopTimeout:       c.StopTimeout,
+		CheckpointAfter:   c.CheckpointAfter,
 		BatchMaxRows:      c.BatchMaxRows,
 		BatchLinger:       c.BatchLinger,
 		SnapshotMode:      c.SnapshotMode,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -41,7 +42,11 @@ type Status struct {
 		Pipeline         string `json:"pipeline"`
 		DeploymentStatus string `json:"deployment_status,omitempty"`
 		DeploymentID     string `json:"deployment_id,omitempty"`
-		Error            string `json:"error,omitempty"`
+		// Model is the pipeline's fault-tolerance model and AckGate when
+		// pgfeldera acknowledges under it ("complete" or "checkpoint").
+		Model   string `json:"fault_tolerance,omitempty"`
+		AckGate string `json:"ack_gate,omitempty"`
+		Error   string `json:"error,omitempty"`
 	} `json:"feldera"`
 	Tables []TableStatus `json:"tables"`
 }
@@ -139,6 +144,11 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 		st.Feldera.DeploymentStatus = p.DeploymentStatus
 		if p.DeploymentID != nil {
 			st.Feldera.DeploymentID = *p.DeploymentID
+		}
+		if m, err := p.FaultToleranceModel(); err != nil {
+			st.Feldera.Error = err.Error()
+		} else {
+			st.Feldera.Model, st.Feldera.AckGate = string(m), connector.GateFor(m, cfg.AckMode).String()
 		}
 	}
 	for _, t := range cfg.Tables {

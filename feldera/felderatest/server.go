@@ -76,6 +76,15 @@ type Config struct {
 	// keeps completed state exactly when Feldera would read it as fault
 	// tolerant. It overrides FaultTolerant.
 	FaultTolerance string
+	// CheckpointEvery takes a checkpoint this often (0: only on request),
+	// when the model is not none: Feldera's checkpoint_interval_secs.
+	CheckpointEvery time.Duration
+	// NoCheckpoints answers POST /checkpoint with 501 EnterpriseFeature
+	// even under fault tolerance, like Feldera's OSS edition.
+	NoCheckpoints bool
+	// OutputEndpoints are the output connectors /stats lists; none by
+	// default (then completion can run ahead of the steps: feldera#7169).
+	OutputEndpoints []string
 }
 
 // Request is one ingress request as the double saw it.
@@ -128,6 +137,7 @@ type endpoint struct {
 	table     *table
 	queued    uint64
 	completed uint64
+	step      uint64 // the step that completed the endpoint's last records
 }
 
 type batch struct {
@@ -166,6 +176,14 @@ type Server struct {
 	served        map[FaultKind]int
 	lateApplied   int // HangThenApply requests applied after their client left
 	pending       int // completion polls answered "inprogress"
+
+	steps          uint64 // the circuit's step count; carries across restarts
+	processed      uint64 // records processed
+	checkpoints    []checkpoint
+	ckptSeq        int // per process, like Feldera's checkpoint_sequence_number
+	ckptSuccess    int
+	ckptRequests   int
+	lastCheckpoint time.Time
 }
 
 // NewServer starts a double serving cfg. Close it when done.
@@ -434,6 +452,8 @@ func (s *Server) step(now time.Time) {
 	for len(s.queue) > 0 && !s.hold && !s.queue[0].readyAt.After(now) {
 		b := s.queue[0]
 		s.queue = s.queue[1:]
+		s.steps++ // one step per batch: its records are processed at this step
+		s.processed += uint64(len(b.ops))
 		for _, o := range b.ops {
 			if b.ep.table.apply(o) {
 				s.missedDeletes++
@@ -441,6 +461,7 @@ func (s *Server) step(now time.Time) {
 		}
 		if b.upTo > b.ep.completed {
 			b.ep.completed = b.upTo
+			b.ep.step = s.steps
 		}
 	}
 }
@@ -473,6 +494,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rest := m[2]
+	s.mu.Lock()
+	s.periodic(time.Now())
+	s.mu.Unlock()
 	done, late := s.fault(w, r, rest)
 	if done {
 		return
@@ -501,6 +525,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.completionStatus(w, r)
 	case rest == "/query" && r.Method == http.MethodGet:
 		s.query(w, r)
+	case rest == "/stats" && r.Method == http.MethodGet:
+		s.stats(w, r)
+	case rest == "/checkpoint" && r.Method == http.MethodPost:
+		s.postCheckpoint(w, r)
+	case rest == "/checkpoint_status" && r.Method == http.MethodGet:
+		s.checkpointStatus(w, r)
+	case rest == "/checkpoints" && r.Method == http.MethodGet:
+		s.listCheckpoints(w, r)
 	default:
 		http.NotFound(w, r)
 	}
@@ -649,6 +681,7 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
 		"deployment_id":               s.deploymentID,
 		"deployment_error":            nil,
 		"program_status":              "Success",
+		"program_version":             1,
 	}
 	sel := r.URL.Query().Get("selector")
 	if sel == "" || sel == "all" {
@@ -1122,7 +1155,7 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 	var step any
 	if ep.completed >= tok.C {
 		status = "complete"
-		step = ep.completed
+		step = ep.step // conservative: the step of the endpoint's latest completed records
 	} else {
 		s.pending++
 	}
