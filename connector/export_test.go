@@ -27,3 +27,7 @@ func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn ui
 	}
 	c.onBackoff = onBackoff
 }
+
+// SetGate forces the acknowledgement gate, whatever the pipeline's model:
+// tests use it to show the wrong gate losing data.
+func SetGate(c *Connector, g Gate) { c.forceGate = &g }

@@ -199,39 +199,43 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan) <-chan error {
 // checkRestart compares the pipeline's deployment and incarnation with
 // the ones the session started with (see watchPipeline).
 func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
-	if p.incarnation != "" {
-		if st, err := c.sink.Stats(ctx); err == nil && st.GlobalMetrics.IncarnationUUID != "" && st.GlobalMetrics.IncarnationUUID != p.incarnation {
-			if p.faultTolerant {
-				return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s); it has fault tolerance (%s), so it kept what was acknowledged: replaying from the slot", p.incarnation, st.GlobalMetrics.IncarnationUUID, p.model)
-			}
-			if c.cfg.SnapshotMode == SnapshotNever {
-				c.logger.Error("feldera pipeline restarted without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot", "incarnation_uuid", st.GlobalMetrics.IncarnationUUID)
-				p.incarnation = st.GlobalMetrics.IncarnationUUID
+	if p.deploymentID != "" {
+		pipe, err := c.sink.Pipeline(ctx)
+		if err == nil && pipe.DeploymentID != nil && *pipe.DeploymentID != p.deploymentID {
+			model, err := pipe.FaultToleranceModel()
+			switch {
+			case err != nil:
+				return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
+			case model.FaultTolerant():
+				return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance (%s), so it resumed from its checkpoint: replaying from the slot", p.deploymentID, *pipe.DeploymentID, model)
+			case c.cfg.SnapshotMode == SnapshotNever:
+				c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
+					"deployment_id", *pipe.DeploymentID)
+				p.deploymentID = *pipe.DeploymentID
+				p.incarnation = "" // read again below, next time
 				return nil
 			}
-			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) without fault tolerance: its state is lost; resnapshotting", p.incarnation, st.GlobalMetrics.IncarnationUUID)
+			return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
 		}
 	}
-	if p.deploymentID == "" {
+	st, err := c.sink.Stats(ctx)
+	if err != nil || st.GlobalMetrics.IncarnationUUID == "" {
 		return nil
 	}
-	pipe, err := c.sink.Pipeline(ctx)
-	if err != nil || pipe.DeploymentID == nil || *pipe.DeploymentID == p.deploymentID {
-		return nil
-	}
-	model, err := pipe.FaultToleranceModel()
+	now := st.GlobalMetrics.IncarnationUUID
 	switch {
-	case err != nil:
-		return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
-	case model.FaultTolerant():
-		return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance, so it resumed from its checkpoint: replaying from the slot", p.deploymentID, *pipe.DeploymentID)
+	case p.incarnation == "":
+		p.incarnation = now
+	case now == p.incarnation:
+	case p.faultTolerant:
+		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s), so it kept what was acknowledged: replaying from the slot", p.incarnation, now, p.model)
 	case c.cfg.SnapshotMode == SnapshotNever:
-		c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
-			"deployment_id", *pipe.DeploymentID)
-		p.deploymentID = *pipe.DeploymentID
-		return nil
+		c.logger.Error("feldera pipeline restarted without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot", "incarnation_uuid", now)
+		p.incarnation = now
+	default:
+		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s) without fault tolerance: its state is lost; resnapshotting", p.incarnation, now)
 	}
-	return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
+	return nil
 }
 
 // awaitCheckpoint asks Feldera for a checkpoint and waits until the newest

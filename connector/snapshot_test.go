@@ -262,7 +262,7 @@ func TestSnapshot_FelderaRestartWhileStreaming(t *testing.T) {
 			if want := map[bool]string{true: "has fault tolerance", false: "has no fault tolerance"}[ft]; !strings.Contains(e.logs.String(), want) {
 				t.Fatalf("the log does not say the pipeline %s\n%s", want, tail(e.logs.String(), 2000))
 			}
-			resnapshot := strings.Contains(e.logs.String(), "resnapshot")
+			resnapshot := strings.Contains(e.logs.String(), "startup: resnapshot")
 			if resnapshot == ft {
 				t.Fatalf("fault tolerant %v, resnapshotted %v\n%s", ft, resnapshot, tail(e.logs.String(), 3000))
 			}

@@ -35,7 +35,7 @@ func TestUnsafe_AcceptedModeLoses(t *testing.T) {
 			p.kill()        // the connector dies…
 			w.fel.Restart() // …and Feldera restarts, dropping what it had not completed
 			w.fel.HoldCompletion(false)
-			p2 := w.start("FELDERA_ACK_MODE=" + mode)
+			p2 := w.start("FELDERA_ACK_MODE="+mode, "FELDERA_CHECKPOINT_AFTER=500ms") // at_least_once: checkpoint coverage
 			msg := ""
 			if mode == "accepted" {
 				w.acked(p2, 30*time.Second)

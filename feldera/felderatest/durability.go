@@ -99,16 +99,38 @@ func (s *Server) checkpointLocked(now time.Time) {
 // time has come (looked at whenever a request arrives: a client polling
 // /checkpoints sees them on time).
 func (s *Server) periodic(now time.Time) {
-	if s.cfg.CheckpointEvery <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
+	every := s.interval()
+	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
 		return
 	}
 	if s.lastCheckpoint.IsZero() {
 		s.lastCheckpoint = now
 		return
 	}
-	if now.Sub(s.lastCheckpoint) >= s.cfg.CheckpointEvery {
+	if now.Sub(s.lastCheckpoint) >= every {
 		s.checkpointLocked(now)
 	}
+}
+
+// interval is Config.CheckpointEvery, else the pipeline's
+// checkpoint_interval_secs as Feldera reads it: default 60, clamped to
+// 1..3600, null for none.
+func (s *Server) interval() time.Duration {
+	if s.cfg.CheckpointEvery > 0 {
+		return s.cfg.CheckpointEvery
+	}
+	secs := 60.0
+	var v map[string]any
+	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) == nil {
+		if raw, ok := v["checkpoint_interval_secs"]; ok {
+			n, isNum := raw.(float64)
+			if !isNum {
+				return 0 // null: no periodic checkpoints
+			}
+			secs = min(max(n, 1), 3600)
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // RestartInPlace restarts the pipeline process without a new deployment:

@@ -76,8 +76,9 @@ type Config struct {
 	// keeps completed state exactly when Feldera would read it as fault
 	// tolerant. It overrides FaultTolerant.
 	FaultTolerance string
-	// CheckpointEvery takes a checkpoint this often (0: only on request),
-	// when the model is not none: Feldera's checkpoint_interval_secs.
+	// CheckpointEvery takes a checkpoint this often when the model is not
+	// none; 0 reads checkpoint_interval_secs from FaultTolerance, as
+	// Feldera does (default 60 s, null: only on request).
 	CheckpointEvery time.Duration
 	// NoCheckpoints answers POST /checkpoint with 501 EnterpriseFeature
 	// even under fault tolerance, like Feldera's OSS edition.
