@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -85,4 +86,54 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// A restart in place while nothing is in flight is noticed by the
+// incarnation alone: without fault tolerance the tables are resnapshotted
+// (the deployment_id did not change, so only the incarnation tells);
+// with it the session replays from the slot.
+func TestDurability_IdleRestartInPlaceNoticed(t *testing.T) {
+	for _, c := range []struct{ name, ft, want string }{
+		{"none", "", "startup: resnapshot"},
+		{"at_least_once", `{"model": "at_least_once", "checkpoint_interval_secs": 1}`, "replaying from the slot"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) { fc.FaultTolerance = c.ft })
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 300) g")
+			e.start(e.snapshotConfig("users,public.items:catalog_items"))
+			e.waitLog("session: streaming", 30*time.Second)
+			e.eventuallyEqual("users", "users", 30*time.Second)
+			e.fel.RestartInPlace() // nothing outstanding: no token can fail
+			e.waitLog(c.want, 30*time.Second)
+			e.eventuallyEqual("users", "users", 60*time.Second)
+			if c.name == "none" && !strings.Contains(e.logs.String(), "restarted in place") {
+				t.Fatalf("the resnapshot does not say why:\n%s", tail(e.logs.String(), 2000))
+			}
+		})
+	}
+}
+
+// A pipeline that reports fault tolerance but cannot checkpoint (Feldera's
+// OSS edition answers POST /checkpoint with 501) is refused: it cannot
+// keep what it claims to keep.
+func TestDurability_FaultToleranceWithoutCheckpointsRefused(t *testing.T) {
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+		fc.FaultTolerance = `{"model": "at_least_once"}`
+		fc.NoCheckpoints = true
+	})
+	r := e.start(e.config("users,public.items:catalog_items"))
+	var err error
+	select {
+	case err = <-r.done:
+		r.done <- err // for the cleanup's stop
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connector kept running")
+	}
+	if err == nil || !strings.Contains(err.Error(), "501 EnterpriseFeature") || !strings.Contains(err.Error(), "at_least_once") {
+		t.Fatalf("want a refusal naming the model and the 501, got %v", err)
+	}
+	var fe *connector.FatalError
+	if !errors.As(err, &fe) {
+		t.Fatalf("the refusal must be fatal (no retry loop): %v", err)
+	}
 }
