@@ -42,7 +42,8 @@ type stream struct {
 	wake     context.CancelFunc
 
 	nextStatus time.Time
-	lost       <-chan error // the Feldera pipeline lost its state
+	lost       <-chan error    // the Feldera pipeline restarted or lost its state
+	alertCtx   context.Context // canceled when lost has something: ends a receive
 	front      *frontier    // the acknowledgement rule
 }
 
@@ -119,7 +120,10 @@ func (c *Connector) session(ctx context.Context) error {
 	s.wakeCtx, s.wake = ctx, func() {}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	s.lost = c.watchPipeline(watchCtx, p)
+	var alert context.CancelFunc
+	s.alertCtx, alert = context.WithCancel(ctx)
+	defer alert()
+	s.lost = c.watchPipeline(watchCtx, p, alert)
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
@@ -153,7 +157,7 @@ const checkpointPoll = 500 * time.Millisecond
 // Under the checkpoint gate it also publishes the newest checkpoint's
 // steps, and asks for a checkpoint when completed work has waited
 // CheckpointAfter for one.
-func (c *Connector) watchPipeline(ctx context.Context, p *plan) <-chan error {
+func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
 	c.checkpointWaits.Store(0)
@@ -189,6 +193,7 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan) <-chan error {
 			}
 			if err := c.checkRestart(ctx, p); err != nil {
 				lost <- err
+				alert() // wake the receive loop: a restart is noticed at once, not at the next status
 				return
 			}
 		}
@@ -392,7 +397,7 @@ func (s *stream) run(ctx context.Context) error {
 				deadline = ld
 			}
 		}
-		base := ctx
+		base := s.alertCtx
 		if s.inflight != nil {
 			base = s.wakeCtx
 		}
