@@ -44,7 +44,7 @@ type stream struct {
 	nextStatus time.Time
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
-	front      *frontier    // the acknowledgement rule
+	front      *frontier       // the acknowledgement rule
 }
 
 // replicationConfig parses the DSN and asks for a logical replication

@@ -15,7 +15,9 @@ import (
 // restart keeps under each model.
 
 func TestContract_CompletionStepsAndCheckpoints(t *testing.T) {
-	s, c := newServer(t, func(cfg *felderatest.Config) { cfg.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": null}` })
+	s, c := newServer(t, func(cfg *felderatest.Config) {
+		cfg.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": null}`
+	})
 	tok1, _ := c.Ingress(ctx(t), "users", []byte(`{"insert": {"id": 1, "tag": "a"}}`+"\n"))
 	step1, err := c.WaitCompleteStep(ctx(t), tok1)
 	if err != nil || step1 == 0 {
@@ -124,4 +126,3 @@ func TestContract_RestartInPlaceByModel(t *testing.T) {
 		})
 	}
 }
-
