@@ -48,6 +48,9 @@ func TestDurability_InPlaceRestarts(t *testing.T) {
 				t.Fatalf("gate %s, want %s", got, c.wantGate)
 			}
 			w := e.startWriter("users", 100000)
+			if c.wantGate == connector.GateCheckpoint {
+				e.poll("completed work waiting for a checkpoint", 10*time.Second, func() bool { return conn.CheckpointWait() > 0 })
+			}
 			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 			for i := 0; i < 3; i++ {
 				// a random moment, 0.5–3 s in: before or after a checkpoint

@@ -219,6 +219,9 @@ func TestMetrics_SnapshotBlockedSlotAndCauses(t *testing.T) {
 		"pgfeldera_slot_safe_wal_size_bytes":                "0", // max_slot_wal_keep_size = -1: no limit, reported null
 		`pgfeldera_slot_wal_status{status="lost"}`:          "0",
 		`pgfeldera_rows_total{op="snapshot",table="users"}`: "3000",
+		`pgfeldera_ack_gate{gate="complete"}`:               "1", // no fault tolerance
+		`pgfeldera_ack_gate{gate="checkpoint"}`:             "0",
+		"pgfeldera_checkpoint_wait_seconds":                 "0",
 	} {
 		if got := metric(body, name); got != want {
 			t.Errorf("%s = %q, want %s", name, got, want)

@@ -212,7 +212,7 @@ func printStatus(w io.Writer, st *Status) {
 		}
 		fmt.Fprintf(tw, "\tfence\t%s\n", line)
 	}
-	fmt.Fprintf(tw, "feldera\t%s\t%s %s %s\n", st.Feldera.Pipeline, st.Feldera.DeploymentStatus, st.Feldera.DeploymentID, st.Feldera.Error)
+	fmt.Fprintf(tw, "feldera\t%s\t%s %s fault_tolerance=%s ack_gate=%s %s\n", st.Feldera.Pipeline, st.Feldera.DeploymentStatus, st.Feldera.DeploymentID, st.Feldera.Model, st.Feldera.AckGate, st.Feldera.Error)
 	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\n")
 	for _, t := range st.Tables {
 		fmt.Fprintf(tw, "%s → %s\t%s\t%s\t%s\n", t.Source, t.Dest, num(t.PostgresRows), num(t.FelderaRows), t.Error)

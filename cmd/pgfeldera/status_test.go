@@ -85,6 +85,9 @@ func TestStatus(t *testing.T) {
 	if f := st.State.Fence; f == nil || !f.Running || f.PID != os.Getpid() {
 		t.Fatalf("fence while running: %+v", f)
 	}
+	if st.Feldera.Model != "none" || st.Feldera.AckGate != "complete" {
+		t.Fatalf("fault tolerance %q, ack gate %q; want none, complete", st.Feldera.Model, st.Feldera.AckGate)
+	}
 	if len(st.State.Tables) != 1 || st.State.Tables[0].Status != "complete" || st.Feldera.DeploymentStatus != "Running" {
 		t.Fatalf("state=%+v feldera=%+v", st.State, st.Feldera)
 	}
