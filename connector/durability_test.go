@@ -140,3 +140,25 @@ func TestDurability_FaultToleranceWithoutCheckpointsRefused(t *testing.T) {
 		t.Fatalf("the refusal must be fatal (no retry loop): %v", err)
 	}
 }
+
+// Under exactly_once a program change discards Feldera's input journal:
+// what completed after the last checkpoint is gone although it was
+// acknowledged at completion. The state file records the program version
+// the tables were copied under, so the change is a resnapshot.
+func TestDurability_ProgramChangeUnderExactlyOnceResnapshots(t *testing.T) {
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+		fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
+	})
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
+	e.start(e.snapshotConfig("users,public.items:catalog_items"))
+	e.waitLog("session: streaming", 30*time.Second)
+	e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(1000, 1099) g")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	e.fel.ChangeProgram()
+	if n := len(e.fel.Rows("users")); n != 0 {
+		t.Fatalf("the double kept %d rows over a program change with no checkpoint: the test could not see a loss", n)
+	}
+	e.waitLog("the Feldera program changed", 30*time.Second)
+	e.eventuallyEqual("users", "users", 60*time.Second)
+}

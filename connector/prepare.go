@@ -25,14 +25,15 @@ var pinnedGUCs = []string{
 
 // plan is what a session learned before streaming.
 type plan struct {
-	targets       []*decode.Target
-	rels          []*decode.Rel // per target: the catalog's columns, for COPY
-	deploymentID  string
-	model         feldera.FTModel // the pipeline's fault-tolerance model
-	faultTolerant bool            // model keeps completed state across a Feldera restart
-	incarnation   string          // /stats incarnation_uuid: the Feldera process fed
-	gate          Gate            // when a completed batch is durable, by the model
-	walTimeout    time.Duration
+	targets        []*decode.Target
+	rels           []*decode.Rel // per target: the catalog's columns, for COPY
+	deploymentID   string
+	model          feldera.FTModel // the pipeline's fault-tolerance model
+	faultTolerant  bool            // model keeps completed state across a Feldera restart
+	incarnation    string          // /stats incarnation_uuid: the Feldera process fed
+	programVersion int64           // program_version: under exactly_once a change discards the journal
+	gate           Gate            // when a completed batch is durable, by the model
+	walTimeout     time.Duration
 }
 
 // columnInfo is a Postgres column as the catalog describes it.
@@ -124,6 +125,7 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	if pipe.DeploymentID != nil {
 		p.deploymentID = *pipe.DeploymentID
 	}
+	p.programVersion = pipe.ProgramVersion
 	for i, t := range c.cfg.Tables {
 		rel, ok := pipe.ProgramInfo.Schema.Input(quoteIfNeeded(t.Dest))
 		if !ok {

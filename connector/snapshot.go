@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -36,7 +37,8 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
 	decision := snapshot.Decide(st, slot, c.cfg.Slot, c.cfg.Publication, mappings,
-		snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant})
+		snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant,
+			ProgramVersion: p.programVersion, JournalOnly: p.model == feldera.FTExactlyOnce && p.gate == GateComplete})
 	if decision.Action == snapshot.Stream {
 		c.logger.Info("startup: stream from the slot", "reason", decision.Reason)
 		return nil
@@ -60,7 +62,7 @@ func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.
 // snapshot, so the stream resumes exactly after what the copy saw. retract
 // removes from Feldera what an earlier attempt left that no longer exists.
 func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, slotExists, retract bool, mappings []snapshot.Mapping) error {
-	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation}
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
 	for _, m := range mappings {
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
 	}

@@ -45,6 +45,11 @@ type Target struct {
 	DeploymentID  string
 	Incarnation   string // /stats global_metrics.incarnation_uuid: new on every process restart
 	FaultTolerant bool   // completed state survives a Feldera restart
+	// ProgramVersion is the pipeline's program_version; JournalOnly says
+	// acknowledgements relied on Feldera's input journal (exactly_once),
+	// which a program change discards.
+	ProgramVersion int64
+	JournalOnly    bool
 }
 
 // Decide is the startup plan from the state file (nil when absent), the
@@ -68,6 +73,9 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 	}
 	if st.DeploymentID != "" && target.DeploymentID != "" && st.DeploymentID != target.DeploymentID && !target.FaultTolerant {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline was redeployed (deployment %s, the tables were copied into %s) without fault tolerance: its state is lost", target.DeploymentID, st.DeploymentID)}
+	}
+	if target.JournalOnly && st.ProgramVersion != 0 && target.ProgramVersion != 0 && st.ProgramVersion != target.ProgramVersion {
+		return Plan{Resnapshot, fmt.Sprintf("the Feldera program changed (version %d, the tables were copied under %d) under exactly_once: Feldera discards its input journal on a program change, losing what completed after its last checkpoint", target.ProgramVersion, st.ProgramVersion)}
 	}
 	if st.Incarnation != "" && target.Incarnation != "" && st.Incarnation != target.Incarnation && !target.FaultTolerant {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline restarted in place (incarnation %s, the tables were copied into %s) without fault tolerance: its state is lost", target.Incarnation, st.Incarnation)}

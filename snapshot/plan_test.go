@@ -42,6 +42,10 @@ func TestDecide(t *testing.T) {
 		{"felderaRestartedInPlace", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Resnapshot, snapshot.Target{DeploymentID: "d1", Incarnation: "i2"}},
 		{"felderaRestartedInPlaceFaultTolerant", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i2", FaultTolerant: true}},
 		{"felderaSameIncarnation", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i1"}},
+		{"programChangedExactlyOnce", withProgram(complete, 1), present, snapshot.Resnapshot, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},
+		{"programChangedAtLeastOnce", withProgram(complete, 1), present, snapshot.Stream, snapshot.Target{FaultTolerant: true, ProgramVersion: 2}},
+		{"programSameExactlyOnce", withProgram(complete, 2), present, snapshot.Stream, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},
+		{"stateWithoutProgram", complete, present, snapshot.Stream, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},
 		{"stateWithoutIncarnation", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i2"}},
 	}
 	for _, c := range cases {
@@ -55,6 +59,12 @@ func TestDecide(t *testing.T) {
 	if p := snapshot.Decide(complete, present, "other_slot", "p", tables, snapshot.Target{}); p.Action != snapshot.Resnapshot {
 		t.Fatalf("slot renamed: %v", p.Action)
 	}
+}
+
+func withProgram(s *state.State, v int64) *state.State {
+	c := *s
+	c.ProgramVersion = v
+	return &c
 }
 
 func withIncarnation(s *state.State, id string) *state.State {

@@ -56,8 +56,11 @@ type State struct {
 	// Incarnation is the Feldera process (/stats incarnation_uuid) the
 	// tables were copied into: without fault tolerance, another one has
 	// lost them even under the same deployment.
-	Incarnation string  `json:"incarnation_uuid,omitempty"`
-	Tables      []Table `json:"tables"`
+	Incarnation string `json:"incarnation_uuid,omitempty"`
+	// ProgramVersion is the Feldera program_version the tables were copied
+	// under: under exactly_once a program change discards the journal.
+	ProgramVersion int64   `json:"program_version,omitempty"`
+	Tables         []Table `json:"tables"`
 }
 
 // Complete reports whether every table's snapshot is complete.

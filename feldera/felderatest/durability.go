@@ -166,6 +166,32 @@ func (s *Server) RestartInPlace() {
 	s.lastCheckpoint = time.Time{}
 }
 
+// ChangeProgram redeploys the pipeline with a new program version: a new
+// deployment and incarnation, state from the last checkpoint under fault
+// tolerance (an exactly_once journal is discarded on a program change),
+// nothing without it.
+func (s *Server) ChangeProgram() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.programVersion++
+	s.newIncarnation()
+	if s.model() == "none" {
+		for _, t := range s.tables {
+			t.clear()
+		}
+		return
+	}
+	for _, t := range s.tables {
+		t.clear()
+	}
+	if n := len(s.checkpoints); n > 0 {
+		for name, st := range s.checkpoints[n-1].tables {
+			s.tables[name].restore(st)
+		}
+		s.steps = s.checkpoints[n-1].meta.Steps
+	}
+}
+
 // Steps is how many steps the pipeline has run (its circuit step count).
 func (s *Server) Steps() uint64 {
 	s.mu.Lock()

@@ -183,6 +183,7 @@ type Server struct {
 	ckptSuccess    int
 	ckptRequests   int
 	lastCheckpoint time.Time
+	programVersion int64
 }
 
 // NewServer starts a double serving cfg. Close it when done.
@@ -222,6 +223,7 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		s.order = append(s.order, name)
 	}
 	s.newIncarnation()
+	s.programVersion = 1
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	return s, nil
 }
@@ -680,7 +682,7 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
 		"deployment_id":               s.deploymentID,
 		"deployment_error":            nil,
 		"program_status":              "Success",
-		"program_version":             1,
+		"program_version":             s.programVersion,
 	}
 	sel := r.URL.Query().Get("selector")
 	if sel == "" || sel == "all" {
