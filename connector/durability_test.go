@@ -162,3 +162,20 @@ func TestDurability_ProgramChangeUnderExactlyOnceResnapshots(t *testing.T) {
 	e.waitLog("the Feldera program changed", 30*time.Second)
 	e.eventuallyEqual("users", "users", 60*time.Second)
 }
+
+// A fault-tolerant pipeline redeployed with its storage cleared restored
+// nothing: it has no checkpoint at all, and pgfeldera resnapshots instead
+// of streaming on into empty tables.
+func TestDurability_RedeployWithClearedStorageResnapshots(t *testing.T) {
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+		fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
+	})
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
+	e.start(e.snapshotConfig("users,public.items:catalog_items"))
+	e.waitLog("session: streaming", 30*time.Second)
+	e.eventuallyEqual("users", "users", 30*time.Second)
+	e.fel.RedeployCleared()
+	e.exec("INSERT INTO users VALUES (5000, 'after', 0)")
+	e.waitLog("has no checkpoint: it restored nothing", 30*time.Second)
+	e.eventuallyEqual("users", "users", 60*time.Second)
+}

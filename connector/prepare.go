@@ -32,6 +32,7 @@ type plan struct {
 	faultTolerant  bool            // model keeps completed state across a Feldera restart
 	incarnation    string          // /stats incarnation_uuid: the Feldera process fed
 	programVersion int64           // program_version: under exactly_once a change discards the journal
+	noCheckpoint   bool            // fault tolerant, and /checkpoints was empty before the probe
 	gate           Gate            // when a completed batch is durable, by the model
 	walTimeout     time.Duration
 }
@@ -220,6 +221,13 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 	}
 	if c.forceGate != nil {
 		p.gate, why = *c.forceGate, "forced by a test"
+	}
+	if p.faultTolerant {
+		cps, err := c.sink.Checkpoints(ctx)
+		if err != nil && !feldera.IsCheckpointUnsupported(err) {
+			return fmt.Errorf("read feldera checkpoints: %w", err)
+		}
+		p.noCheckpoint = len(cps) == 0
 	}
 	if p.faultTolerant && !c.probed {
 		if _, err := c.sink.RequestCheckpoint(ctx); err != nil {

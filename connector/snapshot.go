@@ -38,7 +38,7 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 	}
 	decision := snapshot.Decide(st, slot, c.cfg.Slot, c.cfg.Publication, mappings,
 		snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant,
-			ProgramVersion: p.programVersion, JournalOnly: p.model == feldera.FTExactlyOnce && p.gate == GateComplete})
+			ProgramVersion: p.programVersion, JournalOnly: p.model == feldera.FTExactlyOnce && p.gate == GateComplete, NoCheckpoint: p.noCheckpoint})
 	if decision.Action == snapshot.Stream {
 		c.logger.Info("startup: stream from the slot", "reason", decision.Reason)
 		return nil

@@ -50,6 +50,9 @@ type Target struct {
 	// which a program change discards.
 	ProgramVersion int64
 	JournalOnly    bool
+	// NoCheckpoint says a fault-tolerant pipeline has no checkpoint at all:
+	// after a redeploy it restored nothing (its storage was cleared).
+	NoCheckpoint bool
 }
 
 // Decide is the startup plan from the state file (nil when absent), the
@@ -73,6 +76,9 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 	}
 	if st.DeploymentID != "" && target.DeploymentID != "" && st.DeploymentID != target.DeploymentID && !target.FaultTolerant {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline was redeployed (deployment %s, the tables were copied into %s) without fault tolerance: its state is lost", target.DeploymentID, st.DeploymentID)}
+	}
+	if st.DeploymentID != "" && target.DeploymentID != "" && st.DeploymentID != target.DeploymentID && target.FaultTolerant && target.NoCheckpoint {
+		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline was redeployed (deployment %s, the tables were copied into %s) and has no checkpoint: it restored nothing (storage cleared), so its state is lost", target.DeploymentID, st.DeploymentID)}
 	}
 	if target.JournalOnly && st.ProgramVersion != 0 && target.ProgramVersion != 0 && st.ProgramVersion != target.ProgramVersion {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera program changed (version %d, the tables were copied under %d) under exactly_once: Feldera discards its input journal on a program change, losing what completed after its last checkpoint", target.ProgramVersion, st.ProgramVersion)}

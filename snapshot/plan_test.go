@@ -42,6 +42,8 @@ func TestDecide(t *testing.T) {
 		{"felderaRestartedInPlace", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Resnapshot, snapshot.Target{DeploymentID: "d1", Incarnation: "i2"}},
 		{"felderaRestartedInPlaceFaultTolerant", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i2", FaultTolerant: true}},
 		{"felderaSameIncarnation", withIncarnation(withDeployment(complete, "d1"), "i1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i1"}},
+		{"felderaRedeployedFaultTolerantNoCheckpoint", withDeployment(complete, "d1"), present, snapshot.Resnapshot, snapshot.Target{DeploymentID: "d2", FaultTolerant: true, NoCheckpoint: true}},
+		{"felderaSameDeploymentNoCheckpoint", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", FaultTolerant: true, NoCheckpoint: true}},
 		{"programChangedExactlyOnce", withProgram(complete, 1), present, snapshot.Resnapshot, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},
 		{"programChangedAtLeastOnce", withProgram(complete, 1), present, snapshot.Stream, snapshot.Target{FaultTolerant: true, ProgramVersion: 2}},
 		{"programSameExactlyOnce", withProgram(complete, 2), present, snapshot.Stream, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},

@@ -38,13 +38,7 @@ func TestStatus(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "state.json")
 	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "status_slot", "TABLES": "users",
 		"FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p", "STATE_FILE": stateFile}
-	status := func() (int, Status, string) {
-		var out, errb bytes.Buffer
-		code := run(ctx, func() {}, []string{"status", "--json"}, env(vars), &out, &errb)
-		var st Status
-		json.Unmarshal(out.Bytes(), &st)
-		return code, st, errb.String()
-	}
+	status := func() (int, Status, string) { return statusJSON(ctx, vars) }
 	// Before the first run: no slot → non-zero exit.
 	if code, st, msg := status(); code == 0 || st.Slot.Exists || !strings.Contains(msg, "status_slot") {
 		t.Fatalf("no slot: code=%d exists=%v msg=%q", code, st.Slot.Exists, msg)
@@ -140,13 +134,7 @@ func TestStatus_LostSlotExits1(t *testing.T) {
 	defer fel.Close()
 	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "lost_slot", "TABLES": "users",
 		"FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p", "STATE_FILE": filepath.Join(t.TempDir(), "state.json")}
-	status := func() (int, Status, string) {
-		var out, errb bytes.Buffer
-		code := run(ctx, func() {}, []string{"status", "--json"}, env(vars), &out, &errb)
-		var st Status
-		json.Unmarshal(out.Bytes(), &st)
-		return code, st, errb.String()
-	}
+	status := func() (int, Status, string) { return statusJSON(ctx, vars) }
 	if code, st, msg := status(); code != 0 || !st.Slot.Exists {
 		t.Fatalf("a healthy slot: code=%d slot=%+v %q", code, st.Slot, msg)
 	}
@@ -157,4 +145,14 @@ func TestStatus_LostSlotExits1(t *testing.T) {
 	if code != 1 || st.Slot.WalStatus == nil || *st.Slot.WalStatus != "lost" || !strings.Contains(msg, "missing or lost") {
 		t.Fatalf("a lost slot: code=%d slot=%+v %q", code, st.Slot, msg)
 	}
+}
+
+// statusJSON runs `pgfeldera status --json` with vars as the environment:
+// the exit code, the parsed answer and what it printed on stderr.
+func statusJSON(ctx context.Context, vars map[string]string) (int, Status, string) {
+	var out, errb bytes.Buffer
+	code := run(ctx, func() {}, []string{"status", "--json"}, env(vars), &out, &errb)
+	var st Status
+	json.Unmarshal(out.Bytes(), &st)
+	return code, st, errb.String()
 }

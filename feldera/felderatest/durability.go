@@ -166,6 +166,20 @@ func (s *Server) RestartInPlace() {
 	s.lastCheckpoint = time.Time{}
 }
 
+// RedeployCleared redeploys the pipeline after its storage was cleared: a
+// new deployment and incarnation, no checkpoints, empty tables, whatever
+// the model.
+func (s *Server) RedeployCleared() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.newIncarnation()
+	for _, t := range s.tables {
+		t.clear()
+	}
+	s.checkpoints, s.steps, s.processed = nil, 0, 0
+	s.ckptSeq, s.ckptSuccess, s.lastCheckpoint = 0, 0, time.Time{}
+}
+
 // ChangeProgram redeploys the pipeline with a new program version: a new
 // deployment and incarnation, state from the last checkpoint under fault
 // tolerance (an exactly_once journal is discarded on a program change),
