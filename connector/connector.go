@@ -54,6 +54,7 @@ const (
 // Defaults.
 const (
 	DefaultBatchMaxRows      = 10000
+	DefaultBatchMaxBytes     = 16 << 20
 	DefaultBatchLinger       = 50 * time.Millisecond
 	DefaultCompletionTimeout = 60 * time.Second
 	DefaultNoProgressTimeout = 5 * time.Minute
@@ -73,6 +74,10 @@ type Config struct {
 	RequirePrimaryKey bool
 	CompletionTimeout time.Duration
 	BatchMaxRows      int
+	// BatchMaxBytes seals a batch once its NDJSON reaches this many bytes
+	// (a row larger than it goes alone): with BatchMaxRows, the memory
+	// bound whatever the row width. Default DefaultBatchMaxBytes.
+	BatchMaxBytes int
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
@@ -162,6 +167,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.BatchMaxRows <= 0 {
 		cfg.BatchMaxRows = DefaultBatchMaxRows
+	}
+	if cfg.BatchMaxBytes <= 0 {
+		cfg.BatchMaxBytes = DefaultBatchMaxBytes
 	}
 	if cfg.CompletionTimeout <= 0 {
 		cfg.CompletionTimeout = DefaultCompletionTimeout

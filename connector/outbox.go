@@ -35,6 +35,22 @@ func newBatch(routes int) *batch {
 	return &batch{bufs: make([][]byte, routes), rows: make([]int, routes)}
 }
 
+// size is the NDJSON the batch holds, in bytes.
+func (b *batch) size() int {
+	n := 0
+	for _, buf := range b.bufs {
+		n += len(buf)
+	}
+	return n
+}
+
+// full reports whether b reached BATCH_MAX_ROWS or BATCH_MAX_BYTES: it is
+// sealed after the change that reached the bound, so a row larger than
+// the byte bound goes alone.
+func (c *Connector) full(b *batch) bool {
+	return b.total >= c.cfg.BatchMaxRows || b.total > 0 && b.size() >= c.cfg.BatchMaxBytes
+}
+
 // Buffer gives the decoder the route's buffer to append lines to.
 func (b *batch) Buffer(route int) *[]byte { return &b.bufs[route] }
 

@@ -58,7 +58,7 @@ func (r *retractor) delete(row json.RawMessage) error {
 	r.b.added(r.route, 1, time.Now())
 	r.n++
 	r.c.stats.Retracted.Add(1)
-	if r.b.total >= r.c.cfg.BatchMaxRows {
+	if r.c.full(r.b) {
 		return r.flush()
 	}
 	return nil

@@ -126,7 +126,7 @@ func (c *Connector) session(ctx context.Context) error {
 	s.lost = c.watchPipeline(watchCtx, p, alert)
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
-		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "linger", c.cfg.BatchLinger)
+		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "batch_max_bytes", c.cfg.BatchMaxBytes, "linger", c.cfg.BatchLinger)
 	c.health.streaming.Store(true)
 	err = s.run(ctx)
 	c.health.streaming.Store(false)
@@ -382,7 +382,7 @@ func (s *stream) run(ctx context.Context) error {
 		}
 		// The filling batch is full and the previous one is still in
 		// flight: stop reading (the memory bound) but keep reporting.
-		if s.inflight != nil && s.filling.total >= s.c.cfg.BatchMaxRows {
+		if s.inflight != nil && s.c.full(s.filling) {
 			if err := s.waitFlush(ctx); err != nil {
 				return err
 			}
@@ -525,7 +525,7 @@ func (s *stream) event(ev *decode.Event) error {
 		ts := s.c.tableStats[ev.Route]
 		ts.Deletes.Add(int64(ev.Deletes))
 		ts.Inserts.Add(int64(ev.Rows - ev.Deletes))
-		if s.filling.total >= s.c.cfg.BatchMaxRows && s.inflight == nil {
+		if s.c.full(s.filling) && s.inflight == nil {
 			s.startFlush()
 		}
 	case decode.KindRelation:
@@ -601,7 +601,7 @@ func (s *stream) flushDue(now time.Time) bool {
 	switch {
 	case b.total == 0:
 		return false
-	case b.total >= s.c.cfg.BatchMaxRows:
+	case s.c.full(b):
 		return true
 	case s.c.cfg.BatchLinger == 0:
 		return !s.open

@@ -204,7 +204,7 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 		rows++
 		c.stats.SnapshotRows.Add(1)
 		c.tableStats[t.Route].Copied.Add(1)
-		if b.total >= c.cfg.BatchMaxRows {
+		if c.full(b) {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -158,3 +158,37 @@ func TestStream_LingerFromOldestRow(t *testing.T) {
 	}
 	t.Logf("%d rows in %d requests", rows, len(reqs))
 }
+
+// BATCH_MAX_BYTES bounds a request in bytes whatever the row width: a
+// transaction of wide rows goes out in requests of at most the bound plus
+// one row, and lands exactly; a row wider than the bound seals the batch
+// it lands in.
+func TestStream_BatchMaxBytes(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	cfg := e.config("users,public.items:catalog_items")
+	cfg.BatchMaxBytes = 1 << 20
+	e.start(cfg)
+	e.waitSlot()
+	before := len(e.fel.Requests())
+	// 200 rows of about 100 KB in one transaction (20 MB), then one row
+	// of 3 MB, wider than the bound.
+	e.exec("INSERT INTO users SELECT g, repeat(md5(g::text), 3200), g FROM generate_series(1, 200) g")
+	e.exec("INSERT INTO users VALUES (1000, repeat('w', 3 << 20), 0)")
+	e.waitConfirmed(e.currentLSN(), 60*time.Second)
+	e.assertEqual("users", "users")
+	const row = 103 << 10 // a ~100 KB row's line, with its envelope
+	reqs := e.fel.Requests()[before:]
+	for i, r := range reqs[:len(reqs)-1] {
+		if r.Bytes > cfg.BatchMaxBytes+row {
+			t.Fatalf("request %d (%d lines) carried %d bytes, more than BATCH_MAX_BYTES=%d plus one row", i, r.Lines, r.Bytes, cfg.BatchMaxBytes)
+		}
+	}
+	if len(reqs) < 15 {
+		t.Fatalf("20 MB in %d requests: the byte bound did not split the transaction", len(reqs))
+	}
+	// The wide row may share its request with what was filling before it,
+	// at most BATCH_MAX_BYTES of it.
+	if last := reqs[len(reqs)-1]; last.Bytes < 3<<20 || last.Bytes > cfg.BatchMaxBytes+(3<<20)+1024 {
+		t.Fatalf("the wide row's request: %d lines, %d bytes", last.Lines, last.Bytes)
+	}
+}

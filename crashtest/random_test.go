@@ -120,7 +120,13 @@ func TestCrashRandom(t *testing.T) {
 				w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(-%d, -1) g", pre))
 				w.exec(fmt.Sprintf("INSERT INTO items SELECT g, 'pre', 1 FROM generate_series(1000, %d) g", 1000+pre/10))
 			}
-			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n))
+			// A third of them seal batches by bytes (2 KiB: about 40 rows)
+			// rather than by BATCH_MAX_ROWS.
+			bytesBound := "BATCH_MAX_BYTES=16MiB"
+			if r.IntN(3) == 0 {
+				bytesBound = "BATCH_MAX_BYTES=2KiB"
+			}
+			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound)
 			seeded(w, p, pre > 0)
 			if pre > 0 {
 				// Let the snapshot reach its point first: a TRUNCATE in the
@@ -141,9 +147,9 @@ func TestCrashRandom(t *testing.T) {
 			}
 			w.fel.Restart() // Feldera restarts too, losing what no step took
 			restart := time.Now()
-			p2 := w.start()
+			p2 := w.start(bytesBound)
 			if msg := w.caughtUp(p2, 60*time.Second); msg != "" {
-				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d, %d rows before): %s\nhistory:\n%s", s, how, point, n, pre, msg, strings.Join(stmts, ";\n"))
+				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d, %d rows before, %s): %s\nhistory:\n%s", s, how, point, n, pre, bytesBound, msg, strings.Join(stmts, ";\n"))
 			}
 			if code := p2.stop(t); code != 0 {
 				t.Fatalf("CRASHTEST_SEED=%d: restart exited %d", s, code)

@@ -33,6 +33,7 @@ type Config struct {
 	StopTimeout       time.Duration
 	CheckpointAfter   time.Duration
 	BatchMaxRows      int
+	BatchMaxBytes     int
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
@@ -48,6 +49,23 @@ type Config struct {
 type ConfigError struct{ Msg string }
 
 func (e *ConfigError) Error() string { return e.Msg }
+
+// parseBytes reads a size: an integer of bytes, or one with a KiB, MiB or
+// GiB suffix.
+func parseBytes(v string) (int, bool) {
+	mult := 1
+	for suffix, m := range map[string]int{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if rest, ok := strings.CutSuffix(v, suffix); ok {
+			v, mult = rest, m
+			break
+		}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > (1<<31)/mult {
+		return 0, false
+	}
+	return n * mult, true
+}
 
 func badValue(env, value, allowed string) error {
 	return &ConfigError{Msg: fmt.Sprintf("%s=%q is invalid: %s", env, value, allowed)}
@@ -153,6 +171,15 @@ var settings = []setting{
 				return badValue("BATCH_MAX_ROWS", v, "an integer from 1 to 10000000")
 			}
 			c.BatchMaxRows = n
+			return nil
+		}},
+	{Env: "BATCH_MAX_BYTES", Default: "16MiB", Help: "outbox flush size in bytes of NDJSON (sealed after the row that reaches it): the memory bound for wide rows; plain bytes or with KiB/MiB/GiB",
+		parse: func(c *Config, v string) error {
+			n, ok := parseBytes(v)
+			if !ok || n < 1024 || n > 1<<30 {
+				return badValue("BATCH_MAX_BYTES", v, "a size from 1KiB to 1GiB, such as 16MiB or 4194304")
+			}
+			c.BatchMaxBytes = n
 			return nil
 		}},
 	{Env: "BATCH_LINGER_MS", Default: "50", Help: "flush deadline in ms from the oldest buffered row; 0 = one request per transaction",

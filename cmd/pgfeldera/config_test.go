@@ -57,12 +57,28 @@ func TestConfig_FlagWinsOverEnv(t *testing.T) {
 	}
 }
 
+func TestConfig_BatchMaxBytes(t *testing.T) {
+	for v, want := range map[string]int{"": 16 << 20, "4194304": 4 << 20, "64KiB": 64 << 10, "16MiB": 16 << 20, "1GiB": 1 << 30} {
+		vars := map[string]string{"PG_DSN": "postgres://x@h/db", "PG_TABLE": "t", "FELDERA_URL": "http://h", "FELDERA_PIPELINE": "p"}
+		if v != "" {
+			vars["BATCH_MAX_BYTES"] = v
+		}
+		c, err := parseConfig("run", nil, env(vars), &bytes.Buffer{})
+		if err != nil || c.BatchMaxBytes != want {
+			t.Fatalf("BATCH_MAX_BYTES=%q: %d, %v; want %d", v, c.BatchMaxBytes, err, want)
+		}
+	}
+}
+
 func TestConfig_BadValuesExit2(t *testing.T) {
 	cases := []struct {
 		name, key, value, want string
 	}{
 		{"batch", "BATCH_MAX_ROWS", "abc", "BATCH_MAX_ROWS"},
 		{"batchZero", "BATCH_MAX_ROWS", "0", "BATCH_MAX_ROWS"},
+		{"bytesUnit", "BATCH_MAX_BYTES", "16MB", "BATCH_MAX_BYTES"},
+		{"bytesTiny", "BATCH_MAX_BYTES", "10", "BATCH_MAX_BYTES"},
+		{"bytesHuge", "BATCH_MAX_BYTES", "2GiB", "BATCH_MAX_BYTES"},
 		{"ackMode", "FELDERA_ACK_MODE", "maybe", "FELDERA_ACK_MODE"},
 		{"linger", "BATCH_LINGER_MS", "-1", "BATCH_LINGER_MS"},
 		{"snapshot", "SNAPSHOT_MODE", "sometimes", "SNAPSHOT_MODE"},

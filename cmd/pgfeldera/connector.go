@@ -64,6 +64,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		StopTimeout:       c.StopTimeout,
 		CheckpointAfter:   c.CheckpointAfter,
 		BatchMaxRows:      c.BatchMaxRows,
+		BatchMaxBytes:     c.BatchMaxBytes,
 		BatchLinger:       c.BatchLinger,
 		SnapshotMode:      c.SnapshotMode,
 		StateFile:         c.StateFile,

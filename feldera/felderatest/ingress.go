@@ -179,7 +179,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if partial {
 		ops = ops[:len(ops)/2]
 	}
-	req := Request{Time: time.Now(), Table: canon, Errors: len(perrs), Lines: lines}
+	req := Request{Time: time.Now(), Table: canon, Errors: len(perrs), Lines: lines, Bytes: len(body)}
 	for _, o := range ops {
 		switch o.kind {
 		case 'i':

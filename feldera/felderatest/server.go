@@ -96,6 +96,7 @@ type Request struct {
 	Updates int
 	Errors  int  // lines rejected with ParseErrors
 	Lines   int  // lines in the body, blank ones excepted
+	Bytes   int  // the body's size
 	Late    bool // a HangThenApply request applied after its client gave up
 	// InsertKeys and DeleteKeys are the keys (as in InsertsByKey) of a
 	// keyed table's inserts and deletes, in body order.
