@@ -77,7 +77,7 @@ type Config struct {
 	// BatchMaxBytes seals a batch once its NDJSON reaches this many bytes
 	// (a row larger than it goes alone): with BatchMaxRows, the memory
 	// bound whatever the row width. Default DefaultBatchMaxBytes.
-	BatchMaxBytes int
+	BatchMaxBytes     int
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
