@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
@@ -141,41 +143,79 @@ func TestDurability_FaultToleranceWithoutCheckpointsRefused(t *testing.T) {
 	}
 }
 
-// Under exactly_once a program change discards Feldera's input journal:
-// what completed after the last checkpoint is gone although it was
-// acknowledged at completion. The state file records the program version
-// the tables were copied under, so the change is a resnapshot.
-func TestDurability_ProgramChangeUnderExactlyOnceResnapshots(t *testing.T) {
-	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
-		fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
-	})
-	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
-	e.start(e.snapshotConfig("users,public.items:catalog_items"))
-	e.waitLog("session: streaming", 30*time.Second)
-	e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(1000, 1099) g")
-	e.waitConfirmed(e.currentLSN(), 30*time.Second)
-	e.assertEqual("users", "users")
-	e.fel.ChangeProgram()
-	if n := len(e.fel.Rows("users")); n != 0 {
-		t.Fatalf("the double kept %d rows over a program change with no checkpoint: the test could not see a loss", n)
+// Two redeploys of a fault-tolerant pipeline lose state it was trusted
+// with, and each is a resnapshot, not a replay:
+//   - a program change under exactly_once discards Feldera's input journal,
+//     so what completed after the last checkpoint is gone although it was
+//     acknowledged at completion (the state file records the program
+//     version the tables were copied under);
+//   - a redeploy with its storage cleared restored nothing: it has no
+//     checkpoint at all.
+//
+// Each double is first shown to hold no rows afterwards, so the test can
+// see the loss a stream-on would leave.
+func TestDurability_RedeploysThatLoseStateResnapshot(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		redeploy func(*felderatest.Server)
+		why      string
+	}{
+		{"program_change", (*felderatest.Server).ChangeProgram, "the Feldera program changed"},
+		{"storage_cleared", (*felderatest.Server).RedeployCleared, "has no checkpoint: it restored nothing"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+				fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
+			})
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
+			e.start(e.snapshotConfig("users,public.items:catalog_items"))
+			e.waitLog("session: streaming", 30*time.Second)
+			e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(1000, 1099) g")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("users", "users")
+			c.redeploy(e.fel)
+			if n := len(e.fel.Rows("users")); n != 0 {
+				t.Fatalf("the double kept %d rows over the redeploy: the test could not see a loss", n)
+			}
+			e.exec("INSERT INTO users VALUES (5000, 'after', 0)")
+			e.waitLog(c.why, 30*time.Second)
+			e.eventuallyEqual("users", "users", 60*time.Second)
+		})
 	}
-	e.waitLog("the Feldera program changed", 30*time.Second)
-	e.eventuallyEqual("users", "users", 60*time.Second)
 }
 
-// A fault-tolerant pipeline redeployed with its storage cleared restored
-// nothing: it has no checkpoint at all, and pgfeldera resnapshots instead
-// of streaming on into empty tables.
-func TestDurability_RedeployWithClearedStorageResnapshots(t *testing.T) {
+// noStepSink answers completions without their step, like a Feldera
+// whose /completion_status has no "step".
+type noStepSink struct{ *feldera.Client }
+
+func (n noStepSink) WaitCompleteStep(ctx context.Context, token string) (uint64, error) {
+	_, err := n.Client.WaitCompleteStep(ctx, token)
+	return 0, err
+}
+
+// Under at_least_once a completion without its step cannot be shown
+// covered by a checkpoint: the connector stops, fatally, and acknowledges
+// nothing it sent.
+func TestDurability_CompletionWithoutStepRefusedUnderAtLeastOnce(t *testing.T) {
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
-		fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
+		fc.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": 1}`
 	})
-	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
-	e.start(e.snapshotConfig("users,public.items:catalog_items"))
-	e.waitLog("session: streaming", 30*time.Second)
-	e.eventuallyEqual("users", "users", 30*time.Second)
-	e.fel.RedeployCleared()
-	e.exec("INSERT INTO users VALUES (5000, 'after', 0)")
-	e.waitLog("has no checkpoint: it restored nothing", 30*time.Second)
-	e.eventuallyEqual("users", "users", 60*time.Second)
+	r := e.startWith(e.config("users,public.items:catalog_items"), noStepSink{e.client})
+	e.waitSlot()
+	before := e.confirmed()
+	e.exec("INSERT INTO users VALUES (1, 'x', 1)")
+	var err error
+	select {
+	case err = <-r.done:
+		r.done <- err // for the cleanup's stop
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connector kept running")
+	}
+	var fe *connector.FatalError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "without its step") {
+		t.Fatalf("want a fatal refusal naming the missing step, got %v", err)
+	}
+	if got := e.confirmed(); got != before {
+		t.Fatalf("the slot moved from %s to %s", before, got)
+	}
 }

@@ -19,9 +19,6 @@ type batch struct {
 	// filling. Every row of that transaction is in this batch or an earlier
 	// one, so once this batch and all before it are complete, ackTo is safe.
 	ackTo pglogrepl.LSN
-	// step is the highest Feldera step that completed this batch's tokens
-	// (set by flush; 0 when unknown): the checkpoint gate waits for it.
-	step uint64
 }
 
 // Batch kinds.
@@ -71,7 +68,7 @@ func (b *batch) reset(seq int) {
 		b.bufs[i] = b.bufs[i][:0]
 		b.rows[i] = 0
 	}
-	b.total, b.ackTo, b.seq, b.first, b.step = 0, 0, seq, time.Time{}, 0
+	b.total, b.ackTo, b.seq, b.first = 0, 0, seq, time.Time{}
 }
 
 // shrink drops buffers that grew far past what a batch needs, so one huge

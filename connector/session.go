@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -734,11 +735,6 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		defer slow.Stop()
 		for _, s := range tokens {
 			step, err := c.sink.WaitCompleteStep(wctx, s.token)
-			if step > b.step {
-				b.step = step
-			}
-			for cur := c.maxStep.Load(); step > cur && !c.maxStep.CompareAndSwap(cur, step); cur = c.maxStep.Load() {
-			}
 			if err != nil {
 				if code := feldera.ErrorCode(err); code != "" {
 					c.observer.FelderaError(code)
@@ -746,8 +742,17 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 				if wctx.Err() != nil && ctx.Err() == nil {
 					return fmt.Errorf("feldera unavailable: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", b.seq, s.table, time.Since(start).Round(time.Millisecond))
 				}
+				if feldera.IsRestarted(err) {
+					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.table, err)
+				}
 				return fmt.Errorf("wait for completion of %s: %w", s.table, err)
 			}
+			if step == 0 && c.Gate() == GateCheckpoint {
+				// Without the step no checkpoint can be shown to cover
+				// the batch: never acknowledge it at completion instead.
+				return fatal(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.table))
+			}
+			raise(&c.maxStep, step)
 		}
 	}
 	c.stats.Batches.Add(1)
@@ -757,6 +762,12 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		crashtest.Point("after_complete")
 	}
 	return nil
+}
+
+// raise sets v to x when x is larger.
+func raise(v *atomic.Uint64, x uint64) {
+	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
+	}
 }
 
 // waitFence blocks while an unanswered ingress request may still be queued

@@ -39,6 +39,7 @@ func TestFelderaAxis(t *testing.T) {
 				if msg := w.caughtUp(p, 60*time.Second); msg != "" {
 					t.Fatalf("seeding: %s", msg)
 				}
+				asked := w.fel.CheckpointRequests() // the probe and the snapshot's
 				inserted := 0
 				switch moment {
 				case "after_complete_before_checkpoint":
@@ -82,6 +83,11 @@ func TestFelderaAxis(t *testing.T) {
 				}
 				if msg != "" || lost != 0 {
 					t.Fatalf("%s/%s: lost %d rows: %s", model.name, moment, lost, msg)
+				}
+				if model.name == "at_least_once" && w.fel.CheckpointRequests() == asked {
+					// no periodic checkpoints here: only FELDERA_CHECKPOINT_AFTER
+					// can have covered the batches
+					t.Fatalf("caught up without asking for a checkpoint: the gate did not wait for one")
 				}
 				if strings.Contains(w.log(), "startup: resnapshot") {
 					t.Fatalf("a restart under fault tolerance resnapshotted:\n%s", w.log())

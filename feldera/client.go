@@ -199,17 +199,9 @@ func scrub(err error, key string) error {
 
 // Pipeline reads the pipeline's status and compiled schema.
 func (c *Client) Pipeline(ctx context.Context) (*Pipeline, error) {
-	resp, err := c.do(ctx, http.MethodGet, "", "", nil)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if err := checkResponse("GET pipeline", resp); err != nil {
-		return nil, err
-	}
 	var p Pipeline
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
-		return nil, fmt.Errorf("feldera: decode pipeline: %w", err)
+	if err := c.getJSON(ctx, "GET pipeline", "", &p); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }
