@@ -28,6 +28,9 @@ type Sink interface {
 	// WaitCompleteStep returns when the token's records are processed,
 	// with the step that processed them (0 when unknown).
 	WaitCompleteStep(ctx context.Context, token string) (uint64, error)
+	// CompletionStep asks once whether the token's records are processed,
+	// and by which step (0 when unknown).
+	CompletionStep(ctx context.Context, token string) (done bool, step uint64, err error)
 	// Stats reads /stats: the incarnation, the output endpoints.
 	Stats(ctx context.Context) (*feldera.Stats, error)
 	// Checkpoints lists the pipeline's checkpoints, oldest first.
@@ -55,6 +58,7 @@ const (
 const (
 	DefaultBatchMaxRows      = 10000
 	DefaultBatchMaxBytes     = 16 << 20
+	DefaultBatchMaxInFlight  = 16
 	DefaultBatchLinger       = 50 * time.Millisecond
 	DefaultCompletionTimeout = 60 * time.Second
 	DefaultNoProgressTimeout = 5 * time.Minute
@@ -77,7 +81,11 @@ type Config struct {
 	// BatchMaxBytes seals a batch once its NDJSON reaches this many bytes
 	// (a row larger than it goes alone): with BatchMaxRows, the memory
 	// bound whatever the row width. Default DefaultBatchMaxBytes.
-	BatchMaxBytes     int
+	BatchMaxBytes int
+	// BatchMaxInFlight is how many batches may be sent and not yet
+	// complete at once. They are POSTed one at a time in source order;
+	// only their completion waits overlap. Default DefaultBatchMaxInFlight.
+	BatchMaxInFlight  int
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
@@ -170,6 +178,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.BatchMaxBytes <= 0 {
 		cfg.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if cfg.BatchMaxInFlight <= 0 {
+		cfg.BatchMaxInFlight = DefaultBatchMaxInFlight
 	}
 	if cfg.CompletionTimeout <= 0 {
 		cfg.CompletionTimeout = DefaultCompletionTimeout

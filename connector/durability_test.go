@@ -193,6 +193,11 @@ func (n noStepSink) WaitCompleteStep(ctx context.Context, token string) (uint64,
 	return 0, err
 }
 
+func (n noStepSink) CompletionStep(ctx context.Context, token string) (bool, uint64, error) {
+	done, _, err := n.Client.CompletionStep(ctx, token)
+	return done, 0, err
+}
+
 // Under at_least_once a completion without its step cannot be shown
 // covered by a checkpoint: the connector stops, fatally, and acknowledges
 // nothing it sent.

@@ -40,42 +40,83 @@ func (g Gate) String() string {
 	return "complete"
 }
 
-// frontier is the acknowledgement rule, free of I/O: batches complete in
+// frontier is the acknowledgement rule, free of I/O. Batches enter in
 // source order, each with the LSN it may acknowledge (a COMMIT all of whose
-// rows it carries; 0 when it ends inside a transaction) and the Feldera
-// step that completed it. The durable LSN is the highest one whose batch,
-// and every batch before it, is durable under the gate. It never moves
-// back.
+// rows it or an earlier batch carries; 0 when it ends inside a
+// transaction). They complete in any order, each at the Feldera step that
+// processed it. The durable LSN is the highest one whose batch, and every
+// batch entered before it, is complete and (under the checkpoint gate)
+// covered by a checkpoint. It never moves back; a failure drops everything
+// after it, and the slot replays that.
+//
+// Steps only grow in source order (Feldera queues an endpoint's requests
+// in arrival order, and pgfeldera sends one at a time), so a batch is
+// treated as completing no earlier than every batch before it: a smaller
+// step reported for it (none reported, or a token covered by a newer one's
+// answer) cannot let a checkpoint cover it early.
 type frontier struct {
 	gate    Gate
 	durable pglogrepl.LSN
-	pending []held // completed, not yet durable, in source order
-	covered uint64 // the newest checkpoint's steps seen
+	queue   []entry // entered and not yet durable, in source order
+	base    uint64  // the id of queue[0]
+	open    int     // entries not yet complete
+	covered uint64  // the newest checkpoint's steps seen
+	popped  uint64  // the highest step of the batches already durable
 }
 
-type held struct {
-	lsn  pglogrepl.LSN
-	step uint64
-	at   time.Time // when it completed
+type entry struct {
+	lsn     pglogrepl.LSN
+	done    bool
+	step    uint64
+	entered time.Time // when it was sent
+	at      time.Time // when it completed
 }
 
 func newFrontier(g Gate, from pglogrepl.LSN) *frontier {
 	return &frontier{gate: g, durable: from}
 }
 
-// completed records a batch completed in Feldera at step, which may
-// acknowledge lsn (0: nothing new). It returns the durable LSN.
-func (f *frontier) completed(lsn pglogrepl.LSN, step uint64, now time.Time) pglogrepl.LSN {
-	if f.gate == GateComplete {
+// enter records a batch about to be sent, which may acknowledge lsn once
+// it and every earlier batch are durable. It returns the batch's id.
+func (f *frontier) enter(lsn pglogrepl.LSN, now time.Time) uint64 {
+	f.queue = append(f.queue, entry{lsn: lsn, entered: now})
+	f.open++
+	return f.base + uint64(len(f.queue)-1)
+}
+
+// done records that batch id completed in Feldera at step. It returns the
+// durable LSN. An id that is not open (unknown, or done already) changes
+// nothing.
+func (f *frontier) done(id, step uint64, now time.Time) pglogrepl.LSN {
+	if id >= f.base && id-f.base < uint64(len(f.queue)) {
+		if e := &f.queue[id-f.base]; !e.done {
+			e.done, e.step, e.at = true, step, now
+			f.open--
+		}
+	}
+	return f.advance()
+}
+
+// reach records lsn, which needs nothing more from Feldera than the
+// batches entered before it (its rows went out in them, or it had none),
+// given that Feldera has completed up to step. It returns the durable LSN.
+func (f *frontier) reach(lsn pglogrepl.LSN, step uint64, now time.Time) pglogrepl.LSN {
+	if n := len(f.queue); n > 0 && f.queue[n-1].done && (f.gate == GateComplete || step <= f.queue[n-1].step) {
+		// Right behind a complete entry and needing no later step: the
+		// same wait, so merge (the queue stays as long as the batches in
+		// flight and the steps awaiting a checkpoint, whatever the
+		// number of commits).
+		e := &f.queue[n-1]
+		e.lsn = max(e.lsn, lsn)
+		return f.advance()
+	}
+	if len(f.queue) == 0 && (f.gate == GateComplete || step <= f.covered) {
 		if lsn > f.durable {
 			f.durable = lsn
 		}
 		return f.durable
 	}
-	if n := len(f.pending); n > 0 && step < f.pending[n-1].step {
-		step = f.pending[n-1].step // steps only grow in source order
-	}
-	f.pending = append(f.pending, held{lsn: lsn, step: step, at: now})
+	f.queue = append(f.queue, entry{lsn: lsn, done: true, step: step, entered: now, at: now})
 	return f.advance()
 }
 
@@ -90,30 +131,66 @@ func (f *frontier) checkpointed(steps uint64) pglogrepl.LSN {
 
 func (f *frontier) advance() pglogrepl.LSN {
 	i := 0
-	for ; i < len(f.pending) && f.pending[i].step <= f.covered; i++ {
-		if f.pending[i].lsn > f.durable {
-			f.durable = f.pending[i].lsn
+	for ; i < len(f.queue); i++ {
+		e := f.queue[i]
+		if !e.done {
+			break
+		}
+		step := max(e.step, f.popped)
+		if f.gate == GateCheckpoint && step > f.covered {
+			break
+		}
+		f.popped = step
+		if e.lsn > f.durable {
+			f.durable = e.lsn
 		}
 	}
-	f.pending = f.pending[i:]
+	if i > 0 {
+		f.queue = append(f.queue[:0], f.queue[i:]...)
+		f.base += uint64(i)
+	}
 	return f.durable
 }
 
-// waiting reports whether completed batches wait for a checkpoint, and
-// since when the oldest of them waits.
-func (f *frontier) waiting() (time.Time, bool) {
-	for _, h := range f.pending {
-		if h.lsn > f.durable {
-			return h.at, true
+// inFlight is the number of batches entered and not yet complete.
+func (f *frontier) inFlight() int { return f.open }
+
+// pending reports whether anything entered or reached is not yet durable.
+func (f *frontier) pending() bool { return len(f.queue) > 0 }
+
+// oldestOpen is when the oldest batch still incomplete was sent.
+func (f *frontier) oldestOpen() (time.Time, bool) {
+	for _, e := range f.queue {
+		if !e.done {
+			return e.entered, true
 		}
 	}
 	return time.Time{}, false
 }
 
-// highestPending is the newest completed step that waits for a checkpoint.
-func (f *frontier) highestPending() uint64 {
-	if n := len(f.pending); n > 0 {
-		return f.pending[n-1].step
+// waiting reports whether completed batches wait for nothing but a
+// checkpoint, and since when the oldest of them waits.
+func (f *frontier) waiting() (time.Time, bool) {
+	for _, e := range f.queue {
+		if !e.done {
+			break
+		}
+		if e.lsn > f.durable {
+			return e.at, true
+		}
 	}
-	return 0
+	return time.Time{}, false
+}
+
+// highestPending is the step a checkpoint must cover for every completed
+// batch of the complete prefix to be durable.
+func (f *frontier) highestPending() uint64 {
+	step := f.popped
+	for _, e := range f.queue {
+		if !e.done {
+			break
+		}
+		step = max(step, e.step)
+	}
+	return step
 }

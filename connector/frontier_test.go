@@ -65,7 +65,7 @@ func TestFrontier(t *testing.T) {
 			for i, o := range c.ops {
 				var got pglogrepl.LSN
 				if o.complete {
-					got = f.completed(o.lsn, o.step, t0.Add(time.Duration(i)*time.Second))
+					got = f.reach(o.lsn, o.step, t0.Add(time.Duration(i)*time.Second))
 				} else {
 					got = f.checkpointed(o.step)
 				}
@@ -81,8 +81,8 @@ func TestFrontier(t *testing.T) {
 func TestFrontier_WaitingSinceOldest(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	f := newFrontier(GateCheckpoint, 0)
-	f.completed(10, 1, t0)
-	f.completed(20, 2, t0.Add(time.Second))
+	f.reach(10, 1, t0)
+	f.reach(20, 2, t0.Add(time.Second))
 	if at, ok := f.waiting(); !ok || !at.Equal(t0) {
 		t.Fatalf("waiting since %v %v, want %v", at, ok, t0)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,18 +30,21 @@ type stream struct {
 	interval time.Duration
 	logger   *slog.Logger
 
-	open     bool          // inside BEGIN … COMMIT
-	received pglogrepl.LSN // highest WAL position read
-	filling  *batch
-	spare    *batch
-	inflight *batch
-	seq      int
-	results  chan error
+	open       bool          // inside BEGIN … COMMIT
+	received   pglogrepl.LSN // highest WAL position read
+	filling    *batch
+	spare      *batch // nil while a POST reads it
+	posting    bool   // a POST runs: at most one, in source order (see inflight.go)
+	retracting bool   // a retraction job runs: nothing is in flight meanwhile
+	maxFlight  int    // BATCH_MAX_IN_FLIGHT
+	seq        int
+	events     chan event
+	wake       waker
+	flights    chan *flight // to the completer
+	wg         sync.WaitGroup
 
 	flushCtx context.Context // outlives a graceful stop up to STOP_TIMEOUT, not the session
 	abort    context.CancelFunc
-	wakeCtx  context.Context // canceled when the in-flight flush ends
-	wake     context.CancelFunc
 
 	nextStatus time.Time
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
@@ -109,16 +113,25 @@ func (c *Connector) session(ctx context.Context) error {
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	s := &stream{
 		c: c, conn: conn, dec: dec, targets: p.targets,
-		interval: statusInterval(p.walTimeout),
-		logger:   c.logger,
-		filling:  newBatch(len(p.targets)),
-		spare:    newBatch(len(p.targets)),
-		results:  make(chan error, 1),
-		front:    newFrontier(p.gate, c.acked),
+		interval:  statusInterval(p.walTimeout),
+		logger:    c.logger,
+		filling:   newBatch(len(p.targets)),
+		spare:     newBatch(len(p.targets)),
+		maxFlight: c.cfg.BatchMaxInFlight,
+		front:     newFrontier(p.gate, c.acked),
 	}
+	// Each batch sends at most two events (posted, completed) and a
+	// retraction one: sends never block.
+	s.events = make(chan event, 2*s.maxFlight+4)
+	s.flights = make(chan *flight, s.maxFlight+1)
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
-	s.wakeCtx, s.wake = ctx, func() {}
+	k := &completer{c: c, in: s.flights, emit: s.emit}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		k.run(s.flushCtx)
+	}()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	var alert context.CancelFunc
@@ -127,14 +140,13 @@ func (c *Connector) session(ctx context.Context) error {
 	s.lost = c.watchPipeline(watchCtx, p, alert)
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
-		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "batch_max_bytes", c.cfg.BatchMaxBytes, "linger", c.cfg.BatchLinger)
+		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "batch_max_bytes", c.cfg.BatchMaxBytes, "batch_max_in_flight", c.cfg.BatchMaxInFlight, "linger", c.cfg.BatchLinger)
 	c.health.streaming.Store(true)
 	err = s.run(ctx)
 	c.health.streaming.Store(false)
-	if s.inflight != nil {
-		s.abort()
-		<-s.results // the flusher never outlives its session
-	}
+	c.health.flushSince.Store(0)
+	s.abort()
+	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
 	return err
 }
 
@@ -315,7 +327,19 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 
 // pending reports whether anything read is not yet acknowledged.
 func (s *stream) pending() bool {
-	return s.open || s.filling.total > 0 || s.inflight != nil || s.filling.ackTo > s.c.acked || len(s.front.pending) > 0
+	return s.open || s.filling.total > 0 || s.busy() || s.filling.ackTo > s.c.acked || s.front.pending()
+}
+
+// busy reports whether a POST, a batch in flight or a retraction runs.
+func (s *stream) busy() bool {
+	return s.posting || s.retracting || s.front.inFlight() > 0
+}
+
+// canPost reports whether the filling batch may be sent now: no POST
+// runs (one at a time keeps source order), no retraction, and fewer than
+// BATCH_MAX_IN_FLIGHT batches are in flight.
+func (s *stream) canPost() bool {
+	return !s.posting && !s.retracting && s.front.inFlight() < s.maxFlight
 }
 
 // reach moves the position to lsn once everything Feldera completed so far
@@ -323,14 +347,14 @@ func (s *stream) pending() bool {
 // went out in earlier batches, or it had none), but a retraction or an
 // earlier batch may still wait for a checkpoint.
 func (s *stream) reach(lsn pglogrepl.LSN) {
-	s.advance(s.front.completed(lsn, s.c.maxStep.Load(), time.Now()))
+	s.advance(s.front.reach(lsn, s.c.maxStep.Load(), time.Now()))
 	s.publishWait()
 }
 
 // checkpointed applies the newest checkpoint the watcher saw; it reports
 // whether the position moved.
 func (s *stream) checkpointed() bool {
-	if len(s.front.pending) == 0 {
+	if !s.front.pending() {
 		return false
 	}
 	before := s.c.acked
@@ -358,7 +382,8 @@ func (s *stream) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return s.shutdown()
 		}
-		if err := s.poll(); err != nil {
+		base := s.wake.arm(s.alertCtx) // armed before the drain: an event sent after it wakes the receive
+		if err := s.collect(); err != nil {
 			return err
 		}
 		select {
@@ -373,7 +398,7 @@ func (s *stream) run(ctx context.Context) error {
 			crashtest.Point("after_ack")
 		}
 		now := time.Now()
-		if s.inflight == nil && s.flushDue(now) {
+		if s.canPost() && s.flushDue(now) {
 			s.startFlush()
 		}
 		if !now.Before(s.nextStatus) {
@@ -381,26 +406,23 @@ func (s *stream) run(ctx context.Context) error {
 				return err
 			}
 		}
-		// The filling batch is full and the previous one is still in
-		// flight: stop reading (the memory bound) but keep reporting.
-		if s.inflight != nil && s.c.full(s.filling) {
-			if err := s.waitFlush(ctx); err != nil {
+		// The filling batch is full and cannot be sent yet (a POST runs,
+		// or BATCH_MAX_IN_FLIGHT batches are in flight): stop reading
+		// (the memory bound) but keep reporting.
+		if s.c.full(s.filling) && !s.canPost() {
+			if err := s.waitEvent(); err != nil {
 				return err
 			}
 			continue
 		}
 		deadline := s.nextStatus
-		if len(s.front.pending) > 0 && now.Add(checkpointPoll).Before(deadline) {
+		if s.front.pending() && now.Add(checkpointPoll).Before(deadline) {
 			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
 		}
-		if s.filling.total > 0 && s.inflight == nil && s.c.cfg.BatchLinger > 0 {
+		if s.filling.total > 0 && s.canPost() && s.c.cfg.BatchLinger > 0 {
 			if ld := s.filling.first.Add(s.c.cfg.BatchLinger); ld.Before(deadline) {
 				deadline = ld
 			}
-		}
-		base := s.alertCtx
-		if s.inflight != nil {
-			base = s.wakeCtx
 		}
 		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
 		if err != nil {
@@ -502,9 +524,10 @@ func (s *stream) event(ev *decode.Event) error {
 		s.open = false
 		// A COMMIT records how far a flush may move the position; only a
 		// completed flush moves it.
-		if s.filling.total == 0 && s.inflight == nil {
-			// Nothing of it is pending (a TRUNCATE already retracted, or no
-			// mapped rows): acknowledge now.
+		if s.filling.total == 0 {
+			// Nothing of it is buffered (its rows went out in batches
+			// already sent, a TRUNCATE retracted them, or it had no
+			// mapped rows): it needs only what was sent before it.
 			if ev.Commit.EndLSN > s.c.acked {
 				before := s.c.acked
 				s.reach(ev.Commit.EndLSN)
@@ -517,7 +540,7 @@ func (s *stream) event(ev *decode.Event) error {
 		} else if ev.Commit.EndLSN > s.filling.ackTo {
 			s.filling.ackTo = ev.Commit.EndLSN
 		}
-		if s.c.cfg.BatchLinger == 0 && s.filling.total > 0 && s.inflight == nil {
+		if s.c.cfg.BatchLinger == 0 && s.filling.total > 0 && s.canPost() {
 			s.startFlush()
 		}
 	case decode.KindRows:
@@ -526,7 +549,7 @@ func (s *stream) event(ev *decode.Event) error {
 		ts := s.c.tableStats[ev.Route]
 		ts.Deletes.Add(int64(ev.Deletes))
 		ts.Inserts.Add(int64(ev.Rows - ev.Deletes))
-		if s.c.full(s.filling) && s.inflight == nil {
+		if s.c.full(s.filling) && s.canPost() {
 			s.startFlush()
 		}
 	case decode.KindRelation:
@@ -553,15 +576,13 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	}
 	s.logger.Info("truncate: retracting every row in Feldera", "tables", strings.Join(names, ","))
 	// Rows sent before the TRUNCATE must land before the keys are read.
-	if err := s.waitFlush(context.Background()); err != nil {
+	if err := s.drain(); err != nil {
 		return err
 	}
-	job := newBatch(len(s.targets))
-	job.kind = batchRetract
-	s.inflight = job
-	s.wakeCtx, s.wake = context.WithCancel(s.flushCtx)
-	wake := s.wake
+	s.retracting = true
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		var err error
 		for _, r := range rels {
 			if err = s.c.retractAll(s.flushCtx, s.targets, r); err != nil {
@@ -569,10 +590,18 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 				break
 			}
 		}
-		s.results <- err
-		wake()
+		s.emit(event{kind: evRetracted, err: err})
 	}()
-	return s.waitFlush(context.Background())
+	if err := s.drain(); err != nil {
+		return err
+	}
+	if s.filling.total == 0 && s.filling.ackTo > 0 {
+		// Every buffered row was of the truncated tables: the COMMITs
+		// they carried need nothing more.
+		s.reach(s.filling.ackTo)
+		s.filling.ackTo = 0
+	}
+	return nil
 }
 
 // advance moves the acknowledged position (never backwards).
@@ -610,76 +639,114 @@ func (s *stream) flushDue(now time.Time) bool {
 	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
 }
 
-// startFlush hands the filling batch to a flusher goroutine.
+// startFlush hands the filling batch to the poster: its POSTs run in a
+// goroutine while the stream reads on; once they are answered its buffers
+// come back as the spare and its tokens go to the completer.
 func (s *stream) startFlush() {
 	b := s.filling
 	crashtest.Point("after_decode")
-	s.inflight = b
 	s.seq++
 	s.filling = s.spare
 	s.filling.reset(s.seq)
 	s.spare = nil
-	s.wakeCtx, s.wake = context.WithCancel(s.flushCtx)
-	wake := s.wake
+	now := time.Now()
+	id := s.front.enter(b.ackTo, now)
+	s.posting = true
+	s.setFlushSince()
+	accepted := s.c.cfg.AckMode == AckAccepted
+	s.wg.Add(1)
 	go func() {
-		err := s.c.flush(s.flushCtx, s.targets, b, s.c.cfg.AckMode == AckCompleted)
-		s.results <- err
-		wake()
+		defer s.wg.Done()
+		tokens, err := s.c.post(s.flushCtx, s.targets, b)
+		if err == nil {
+			crashtest.Point("after_post")
+			if !accepted {
+				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: now, sent: time.Now()}
+			} else {
+				s.c.stats.Batches.Add(1)
+				s.c.observer.Batch(b.total, time.Since(now), 0)
+			}
+		}
+		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
 	}()
 }
 
-// poll collects the in-flight flush's result if it is ready.
-func (s *stream) poll() error {
-	if s.inflight == nil {
-		return nil
-	}
-	select {
-	case err := <-s.results:
-		return s.finish(err)
-	default:
-		return nil
+// emit hands an event to the stream loop and wakes it.
+func (s *stream) emit(ev event) {
+	s.events <- ev // never blocks: see the channel's capacity
+	s.wake.fire()
+}
+
+// collect applies every event already sent.
+func (s *stream) collect() error {
+	for {
+		select {
+		case ev := <-s.events:
+			if err := s.apply(ev); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
 	}
 }
 
-// waitFlush blocks until the in-flight flush ends, sending status updates
-// on schedule meanwhile (a silent wait longer than wal_sender_timeout would
-// get the connection closed).
-func (s *stream) waitFlush(ctx context.Context) error {
-	for s.inflight != nil {
+// waitEvent blocks until an event arrives and applies it, sending status
+// updates on schedule meanwhile (a silent wait longer than
+// wal_sender_timeout would get the connection closed).
+func (s *stream) waitEvent() error {
+	for {
 		t := time.NewTimer(time.Until(s.nextStatus))
 		select {
-		case err := <-s.results:
+		case ev := <-s.events:
 			t.Stop()
-			return s.finish(err)
+			return s.apply(ev)
 		case <-t.C:
 			if err := s.status(); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// drain waits until nothing is in flight: every batch sent completed and
+// any retraction ended.
+func (s *stream) drain() error {
+	for s.busy() {
+		if err := s.waitEvent(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// finish acknowledges a flushed batch: only now does the position move.
-func (s *stream) finish(err error) error {
-	b := s.inflight
-	s.inflight = nil
-	s.wake()
-	if err != nil {
-		return err // the outbox is dropped with the session: the slot replays it
+// apply is the loop's side of an event. Only a completion moves the
+// position, through the frontier; any failure ends the session, which
+// drops everything in flight: the next one replays it from the slot.
+func (s *stream) apply(ev event) error {
+	if ev.err != nil {
+		s.c.health.flushFailed.Store(true)
+		return ev.err
 	}
 	before := s.c.acked
-	s.reach(b.ackTo)
-	// A COMMIT seen after this batch was sealed, with no rows since, is
-	// complete too.
-	if s.filling.total == 0 && s.filling.ackTo > 0 {
-		s.reach(s.filling.ackTo)
-		s.filling.ackTo = 0
+	switch ev.kind {
+	case evPosted:
+		s.posting = false
+		ev.b.shrink(64 << 20)
+		s.spare = ev.b
+		if ev.ackNow {
+			s.advance(s.front.done(ev.id, 0, time.Now()))
+		}
+	case evComplete:
+		s.advance(s.front.done(ev.id, ev.step, time.Now()))
+		s.c.health.flushFailed.Store(false)
+	case evRetracted:
+		s.retracting = false
+		s.c.health.flushFailed.Store(false)
 	}
-	moved := s.c.acked > before
-	b.shrink(64 << 20)
-	s.spare = b
-	if moved {
+	s.publishWait()
+	s.setFlushSince()
+	if s.c.acked > before {
 		if err := s.status(); err != nil {
 			return err
 		}
@@ -688,8 +755,19 @@ func (s *stream) finish(err error) error {
 	return nil
 }
 
-// flush POSTs each route's lines, then (completed mode) waits until every
-// token is complete. Any failure leaves the position where it was.
+// setFlushSince tells the readiness check since when the oldest work in
+// flight waits.
+func (s *stream) setFlushSince() {
+	if at, ok := s.front.oldestOpen(); ok {
+		s.c.health.flushSince.Store(at.UnixNano())
+	} else {
+		s.c.health.flushSince.Store(0)
+	}
+}
+
+// flush POSTs each route's lines of b, then (wait) blocks until every
+// token is complete: the snapshot and the retractions, which send one
+// batch at a time. Any failure leaves the position where it was.
 //
 // A batch may hold part of a transaction when the transaction is larger
 // than BATCH_MAX_ROWS: Feldera then sees the first part before the rest.
@@ -698,32 +776,14 @@ func (s *stream) finish(err error) error {
 // the seam. The position only ever moves to a COMMIT all of whose rows are
 // complete.
 func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch, wait bool) error {
-	type sent struct {
-		table, token string
-	}
-	var tokens []sent
-	if err := c.waitFence(ctx); err != nil {
-		return err
-	}
 	start := time.Now()
 	c.health.flushSince.Store(start.UnixNano())
 	defer c.health.flushSince.Store(0)
 	failed := true
 	defer func() { c.health.flushFailed.Store(failed) }()
-	for route, buf := range b.bufs {
-		if b.rows[route] == 0 {
-			continue
-		}
-		table := targets[route].Dest.CanonicalName()
-		tok, err := c.ingress(ctx, table, buf, b.rows[route])
-		if err != nil {
-			c.observer.FelderaError(feldera.ErrorCode(err))
-			return fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
-		}
-		tokens = append(tokens, sent{table, tok})
-	}
-	if b.kind == batchStream {
-		crashtest.Point("after_post")
+	tokens, err := c.post(ctx, targets, b)
+	if err != nil {
+		return err
 	}
 	posted := time.Now()
 	if wait {
@@ -748,8 +808,6 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 				return fmt.Errorf("wait for completion of %s: %w", s.table, err)
 			}
 			if step == 0 && c.Gate() == GateCheckpoint {
-				// Without the step no checkpoint can be shown to cover
-				// the batch: never acknowledge it at completion instead.
 				return fatal(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.table))
 			}
 			raise(&c.maxStep, step)
@@ -758,9 +816,6 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 	c.stats.Batches.Add(1)
 	c.observer.Batch(b.total, posted.Sub(start), time.Since(posted))
 	failed = false
-	if b.kind == batchStream {
-		crashtest.Point("after_complete")
-	}
 	return nil
 }
 
@@ -798,25 +853,22 @@ func (c *Connector) waitFence(ctx context.Context) error {
 // moved.
 func (s *stream) shutdown() error {
 	s.logger.Info("session: stopping: flushing the outbox")
-	bg := context.Background()
-	if s.inflight != nil {
-		if err := s.waitFlush(bg); err != nil {
-			return err
-		}
+	if err := s.drain(); err != nil {
+		return err
 	}
 	if s.filling.total > 0 {
 		s.startFlush()
-		if err := s.waitFlush(bg); err != nil {
+		if err := s.drain(); err != nil {
 			return err
 		}
 	} else if s.filling.ackTo > 0 {
 		s.reach(s.filling.ackTo)
 	}
-	if len(s.front.pending) > 0 {
+	if s.front.pending() {
 		// at_least_once: what completed is durable once a checkpoint
 		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
 		// still uncovered then is replayed by the next start.
-		if err := s.c.awaitCheckpoint(s.c.stopContext(bg), s.front.highestPending()); err != nil {
+		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.front.highestPending()); err != nil {
 			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
 		}
 		s.checkpointed()

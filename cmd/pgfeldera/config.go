@@ -34,6 +34,7 @@ type Config struct {
 	CheckpointAfter   time.Duration
 	BatchMaxRows      int
 	BatchMaxBytes     int
+	BatchMaxInFlight  int
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
@@ -180,6 +181,15 @@ var settings = []setting{
 				return badValue("BATCH_MAX_BYTES", v, "a size from 1KiB to 1GiB, such as 16MiB or 4194304")
 			}
 			c.BatchMaxBytes = n
+			return nil
+		}},
+	{Env: "BATCH_MAX_IN_FLIGHT", Default: "16", Help: "batches sent and not yet complete at once: POSTs go one at a time in commit order, only completion waits overlap (1 = wait for each batch before the next)",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1024 {
+				return badValue("BATCH_MAX_IN_FLIGHT", v, "an integer from 1 to 1024")
+			}
+			c.BatchMaxInFlight = n
 			return nil
 		}},
 	{Env: "BATCH_LINGER_MS", Default: "50", Help: "flush deadline in ms from the oldest buffered row; 0 = one request per transaction",

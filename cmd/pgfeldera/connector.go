@@ -65,6 +65,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		CheckpointAfter:   c.CheckpointAfter,
 		BatchMaxRows:      c.BatchMaxRows,
 		BatchMaxBytes:     c.BatchMaxBytes,
+		BatchMaxInFlight:  c.BatchMaxInFlight,
 		BatchLinger:       c.BatchLinger,
 		SnapshotMode:      c.SnapshotMode,
 		StateFile:         c.StateFile,
