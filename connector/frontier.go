@@ -49,11 +49,10 @@ func (g Gate) String() string {
 // covered by a checkpoint. It never moves back; a failure drops everything
 // after it, and the slot replays that.
 //
-// Steps only grow in source order (Feldera queues an endpoint's requests
-// in arrival order, and pgfeldera sends one at a time), so a batch is
-// treated as completing no earlier than every batch before it: a smaller
-// step reported for it (none reported, or a token covered by a newer one's
-// answer) cannot let a checkpoint cover it early.
+// A batch becomes durable only after every batch before it did, so a
+// smaller step reported for a later batch (none reported, or an older
+// answer) cannot let a checkpoint cover it early: checkpoints only grow,
+// and the earlier batch's step bounds it.
 type frontier struct {
 	gate    Gate
 	durable pglogrepl.LSN
@@ -61,7 +60,6 @@ type frontier struct {
 	base    uint64  // the id of queue[0]
 	open    int     // entries not yet complete
 	covered uint64  // the newest checkpoint's steps seen
-	popped  uint64  // the highest step of the batches already durable
 }
 
 type entry struct {
@@ -136,11 +134,9 @@ func (f *frontier) advance() pglogrepl.LSN {
 		if !e.done {
 			break
 		}
-		step := max(e.step, f.popped)
-		if f.gate == GateCheckpoint && step > f.covered {
+		if f.gate == GateCheckpoint && e.step > f.covered {
 			break
 		}
-		f.popped = step
 		if e.lsn > f.durable {
 			f.durable = e.lsn
 		}
@@ -185,7 +181,7 @@ func (f *frontier) waiting() (time.Time, bool) {
 // highestPending is the step a checkpoint must cover for every completed
 // batch of the complete prefix to be durable.
 func (f *frontier) highestPending() uint64 {
-	step := f.popped
+	var step uint64
 	for _, e := range f.queue {
 		if !e.done {
 			break

@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"math/rand"
 	"testing"
 	"time"
 
@@ -92,5 +93,244 @@ func TestFrontier_WaitingSinceOldest(t *testing.T) {
 	}
 	if f.highestPending() != 2 {
 		t.Fatalf("highest pending step %d", f.highestPending())
+	}
+}
+
+// Batches in flight: entered in source order, completed in any order.
+func TestFrontier_InFlight(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	t.Run("out-of-order completions ack the contiguous prefix", func(t *testing.T) {
+		f := newFrontier(GateComplete, 5)
+		a, b, c := f.enter(10, t0), f.enter(20, t0), f.enter(30, t0)
+		if f.inFlight() != 3 {
+			t.Fatalf("in flight %d", f.inFlight())
+		}
+		if got := f.done(c, 3, t0); got != 5 {
+			t.Fatalf("the last completing first acked %s", got)
+		}
+		if got := f.done(a, 1, t0); got != 10 {
+			t.Fatalf("after the first: %s", got)
+		}
+		if got := f.done(b, 2, t0); got != 30 {
+			t.Fatalf("after the middle one: %s", got)
+		}
+		if f.inFlight() != 0 || f.pending() {
+			t.Fatalf("in flight %d pending %v", f.inFlight(), f.pending())
+		}
+	})
+	t.Run("a batch inside a transaction acks nothing and holds back the rest", func(t *testing.T) {
+		f := newFrontier(GateComplete, 5)
+		a, b := f.enter(0, t0), f.enter(20, t0)
+		if got := f.done(b, 2, t0); got != 5 {
+			t.Fatalf("acked %s past an incomplete batch", got)
+		}
+		if got := f.done(a, 1, t0); got != 20 {
+			t.Fatalf("got %s", got)
+		}
+	})
+	t.Run("a commit reached behind a batch in flight waits for it", func(t *testing.T) {
+		f := newFrontier(GateComplete, 5)
+		a := f.enter(10, t0)
+		if got := f.reach(15, 0, t0); got != 5 {
+			t.Fatalf("reached %s past a batch in flight", got)
+		}
+		f.reach(16, 0, t0) // merges with the one before
+		if len(f.queue) != 2 {
+			t.Fatalf("queue %d entries, want 2 (commits behind a batch merge)", len(f.queue))
+		}
+		if got := f.done(a, 1, t0); got != 16 {
+			t.Fatalf("got %s", got)
+		}
+	})
+	t.Run("unknown and repeated ids change nothing", func(t *testing.T) {
+		f := newFrontier(GateComplete, 5)
+		a, b := f.enter(10, t0), f.enter(20, t0)
+		f.done(a, 1, t0)
+		if got := f.done(a, 1, t0); got != 10 || f.inFlight() != 1 {
+			t.Fatalf("repeat: %s in flight %d", got, f.inFlight())
+		}
+		if got := f.done(b+7, 1, t0); got != 10 || f.inFlight() != 1 {
+			t.Fatalf("unknown: %s in flight %d", got, f.inFlight())
+		}
+	})
+	t.Run("oldest open is the oldest incomplete batch's send", func(t *testing.T) {
+		f := newFrontier(GateComplete, 0)
+		a := f.enter(10, t0)
+		f.enter(20, t0.Add(time.Second))
+		if at, ok := f.oldestOpen(); !ok || !at.Equal(t0) {
+			t.Fatalf("%v %v", at, ok)
+		}
+		f.done(a, 1, t0)
+		if at, ok := f.oldestOpen(); !ok || !at.Equal(t0.Add(time.Second)) {
+			t.Fatalf("%v %v", at, ok)
+		}
+	})
+	t.Run("checkpoint gate: a later batch's small step does not get it covered early", func(t *testing.T) {
+		f := newFrontier(GateCheckpoint, 5)
+		a, b := f.enter(10, t0), f.enter(20, t0)
+		f.done(b, 2, t0) // e.g. no step, or an older answer
+		f.done(a, 7, t0)
+		if got := f.checkpointed(6); got != 5 {
+			t.Fatalf("a checkpoint at 6 made %s durable; the first batch completed at 7", got)
+		}
+		if at, ok := f.waiting(); !ok || !at.Equal(t0) {
+			t.Fatalf("waiting %v %v", at, ok)
+		}
+		if f.highestPending() != 7 {
+			t.Fatalf("highest pending %d", f.highestPending())
+		}
+		if got := f.checkpointed(7); got != 20 {
+			t.Fatalf("got %s", got)
+		}
+	})
+	t.Run("checkpoint gate: completed behind an incomplete batch is not waiting for a checkpoint", func(t *testing.T) {
+		f := newFrontier(GateCheckpoint, 5)
+		a, b := f.enter(10, t0), f.enter(20, t0)
+		f.done(b, 3, t0)
+		if _, ok := f.waiting(); ok {
+			t.Fatal("waiting for a checkpoint while an earlier batch is incomplete")
+		}
+		f.done(a, 2, t0)
+		if f.highestPending() != 3 {
+			t.Fatalf("highest pending %d", f.highestPending())
+		}
+	})
+}
+
+// The property: over random schedules (batches some of which end inside
+// a transaction, commits reached between them, completions in any order,
+// steps reported late or larger than true, checkpoints, failures and
+// restarts), the durable LSN never passes a batch that is not complete
+// and (checkpoint gate) covered, never moves back, and reaches the last
+// commit once everything is complete and covered.
+func TestFrontier_RandomSchedules(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	t0 := time.Unix(1000, 0)
+	for iter := 0; iter < 3000; iter++ {
+		gate := Gate(rng.Intn(2))
+		type spec struct {
+			lsn      pglogrepl.LSN
+			reached  bool   // a commit with nothing buffered: reach, not enter
+			trueStep uint64 // the step that really processed it (0 for a reach)
+			done     bool
+			id       uint64
+		}
+		var specs []*spec
+		lsn, step := pglogrepl.LSN(100), uint64(0)
+		for n := 1 + rng.Intn(12); len(specs) < n; {
+			s := &spec{}
+			if rng.Intn(4) != 0 {
+				lsn += pglogrepl.LSN(1 + rng.Intn(5))
+				s.lsn = lsn
+			}
+			if s.lsn != 0 && rng.Intn(4) == 0 {
+				s.reached = true
+			} else {
+				step += uint64(rng.Intn(3)) // Feldera may fold several batches into one step
+				s.trueStep = step
+			}
+			specs = append(specs, s)
+		}
+		lastLSN := lsn
+		from := pglogrepl.LSN(100)
+		f := newFrontier(gate, from)
+		var covered, reportedMax uint64
+		durable := from
+		// safe is the highest LSN the oracle allows: that of the longest
+		// prefix of complete (and covered) batches.
+		safe := func() pglogrepl.LSN {
+			best := from
+			for _, s := range specs {
+				if !s.done || gate == GateCheckpoint && s.trueStep > covered {
+					break
+				}
+				best = max(best, s.lsn)
+			}
+			return best
+		}
+		check := func(what string, got pglogrepl.LSN) {
+			t.Helper()
+			if got < durable {
+				t.Fatalf("iter %d %s: durable moved back %s → %s", iter, what, durable, got)
+			}
+			if got > safe() {
+				t.Fatalf("iter %d gate %s %s: durable %s passes an incomplete or uncovered batch (safe %s)", iter, gate, what, got, safe())
+			}
+			durable = got
+		}
+		next := 0 // the next spec to send
+		var open []*spec
+		for steps := 0; steps < 200; steps++ {
+			switch r := rng.Intn(10); {
+			case r < 4 && next < len(specs): // send (or reach) the next one
+				s := specs[next]
+				next++
+				if s.reached {
+					s.done = true
+					check("reach", f.reach(s.lsn, reportedMax, t0))
+				} else {
+					s.id = f.enter(s.lsn, t0)
+					open = append(open, s)
+				}
+			case r < 7 && len(open) > 0: // one in flight completes
+				i := rng.Intn(len(open))
+				s := open[i]
+				open = append(open[:i], open[i+1:]...)
+				s.done = true
+				rep := s.trueStep
+				switch rng.Intn(4) {
+				case 0:
+					rep = step // a newer token's answer covered it
+				case 1:
+					if gate == GateComplete {
+						rep = 0 // no step reported
+					}
+				}
+				reportedMax = max(reportedMax, rep)
+				check("done", f.done(s.id, rep, t0))
+			case r < 9: // a checkpoint
+				covered = max(covered, uint64(rng.Intn(int(step)+2)))
+				check("checkpoint", f.checkpointed(covered))
+			default: // a failure: the session ends, the next replays from the slot
+				cut := 0
+				for i, s := range specs {
+					if s.lsn != 0 && s.lsn <= durable {
+						cut = i + 1
+					}
+				}
+				for _, s := range specs[cut:] {
+					s.done = false
+				}
+				specs, from = specs[cut:], durable
+				f, open, next = newFrontier(gate, durable), nil, 0
+				reportedMax = 0
+			}
+		}
+		// Finish: send the rest, complete everything, cover every step.
+		for ; next < len(specs); next++ {
+			s := specs[next]
+			if s.reached {
+				s.done = true
+				check("reach", f.reach(s.lsn, reportedMax, t0))
+			} else {
+				s.id = f.enter(s.lsn, t0)
+				open = append(open, s)
+			}
+		}
+		rng.Shuffle(len(open), func(i, j int) { open[i], open[j] = open[j], open[i] })
+		for _, s := range open {
+			s.done = true
+			check("done", f.done(s.id, s.trueStep, t0))
+		}
+		covered = step
+		check("final checkpoint", f.checkpointed(step))
+		if durable != lastLSN {
+			t.Fatalf("iter %d gate %s: everything complete and covered, durable %s, want %s", iter, gate, durable, lastLSN)
+		}
+		if f.inFlight() != 0 || f.pending() {
+			t.Fatalf("iter %d: in flight %d pending %v at the end", iter, f.inFlight(), f.pending())
+		}
 	}
 }

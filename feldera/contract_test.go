@@ -704,3 +704,33 @@ func TestFaults_HeldAndLateApplied(t *testing.T) {
 		t.Fatalf("after release: held %d, late %d, rows %d", s.Held(), s.LateApplied(), len(s.Rows("users")))
 	}
 }
+
+// The double's order check sees rows that reach it out of commit order,
+// and its queue peak sees requests in flight together.
+func TestOrderColumnAndPeakQueued(t *testing.T) {
+	s, c := newServer(t, func(cfg *felderatest.Config) { cfg.OrderColumn = "score" })
+	s.HoldCompletion(true)
+	for _, body := range []string{
+		`{"insert":{"id":1,"score":1}}`,
+		`{"insert":{"id":1,"score":3}}` + "\n" + `{"insert":{"id":2,"score":5}}`,
+		`{"delete":{"id":1}}`,
+		`{"insert":{"id":1,"score":3}}`, // the same version again: in order
+		`{"insert":{"id":1,"score":2}}`, // older than one applied: out of order
+		`{"insert":{"id":2,"score":null}}`,
+	} {
+		if _, err := c.Ingress(ctx(t), "users", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.PeakQueued(); got != 6 {
+		t.Fatalf("peak queued %d, want 6", got)
+	}
+	if got := s.OrderViolations(); got != 0 {
+		t.Fatalf("%d violations before any step ran", got)
+	}
+	s.HoldCompletion(false)
+	push(t, c, "users", `{"insert":{"id":3,"score":0}}`)
+	if got := s.OrderViolations(); got != 1 {
+		t.Fatalf("order violations %d, want 1", got)
+	}
+}

@@ -212,6 +212,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	ep.queued += uint64(len(ops))
 	now := time.Now()
 	s.queue = append(s.queue, &batch{ep: ep, ops: ops, readyAt: now.Add(s.delay), upTo: ep.queued})
+	s.peakQueued = max(s.peakQueued, len(s.queue))
 	s.advance(now)
 	tok := s.token(ep)
 	switch {

@@ -81,6 +81,13 @@ type Config struct {
 	// NoCheckpoints answers POST /checkpoint with 501 EnterpriseFeature
 	// even under fault tolerance, like Feldera's OSS edition.
 	NoCheckpoints bool
+	// OrderColumn names a column (in any table that has it and a primary
+	// key) whose value only grows per key in the source's commit order,
+	// such as a version counter. A step that applies an insert of a key
+	// with a smaller value than one applied before for that key counts an
+	// order violation (OrderViolations): rows that reached Feldera out of
+	// commit order.
+	OrderColumn string
 	// OutputEndpoints are the output connectors /stats lists; none by
 	// default (then completion can run ahead of the steps: feldera#7169).
 	OutputEndpoints []string
@@ -154,28 +161,30 @@ type Server struct {
 
 	cfg Config
 
-	mu            sync.Mutex
-	tables        map[string]*table
-	order         []string
-	incarnation   string
-	deploymentID  string
-	status        string
-	endpoints     map[string]*endpoint
-	endpointByID  map[uint64]*endpoint
-	nextEndpoint  uint64
-	queue         []*batch
-	hold          bool
-	delay         time.Duration
-	faults        []*Fault
-	unblock       chan struct{} // closed by ClearFaults and Resume
-	requests      []Request
-	keyInserts    map[string]map[string]int
-	missedDeletes int
-	countOnly     map[string]int
-	held          int // requests a fault holds now
-	served        map[FaultKind]int
-	lateApplied   int // HangThenApply requests applied after their client left
-	pending       int // completion polls answered "inprogress"
+	mu              sync.Mutex
+	tables          map[string]*table
+	order           []string
+	incarnation     string
+	deploymentID    string
+	status          string
+	endpoints       map[string]*endpoint
+	endpointByID    map[uint64]*endpoint
+	nextEndpoint    uint64
+	queue           []*batch
+	hold            bool
+	delay           time.Duration
+	faults          []*Fault
+	unblock         chan struct{} // closed by ClearFaults and Resume
+	requests        []Request
+	keyInserts      map[string]map[string]int
+	missedDeletes   int
+	countOnly       map[string]int
+	held            int // requests a fault holds now
+	served          map[FaultKind]int
+	lateApplied     int // HangThenApply requests applied after their client left
+	pending         int // completion polls answered "inprogress"
+	peakQueued      int // the most ingress requests queued and not yet completed at once
+	orderViolations int
 
 	steps          uint64 // the circuit's step count; carries across restarts
 	processed      uint64 // records processed
@@ -216,6 +225,7 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+		t.watchOrder(cfg.OrderColumn)
 		name := rel.CanonicalName()
 		if _, dup := s.tables[name]; dup {
 			return nil, fmt.Errorf("felderatest: table %s declared twice", name)
@@ -457,6 +467,9 @@ func (s *Server) step(now time.Time) {
 		s.steps++ // one step per batch: its records are processed at this step
 		s.processed += uint64(len(b.ops))
 		for _, o := range b.ops {
+			if !b.ep.table.inOrder(o) {
+				s.orderViolations++
+			}
 			if b.ep.table.apply(o) {
 				s.missedDeletes++
 			}
@@ -662,6 +675,23 @@ func (s *Server) LateApplied() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lateApplied
+}
+
+// PeakQueued is the most ingress requests that were queued and not yet
+// complete at once: more than one means a client kept several batches in
+// flight.
+func (s *Server) PeakQueued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakQueued
+}
+
+// OrderViolations counts inserts applied with a smaller Config.OrderColumn
+// value than an earlier one for the same key.
+func (s *Server) OrderViolations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.orderViolations
 }
 
 // PendingPolls is how many completion polls were answered "inprogress": a

@@ -17,6 +17,9 @@ type table struct {
 	pk    []int                        // field indexes of the key, nil when keyless
 	rows  map[string][]json.RawMessage // key → row (PK) or row → row (keyless)
 	count map[string]int               // keyless: row → multiplicity
+
+	orderIdx int                // the Config.OrderColumn field, -1 when none
+	highest  map[string]float64 // key → the highest OrderColumn value applied
 }
 
 func newTable(rel feldera.Relation) (*table, error) {
@@ -34,6 +37,38 @@ func newTable(rel feldera.Relation) (*table, error) {
 		t.pk = append(t.pk, idx)
 	}
 	return t, nil
+}
+
+func (t *table) watchOrder(column string) {
+	t.orderIdx = -1
+	if column == "" || !t.keyed() {
+		return
+	}
+	for i, f := range t.rel.Fields {
+		if f.CanonicalName() == feldera.TableIdent(column) {
+			t.orderIdx = i
+			t.highest = map[string]float64{}
+		}
+	}
+}
+
+// inOrder records an insert's OrderColumn value and reports whether it is
+// at least every value applied before for its key.
+func (t *table) inOrder(o op) bool {
+	if t.orderIdx < 0 || o.kind != 'i' {
+		return true
+	}
+	var v float64
+	raw := bytes.Trim(o.row[t.orderIdx], `"`)
+	if len(raw) == 0 || string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
+		return true // NULL or not a number: nothing to compare
+	}
+	k := rowKey(o.row, t.pk)
+	if prev, ok := t.highest[k]; ok && v < prev {
+		return false
+	}
+	t.highest[k] = v
+	return true
 }
 
 func (t *table) keyed() bool { return len(t.pk) > 0 }

@@ -1,0 +1,59 @@
+package connector_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+)
+
+// Against a pipeline whose steps take 250 ms, batches are POSTed one at a
+// time in commit order while their completions overlap: several are in
+// flight at once (the double's queue shows it), every key's versions land
+// in commit order (the double checks score only grows per key), and
+// Feldera ends equal to Postgres. With BATCH_MAX_IN_FLIGHT=1 the same
+// load never has two requests queued: the check can see the difference.
+func TestStream_InFlightUnderSlowCompletion(t *testing.T) {
+	for _, inFlight := range []int{1, 8} {
+		t.Run(fmt.Sprintf("in_flight=%d", inFlight), func(t *testing.T) {
+			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+				fc.OrderColumn = "score"
+			})
+			e.fel.SetCompletionDelay(250 * time.Millisecond)
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.BatchMaxRows = 100
+			cfg.BatchMaxInFlight = inFlight
+			e.start(cfg)
+			e.waitSlot()
+			e.exec("INSERT INTO users SELECT g, 'u' || g, 0 FROM generate_series(1, 300) g")
+			for round := 0; round < 6; round++ {
+				// Each transaction spans several batches and both tables.
+				e.exec(fmt.Sprintf(`BEGIN;
+					UPDATE users SET score = score + 1, name = 'r%d';
+					INSERT INTO items SELECT g, 'r%d', g FROM generate_series(1, 20) g;
+					DELETE FROM users WHERE id = %d;
+					COMMIT`, round, round, 300-round))
+			}
+			e.waitConfirmed(e.currentLSN(), 90*time.Second)
+			e.assertEqual("users", "users")
+			e.assertEqual("items", "catalog_items")
+			if v := e.fel.OrderViolations(); v != 0 {
+				t.Fatalf("%d rows reached Feldera out of commit order", v)
+			}
+			// A batch is one request per table it holds rows of: two here.
+			const tables = 2
+			peak := e.fel.PeakQueued()
+			switch {
+			case inFlight == 1 && peak > tables:
+				t.Fatalf("BATCH_MAX_IN_FLIGHT=1, yet %d requests were queued at once", peak)
+			case inFlight > 1 && peak <= tables:
+				t.Fatalf("BATCH_MAX_IN_FLIGHT=%d, yet never more than one batch (%d requests) in flight", inFlight, peak)
+			case peak > inFlight*tables:
+				t.Fatalf("%d requests queued at once, more than %d batches in flight allow", peak, inFlight)
+			}
+			t.Logf("peak requests queued at once: %d; requests %d", peak, len(e.fel.Requests()))
+		})
+	}
+}
