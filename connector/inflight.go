@@ -90,11 +90,14 @@ func (w *waker) fire() {
 }
 
 // post sends each route's lines of b, one request at a time, and returns
-// the tokens. Any failure leaves the position where it was.
-func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch) ([]*sentToken, error) {
+// the tokens and when the first request began (after any fence: a wait
+// for the fence is not a wait for Feldera). Any failure leaves the
+// position where it was.
+func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch) ([]*sentToken, time.Time, error) {
 	if err := c.waitFence(ctx); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
+	start := time.Now()
 	var tokens []*sentToken
 	for route, buf := range b.bufs {
 		if b.rows[route] == 0 {
@@ -104,11 +107,11 @@ func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch
 		tok, err := c.ingress(ctx, table, buf, b.rows[route])
 		if err != nil {
 			c.observer.FelderaError(feldera.ErrorCode(err))
-			return nil, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
+			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
 		}
 		tokens = append(tokens, &sentToken{table: table, token: tok})
 	}
-	return tokens, nil
+	return tokens, start, nil
 }
 
 // completer waits for the tokens of the batches in flight. Each round it

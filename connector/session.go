@@ -657,14 +657,14 @@ func (s *stream) startFlush() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		tokens, err := s.c.post(s.flushCtx, s.targets, b)
+		tokens, start, err := s.c.post(s.flushCtx, s.targets, b)
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
-				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: now, sent: time.Now()}
+				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: start, sent: time.Now()}
 			} else {
 				s.c.stats.Batches.Add(1)
-				s.c.observer.Batch(b.total, time.Since(now), 0)
+				s.c.observer.Batch(b.total, time.Since(start), 0)
 			}
 		}
 		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
@@ -776,12 +776,11 @@ func (s *stream) setFlushSince() {
 // the seam. The position only ever moves to a COMMIT all of whose rows are
 // complete.
 func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch, wait bool) error {
-	start := time.Now()
-	c.health.flushSince.Store(start.UnixNano())
+	c.health.flushSince.Store(time.Now().UnixNano())
 	defer c.health.flushSince.Store(0)
 	failed := true
 	defer func() { c.health.flushFailed.Store(failed) }()
-	tokens, err := c.post(ctx, targets, b)
+	tokens, start, err := c.post(ctx, targets, b)
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,14 @@ type proc struct {
 	out  bytes.Buffer
 }
 
+// fenced reports whether this process found that its dead predecessor had
+// an ingress request outstanding, and so waited out the fence.
+func (p *proc) fenced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Contains(p.out.Bytes(), []byte("had an ingress request outstanding"))
+}
+
 // streaming reports whether this process has started a replication session.
 func (p *proc) streaming() bool {
 	p.mu.Lock()
@@ -138,9 +146,12 @@ func (w *world) start(extra ...string) *proc {
 		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
 		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
 		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
-		// The fence keeps its default (35 s): a restart after a crash at
-		// a named point must not wait for it (nothing is outstanding
-		// there), and the matrix asserts that it does not.
+		// A short fence: with batches in flight, a crash where a batch
+		// completes (after_complete, after_ack) may catch the next
+		// batch's POST outstanding, and the restart must then wait the
+		// fence out. Where nothing was outstanding it must not wait at
+		// all, and the matrix asserts both (see checkFirstPost).
+		"FELDERA_INGRESS_FENCE="+ingressFence.String(), "FELDERA_REQUEST_TIMEOUT=3s",
 		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1")
 	cmd.Env = append(cmd.Env, extra...)
 	p := &proc{cmd: cmd, done: make(chan struct{})}

@@ -7,6 +7,11 @@
 //	c  snapshot of N rows, COPY TO STDOUT (psql, to /dev/null) vs pgfeldera
 //	d  live: pgbench at a fixed rate, commit-to-Feldera latency p50/p99
 //	e  peak RSS of pgfeldera for a 10k-row and an N-row transaction
+//	f  bulk catch-up while the double completes each request 0, 50, 250
+//	   or 1000 ms after it arrives: throughput and its ratio to 0 ms
+//	g  peak RSS for one transaction of 1,000 rows × 512 KB
+//	h  (with a) a raw reader of the same stream that only counts inserts
+//	i  p99 commit → confirmed_flush_lsn at a fixed rate, 50 ms completion
 //
 // pgfeldera runs as its own process (the binary given by -pgfeldera) into a
 // Feldera double in this process that only counts rows and completes
@@ -31,6 +36,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
@@ -74,7 +81,7 @@ func run() int {
 	txns := flag.Int("txns", 100_000, "single-row transactions")
 	rate := flag.Int("live-rate", 10_000, "live workload: rows per second")
 	liveFor := flag.Duration("live-duration", 20*time.Second, "live workload: how long pgbench runs")
-	only := flag.String("only", "abcde", "workloads to run")
+	only := flag.String("only", "abcdefgi", "workloads to run (h runs with a)")
 	out := flag.String("out", "bench-result.json", "JSON result file")
 	flag.Parse()
 
@@ -104,8 +111,12 @@ func run() int {
 		{"c", func() (Result, error) { return b.snapshot(*rounds, *rows) }},
 		{"d", func() (Result, error) { return b.live(*rate, *liveFor) }},
 		{"e", func() (Result, error) { return b.peakRSS(*rounds, *rows) }},
+		{"f", func() (Result, error) { return b.slowCompletion(*rounds, *rows) }},
+		{"g", func() (Result, error) { return b.wideRows(*rounds) }},
+		{"i", func() (Result, error) { return b.ackLatency(*rate, *liveFor) }},
 	}
 	failed := false
+	b.raw = strings.Contains(*only, "h")
 	for _, s := range steps {
 		if !strings.Contains(*only, s.id) {
 			continue
@@ -118,6 +129,10 @@ func run() int {
 		}
 		rep.Results = append(rep.Results, r)
 		fmt.Printf("  %s done: %s\n", s.id, summary(r))
+		if s.id == "a" && b.rawResult != nil {
+			rep.Results = append(rep.Results, *b.rawResult)
+			fmt.Printf("  h done: %s\n", summary(*b.rawResult))
+		}
 	}
 	rep.DurationS = time.Since(rep.Started).Seconds()
 	printTable(os.Stdout, rep.Results)
@@ -139,7 +154,7 @@ func run() int {
 // runs inherit them (e.g. BATCH_MAX_ROWS), so the report must say so.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"BATCH_MAX_ROWS", "BATCH_LINGER_MS", "FELDERA_ACK_MODE"} {
+	for _, k := range []string{"BATCH_MAX_ROWS", "BATCH_MAX_BYTES", "BATCH_MAX_IN_FLIGHT", "BATCH_LINGER_MS", "FELDERA_ACK_MODE"} {
 		if v := os.Getenv(k); v != "" {
 			m[k] = v
 		}
@@ -162,17 +177,25 @@ type bench struct {
 	bin     string
 	dir     string
 	seq     int
+
+	raw       bool          // run the raw reader beside a (workload h)
+	rawResult *Result       // its figures
+	delay     time.Duration // the next double's completion delay
 }
 
 const schema = `
 CREATE TABLE t (id bigint PRIMARY KEY, name text, amount numeric(12,2), ts timestamptz, payload jsonb);
 CREATE PUBLICATION pub FOR TABLE t;
 CREATE TABLE live (id bigserial PRIMARY KEY, ts timestamptz NOT NULL DEFAULT clock_timestamp(), payload text);
-CREATE PUBLICATION pub_live FOR TABLE live;`
+CREATE PUBLICATION pub_live FOR TABLE live;
+CREATE TABLE wide (id bigint PRIMARY KEY, payload text);
+ALTER TABLE wide ALTER COLUMN payload SET STORAGE EXTERNAL;
+CREATE PUBLICATION pub_wide FOR TABLE wide;`
 
 const felderaSchema = `
 CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, amount DECIMAL(12,2), ts TIMESTAMP_TZ, payload VARIANT);
-CREATE TABLE live (id BIGINT NOT NULL PRIMARY KEY, ts TIMESTAMP_TZ NOT NULL, payload VARCHAR);`
+CREATE TABLE live (id BIGINT NOT NULL PRIMARY KEY, ts TIMESTAMP_TZ NOT NULL, payload VARCHAR);
+CREATE TABLE wide (id BIGINT NOT NULL PRIMARY KEY, payload VARCHAR);`
 
 // rowsSQL inserts rows [from, to] into t.
 func rowsSQL(from, to int) string {
@@ -286,6 +309,7 @@ func (b *bench) startPGF(slot, tables, pub, snapshotMode string, env map[string]
 	if err != nil {
 		return nil, err
 	}
+	fel.SetCompletionDelay(b.delay)
 	b.seq++
 	logPath := filepath.Join(b.dir, fmt.Sprintf("pgfeldera-%d.log", b.seq))
 	logf, err := os.Create(logPath)
@@ -395,15 +419,20 @@ func (b *bench) drainPGF(slot string, end pglogrepl.LSN, rows int) (time.Duratio
 
 // streamRounds runs load, then drains the same WAL with pg_recvlogical and
 // pgfeldera (order alternating per round) and returns rows/s for each.
-func (b *bench) streamRounds(rounds, rows int, load func(round int) string) (ref, pgfRates []float64, cpu map[string][]float64, err error) {
+func (b *bench) streamRounds(rounds, rows int, withRaw bool, load func(round int) string) (ref, pgfRates []float64, cpu map[string][]float64, err error) {
 	cpu = map[string][]float64{}
 	for r := 0; r < rounds; r++ {
 		if err := b.exec("TRUNCATE t"); err != nil {
 			return nil, nil, nil, err
 		}
-		refSlot, pgfSlot := fmt.Sprintf("ref_%d", b.seq+r), fmt.Sprintf("pgf_%d", b.seq+r)
+		refSlot, pgfSlot, rawSlot := fmt.Sprintf("ref_%d", b.seq+r), fmt.Sprintf("pgf_%d", b.seq+r), fmt.Sprintf("raw_%d", b.seq+r)
 		if err := b.createSlot(refSlot); err != nil {
 			return nil, nil, nil, err
+		}
+		if withRaw {
+			if err := b.createSlot(rawSlot); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		if err := b.createSlot(pgfSlot); err != nil {
 			return nil, nil, nil, err
@@ -421,6 +450,17 @@ func (b *bench) streamRounds(rounds, rows int, load func(round int) string) (ref
 		runPGF := func() error { pgfD, pgfCPU, err = b.drainPGF(pgfSlot, end, rows); return err }
 		if err := alternate(r, runRef, runPGF); err != nil {
 			return nil, nil, nil, err
+		}
+		if withRaw {
+			// Last, on its own slot over the same WAL: the cache is as warm
+			// as for the second of the two above.
+			d, err := b.rawDrain(rawSlot, "pub", rows)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			cpu["raw"] = append(cpu["raw"], float64(rows)/d.Seconds())
+			fmt.Printf("    round %d: raw reader %.0f rows/s\n", r+1, float64(rows)/d.Seconds())
+			b.dropSlot(rawSlot)
 		}
 		ref = append(ref, float64(rows)/refD.Seconds())
 		pgfRates = append(pgfRates, float64(rows)/pgfD.Seconds())
@@ -447,22 +487,30 @@ func alternate(round int, ref, pgf func() error) error {
 
 func (b *bench) bulk(rounds, rows int) (Result, error) {
 	fmt.Printf("a: bulk catch-up, %d rows in 100 transactions\n", rows)
-	per := rows / 100
-	ref, pgf, cpu, err := b.streamRounds(rounds, rows, func(int) string {
-		return fmt.Sprintf(`DO $$ BEGIN FOR i IN 0..99 LOOP %s; COMMIT; END LOOP; END $$`,
-			strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0)", fmt.Sprintf("generate_series(i * %d + 1, (i + 1) * %d)", per, per)))
-	})
+	ref, pgf, cpu, err := b.streamRounds(rounds, rows, b.raw, func(int) string { return bulkSQL(rows) })
 	if err != nil {
 		return Result{}, err
 	}
 	res := ratioResult("a", fmt.Sprintf("bulk catch-up: %d rows in 100 transactions", rows), "rows/s", "pg_recvlogical", ref, pgf, 0.8)
+	if raw := cpu["raw"]; len(raw) > 0 {
+		h := ratioResult("h", fmt.Sprintf("bulk catch-up as in a, against a raw reader of the same stream that only counts inserts (the walsender's ceiling); pg_recvlogical %.0f rows/s", res.RefMedian), "rows/s", "raw reader", raw, pgf, 0.9)
+		b.rawResult = &h
+		delete(cpu, "raw")
+	}
 	res.Extra = cpuExtra(cpu, rows)
 	return res, nil
 }
 
+// bulkSQL inserts rows into t in 100 transactions.
+func bulkSQL(rows int) string {
+	per := rows / 100
+	return fmt.Sprintf(`DO $$ BEGIN FOR i IN 0..99 LOOP %s; COMMIT; END LOOP; END $$`,
+		strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0)", fmt.Sprintf("generate_series(i * %d + 1, (i + 1) * %d)", per, per)))
+}
+
 func (b *bench) singleRow(rounds, txns int) (Result, error) {
 	fmt.Printf("b: %d single-row transactions\n", txns)
-	ref, pgf, cpu, err := b.streamRounds(rounds, txns, func(int) string {
+	ref, pgf, cpu, err := b.streamRounds(rounds, txns, false, func(int) string {
 		return fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; COMMIT; END LOOP; END $$`, txns,
 			strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0)", "generate_series(i, i)"))
 	})
@@ -743,4 +791,275 @@ func short(s string) string {
 		return strings.TrimSpace(s[:i])
 	}
 	return s
+}
+
+// rawDrain reads slot's pgoutput stream and only counts insert messages,
+// without decoding them, until it counted rows: the walsender's ceiling on
+// this machine, with no client work beyond the protocol.
+func (b *bench) rawDrain(slot, pub string, rows int) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg, err := pgconn.ParseConfig(b.dsn)
+	if err != nil {
+		return 0, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	start := time.Now()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'", "publication_names '" + pub + "'"}})
+	if err != nil {
+		return 0, fmt.Errorf("raw reader: %w", err)
+	}
+	var pos pglogrepl.LSN
+	next := time.Now().Add(time.Second)
+	for n := 0; n < rows; {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("raw reader after %d inserts: %w", n, err)
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok || len(cd.Data) == 0 {
+			continue
+		}
+		switch cd.Data[0] {
+		case pglogrepl.XLogDataByteID:
+			// 1 byte tag, 24 bytes of header, then the pgoutput message.
+			if len(cd.Data) > 25 && cd.Data[25] == 'I' {
+				n++
+			}
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			if pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:]); err == nil && pkm.ReplyRequested {
+				next = time.Now()
+			}
+		}
+		if time.Now().After(next) {
+			next = time.Now().Add(time.Second)
+			if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos}); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return time.Since(start), nil
+}
+
+// slowCompletion drains the same bulk load as a while the double completes
+// each request d after it arrives, for d in 0, 50, 250 and 1000 ms (the
+// order rotating per round), and reports throughput per delay and its
+// ratio to 0 ms.
+func (b *bench) slowCompletion(rounds, rows int) (Result, error) {
+	delays := []time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond, time.Second}
+	fmt.Printf("f: bulk catch-up of %d rows in 100 transactions, completion delayed %v\n", rows, delays)
+	rates := map[time.Duration][]float64{}
+	defer func() { b.delay = 0 }()
+	for r := 0; r < rounds; r++ {
+		if err := b.exec("TRUNCATE t"); err != nil {
+			return Result{}, err
+		}
+		slots := make([]string, len(delays))
+		for i := range delays {
+			slots[i] = fmt.Sprintf("slow_%d_%d", r, i)
+			if err := b.createSlot(slots[i]); err != nil {
+				return Result{}, err
+			}
+		}
+		if err := b.exec(bulkSQL(rows)); err != nil {
+			return Result{}, err
+		}
+		end, err := b.lsn()
+		if err != nil {
+			return Result{}, err
+		}
+		for k := range delays {
+			i := (k + r) % len(delays)
+			b.delay = delays[i]
+			d, _, err := b.drainPGF(slots[i], end, rows)
+			if err != nil {
+				return Result{}, fmt.Errorf("completion delay %s: %w", delays[i], err)
+			}
+			rates[delays[i]] = append(rates[delays[i]], float64(rows)/d.Seconds())
+			b.dropSlot(slots[i])
+		}
+		fmt.Printf("    round %d:", r+1)
+		for _, d := range delays {
+			fmt.Printf(" %s %.0f rows/s;", d, rates[d][r])
+		}
+		fmt.Println()
+	}
+	base := median(rates[0])
+	extra := map[string]any{}
+	pass := true
+	for _, d := range delays {
+		ratio := median(rates[d]) / base
+		extra[fmt.Sprintf("rows_per_s_%dms", d.Milliseconds())] = rates[d]
+		extra[fmt.Sprintf("ratio_%dms", d.Milliseconds())] = ratio
+		switch d {
+		case 250 * time.Millisecond:
+			pass = pass && ratio >= 0.9
+		case time.Second:
+			pass = pass && ratio >= 0.7
+		}
+	}
+	slow := median(rates[250*time.Millisecond])
+	return Result{Workload: "f", What: fmt.Sprintf("bulk catch-up of %d rows, each request completing 0/50/250/1000 ms after it arrives; ratio at 250 ms", rows),
+		Unit: "rows/s", Reference: "0 ms completion", Ref: rates[0], PGF: rates[250*time.Millisecond], RefMedian: base, PGFMedian: slow, Ratio: slow / base,
+		Target: "≥ 0.9 × at 250 ms, ≥ 0.7 × at 1000 ms", Pass: pass, Extra: extra}, nil
+}
+
+// wideRows drains one transaction of 1,000 rows of 512 KB (incompressible,
+// STORAGE EXTERNAL) with a fresh process per round and reports its peak
+// RSS and the largest request body.
+func (b *bench) wideRows(rounds int) (Result, error) {
+	const n, width = 1000, 512 << 10
+	fmt.Printf("g: peak RSS, one transaction of %d rows × %d KB\n", n, width>>10)
+	var rss, bodies []float64
+	for r := 0; r < rounds; r++ {
+		if err := b.exec("TRUNCATE wide"); err != nil {
+			return Result{}, err
+		}
+		slot := fmt.Sprintf("wide_%d", r)
+		if err := b.createSlot(slot); err != nil {
+			return Result{}, err
+		}
+		// md5 of random input: hex that no compressor shrinks much, and
+		// STORAGE EXTERNAL stores it uncompressed anyway.
+		if err := b.exec(fmt.Sprintf(`INSERT INTO wide SELECT g, (SELECT string_agg(md5(random()::text || g || s), '') FROM generate_series(1, %d) s) FROM generate_series(1, %d) g`, width/32, n)); err != nil {
+			return Result{}, err
+		}
+		end, err := b.lsn()
+		if err != nil {
+			return Result{}, err
+		}
+		var mu sync.Mutex
+		var maxBody, lines int
+		p, err := b.startPGF(slot, "wide", "pub_wide", "never", nil, func(_ string, body []byte, _ time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			maxBody = max(maxBody, len(body))
+			lines += strings.Count(string(body), "\n")
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		_, err = p.waitFor("confirmed_flush_lsn", 10*time.Minute, func() (bool, error) {
+			c, err := b.confirmed(slot)
+			return c >= end, err
+		})
+		peak, _, serr := p.stop()
+		if err == nil {
+			err = serr
+		}
+		b.dropSlot(slot)
+		if err == nil && lines < n {
+			err = fmt.Errorf("the double counted %d rows, want %d", lines, n)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		rss = append(rss, float64(peak)/(1<<20))
+		bodies = append(bodies, float64(maxBody)/(1<<20))
+		fmt.Printf("    round %d: peak RSS %.1f MiB, largest body %.1f MiB\n", r+1, rss[r], bodies[r])
+	}
+	m := median(rss)
+	return Result{Workload: "g", What: fmt.Sprintf("peak RSS of the pgfeldera process for one transaction of %d rows × %d KB", n, width>>10),
+		Unit: "MiB", PGF: rss, PGFMedian: m, Target: "≤ 64 MiB", Pass: m <= 64,
+		Extra: map[string]any{"largest_body_mib": bodies}}, nil
+}
+
+// ackLatency runs pgbench at a fixed rate of 10-row transactions while the
+// double completes each request 50 ms after it arrives, samples
+// pg_current_wal_lsn() and the slot's confirmed_flush_lsn every 5 ms, and
+// reports, per sampled position, the time until the slot confirmed it.
+func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
+	fmt.Printf("i: commit → confirmed_flush_lsn, pgbench at %d rows/s for %s, completion 50 ms\n", rate, dur)
+	if err := b.createSlot("ack"); err != nil {
+		return Result{}, err
+	}
+	defer b.dropSlot("ack")
+	b.delay = 50 * time.Millisecond
+	p, err := b.startPGF("ack", "live", "pub_live", "never", nil, nil)
+	b.delay = 0
+	if err != nil {
+		return Result{}, err
+	}
+	script := filepath.Join(b.dir, "ack.sql")
+	if err := os.WriteFile(script, []byte("INSERT INTO live (payload) SELECT 'payload' FROM generate_series(1, 10);\n"), 0o644); err != nil {
+		return Result{}, err
+	}
+	time.Sleep(time.Second)
+	conn, err := pgx.Connect(context.Background(), b.dsn)
+	if err != nil {
+		p.stop()
+		return Result{}, err
+	}
+	defer conn.Close(context.Background())
+	type sample struct {
+		at              time.Time
+		head, confirmed pglogrepl.LSN
+	}
+	var samples []sample
+	stop := make(chan struct{})
+	sampled := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				sampled <- nil
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var head, conf string
+			if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = 'ack'").Scan(&head, &conf); err != nil {
+				sampled <- err
+				return
+			}
+			h, _ := pglogrepl.ParseLSN(head)
+			c, _ := pglogrepl.ParseLSN(conf)
+			samples = append(samples, sample{time.Now(), h, c})
+		}
+	}()
+	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "pgbench"), "-n", "-f", script, "-R", fmt.Sprint(rate/10),
+		"-T", fmt.Sprint(int(dur.Seconds())), "-c", "4", "-j", "2", b.dsn)
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c synchronous_commit=on")
+	out, err := cmd.CombinedOutput()
+	time.Sleep(time.Second)
+	close(stop)
+	if serr := <-sampled; err == nil {
+		err = serr
+	}
+	if _, _, perr := p.stop(); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %s", err, out)
+	}
+	// Skip pgbench's first 2 s; a position's latency is the first later
+	// sample whose confirmed position reached it.
+	lat := &latencies{}
+	from := samples[0].at.Add(2 * time.Second)
+	j := 0
+	for i, s := range samples {
+		if s.at.Before(from) || s.at.After(samples[len(samples)-1].at.Add(-time.Second)) {
+			continue
+		}
+		if j < i {
+			j = i
+		}
+		for j < len(samples) && samples[j].confirmed < s.head {
+			j++
+		}
+		if j == len(samples) {
+			break
+		}
+		lat.ms = append(lat.ms, float64(samples[j].at.Sub(s.at).Microseconds())/1000)
+	}
+	p50, p99, mx, n := lat.percentiles()
+	fmt.Printf("    %d positions; p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", n, p50, p99, mx)
+	return Result{Workload: "i", What: fmt.Sprintf("commit → confirmed_flush_lsn: pgbench -R %d × 10-row transactions for %s, each request completing 50 ms after it arrives; sampled every 5 ms", rate/10, dur),
+		Unit: "ms", PGF: []float64{p99}, PGFMedian: p99, Target: "p99 ≤ 150 ms", Pass: p99 <= 150 && n > 0,
+		Extra: map[string]any{"p50_ms": p50, "p99_ms": p99, "max_ms": mx, "positions": n}}, nil
 }

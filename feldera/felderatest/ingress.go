@@ -159,7 +159,15 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		s.countOnly[canon] += n
 		ep := s.endpointFor(canon, t, args.endpointKey)
 		ep.queued += uint64(n)
-		ep.completed = ep.queued
+		if s.delay > 0 {
+			// Completes d after arrival, like any push (SetCompletionDelay).
+			now := time.Now()
+			s.queue = append(s.queue, &batch{ep: ep, readyAt: now.Add(s.delay), upTo: ep.queued})
+			s.peakQueued = max(s.peakQueued, len(s.queue))
+			s.advance(now)
+		} else {
+			ep.completed = ep.queued
+		}
 		tok := s.token(ep)
 		s.mu.Unlock()
 		writeJSON(w, 200, map[string]string{"token": tok})

@@ -51,7 +51,8 @@ type Config struct {
 	// the manager answers 503 (Feldera: 30 s).
 	IngressTimeout time.Duration
 	// CountOnly makes ingress only count lines: no parsing, no state, tokens
-	// complete at once, and COUNT(*) answers the lines counted. For
+	// complete at once (or after SetCompletionDelay), and COUNT(*) answers
+	// the lines counted. For
 	// throughput benchmarks of the sender, which insert distinct keys.
 	CountOnly bool
 	// OnIngress, in CountOnly mode, sees each request body as it arrives
