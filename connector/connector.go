@@ -57,7 +57,7 @@ const (
 // Defaults.
 const (
 	DefaultBatchMaxRows      = 10000
-	DefaultBatchMaxBytes     = 16 << 20
+	DefaultBatchMaxBytes     = 4 << 20
 	DefaultBatchMaxInFlight  = 16
 	DefaultBatchLinger       = 50 * time.Millisecond
 	DefaultCompletionTimeout = 60 * time.Second

@@ -122,7 +122,7 @@ func TestCrashRandom(t *testing.T) {
 			}
 			// A third of them seal batches by bytes (2 KiB: about 40 rows)
 			// rather than by BATCH_MAX_ROWS.
-			bytesBound := "BATCH_MAX_BYTES=16MiB"
+			bytesBound := "BATCH_MAX_BYTES=4MiB"
 			if r.IntN(3) == 0 {
 				bytesBound = "BATCH_MAX_BYTES=2KiB"
 			}

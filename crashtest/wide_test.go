@@ -1,6 +1,7 @@
 package crashtest_test
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -9,26 +10,33 @@ import (
 // One transaction of 1,000 rows of 512 KB (incompressible, stored
 // uncompressed) arrives exactly, and the process's peak RSS stays under a
 // generous bound: BATCH_MAX_BYTES seals batches by size, so at most two
-// batches of about 16 MiB are held, whatever the transaction's size. With
-// the byte bound at 1 GiB the whole 512 MB transaction is one batch, and
+// batches of about 4 MiB are held, whatever the transaction's size. With
+// the byte bound at 1 GiB a 300-row transaction (150 MB) is one batch, and
 // the same check sees it. (The tight figure is the benchmark's, g.)
+//
+// It does not depend on the server version: CI runs it on the first
+// PostgreSQL only (.ci/run).
 func TestWideRows_PeakRSSBounded(t *testing.T) {
-	const bound = 192 << 20
+	const bound = 160 << 20
 	for _, tc := range []struct {
 		name  string
+		rows  int
 		env   []string
 		under bool
 	}{
-		{"default BATCH_MAX_BYTES", nil, true},
-		{"BATCH_MAX_BYTES=1GiB", []string{"BATCH_MAX_BYTES=1GiB", "BATCH_MAX_ROWS=10000"}, false},
+		{"default BATCH_MAX_BYTES", 1000, nil, true},
+		{"BATCH_MAX_BYTES=1GiB", 300, []string{"BATCH_MAX_BYTES=1GiB", "BATCH_MAX_ROWS=10000"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, nil)
 			w.exec("ALTER TABLE users ALTER COLUMN name SET STORAGE EXTERNAL")
-			p := w.start(append([]string{"SNAPSHOT_MODE=never"}, tc.env...)...)
+			// One request of 150 MB takes the double longer than the
+			// harness's 3 s request timeout.
+			env := append([]string{"SNAPSHOT_MODE=never", "FELDERA_REQUEST_TIMEOUT=60s", "FELDERA_INGRESS_FENCE=65s"}, tc.env...)
+			p := w.start(env...)
 			w.poll("streaming", 30*time.Second, p.streaming)
 			// md5 of random input: 16,384 × 32 hex digits = 512 KiB a row.
-			w.exec(`INSERT INTO users SELECT g, (SELECT string_agg(md5(random()::text || g || s), '') FROM generate_series(1, 16384) s), g FROM generate_series(1, 1000) g`)
+			w.exec(fmt.Sprintf(`INSERT INTO users SELECT g, (SELECT string_agg(md5(random()::text || g || s), '') FROM generate_series(1, 16384) s), g FROM generate_series(1, %d) g`, tc.rows))
 			if msg := w.caughtUp(p, 180*time.Second); msg != "" {
 				t.Fatal(msg)
 			}

@@ -174,7 +174,7 @@ var settings = []setting{
 			c.BatchMaxRows = n
 			return nil
 		}},
-	{Env: "BATCH_MAX_BYTES", Default: "16MiB", Help: "outbox flush size in bytes of NDJSON (sealed after the row that reaches it): the memory bound for wide rows; plain bytes or with KiB/MiB/GiB",
+	{Env: "BATCH_MAX_BYTES", Default: "4MiB", Help: "outbox flush size in bytes of NDJSON (sealed after the row that reaches it): the memory bound for wide rows; plain bytes or with KiB/MiB/GiB",
 		parse: func(c *Config, v string) error {
 			n, ok := parseBytes(v)
 			if !ok || n < 1024 || n > 1<<30 {

@@ -58,7 +58,7 @@ func TestConfig_FlagWinsOverEnv(t *testing.T) {
 }
 
 func TestConfig_BatchMaxBytes(t *testing.T) {
-	for v, want := range map[string]int{"": 16 << 20, "4194304": 4 << 20, "64KiB": 64 << 10, "16MiB": 16 << 20, "1GiB": 1 << 30} {
+	for v, want := range map[string]int{"": 4 << 20, "4194304": 4 << 20, "64KiB": 64 << 10, "16MiB": 16 << 20, "1GiB": 1 << 30} {
 		vars := map[string]string{"PG_DSN": "postgres://x@h/db", "PG_TABLE": "t", "FELDERA_URL": "http://h", "FELDERA_PIPELINE": "p"}
 		if v != "" {
 			vars["BATCH_MAX_BYTES"] = v
