@@ -1,0 +1,147 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// fakeCompletion answers /completion_status for tokens "table:n": a table's
+// tokens complete in order, up to done[table], at step n.
+type fakeCompletion struct {
+	Sink // the rest is never called
+	mu    sync.Mutex
+	done  map[string]int
+	polls int
+	err   error
+}
+
+func (f *fakeCompletion) CompletionStep(_ context.Context, token string) (bool, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.polls++
+	if f.err != nil {
+		return false, 0, f.err
+	}
+	var table string
+	var n int
+	fmt.Sscanf(strings.Replace(token, ":", " ", 1), "%s %d", &table, &n)
+	if n <= f.done[table] {
+		return true, uint64(n), nil
+	}
+	return false, 0, nil
+}
+
+func (f *fakeCompletion) set(table string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.done[table] = n
+}
+
+func (f *fakeCompletion) pollCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.polls
+}
+
+func newCompleterTest(t *testing.T, timeout time.Duration) (*fakeCompletion, chan *flight, chan event) {
+	sink := &fakeCompletion{done: map[string]int{}}
+	c := &Connector{sink: sink, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), observer: nopObserver{}}
+	c.cfg.CompletionTimeout = timeout
+	in, out := make(chan *flight, 64), make(chan event, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &completer{c: c, in: in, emit: func(ev event) { out <- ev }}
+	done := make(chan struct{})
+	go func() { k.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return sink, in, out
+}
+
+func batchOf(id uint64, tables ...string) *flight {
+	f := &flight{id: id, seq: int(id), start: time.Now(), sent: time.Now()}
+	for _, tb := range tables {
+		f.tokens = append(f.tokens, &sentToken{table: strings.Split(tb, ":")[0], token: tb})
+	}
+	return f
+}
+
+func want(t *testing.T, out chan event, ids ...uint64) {
+	t.Helper()
+	for _, id := range ids {
+		select {
+		case ev := <-out:
+			if ev.err != nil || ev.kind != evComplete || ev.id != id {
+				t.Fatalf("event %+v, want the completion of %d", ev, id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no completion of %d", id)
+		}
+	}
+}
+
+// One answer about the newest token of an endpoint completes every batch
+// before it: ten batches cost a handful of polls, not ten waits.
+func TestCompleter_OnePollCoversEarlierTokens(t *testing.T) {
+	sink, in, out := newCompleterTest(t, time.Minute)
+	for i := 1; i <= 10; i++ {
+		in <- batchOf(uint64(i), fmt.Sprintf("a:%d", i))
+	}
+	time.Sleep(50 * time.Millisecond) // all queued, none complete: the completer polls the oldest only
+	before := sink.pollCount()
+	sink.set("a", 10)
+	want(t, out, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	if n := sink.pollCount() - before; n > 3 {
+		t.Fatalf("%d polls to see ten complete batches; the oldest and the newest token should do", n)
+	}
+}
+
+// Completion in steps: the oldest batches are reported as soon as their
+// tokens complete, whatever the newer ones do; a batch with tokens on two
+// tables waits for both.
+func TestCompleter_PrefixAndTables(t *testing.T) {
+	sink, in, out := newCompleterTest(t, time.Minute)
+	in <- batchOf(1, "a:1", "b:1")
+	in <- batchOf(2, "a:2")
+	in <- batchOf(3, "a:3", "b:2")
+	sink.set("a", 3)
+	want(t, out, 2) // 1 and 3 wait for b
+	sink.set("b", 1)
+	want(t, out, 1)
+	select {
+	case ev := <-out:
+		t.Fatalf("unexpected %+v", ev)
+	case <-time.After(100 * time.Millisecond):
+	}
+	sink.set("b", 2)
+	want(t, out, 3)
+}
+
+// A failed poll (the pipeline restarted: 410) and a batch older than
+// FELDERA_COMPLETION_TIMEOUT each end the completer with an error naming
+// what happened; nothing is reported complete.
+func TestCompleter_Failures(t *testing.T) {
+	t.Run("restarted", func(t *testing.T) {
+		sink, in, out := newCompleterTest(t, time.Minute)
+		sink.err = &feldera.APIError{Op: "GET completion_status", StatusCode: 410, Code: feldera.CodePipelineRestarted}
+		in <- batchOf(1, "a:1")
+		ev := <-out
+		if ev.err == nil || !strings.Contains(ev.err.Error(), "restarted") {
+			t.Fatalf("got %+v", ev)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		_, in, out := newCompleterTest(t, 200*time.Millisecond)
+		in <- batchOf(1, "a:1")
+		ev := <-out
+		if ev.err == nil || !strings.Contains(ev.err.Error(), "FELDERA_COMPLETION_TIMEOUT") {
+			t.Fatalf("got %+v", ev)
+		}
+	})
+}
