@@ -162,6 +162,15 @@ func passedSettings() map[string]string {
 	return m
 }
 
+// logLevel is pgfeldera's LOG_LEVEL in the runs: warn, unless
+// BENCH_LOG_LEVEL says otherwise (a failure prints the log's tail).
+func logLevel() string {
+	if v := os.Getenv("BENCH_LOG_LEVEL"); v != "" {
+		return v
+	}
+	return "warn"
+}
+
 func cpus() int {
 	data, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -245,9 +254,13 @@ func (b *bench) exec(sql string) error {
 	return err
 }
 
+// lsn is the WAL insert position: with the cluster's
+// synchronous_commit=off, the write position (pg_current_wal_lsn) can lag
+// behind the last commit, and a connector that acknowledged it would look
+// finished before the last transaction was even decoded.
 func (b *bench) lsn() (pglogrepl.LSN, error) {
 	var s string
-	if err := b.conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := b.conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		return 0, err
 	}
 	return pglogrepl.ParseLSN(s)
@@ -321,7 +334,7 @@ func (b *bench) startPGF(slot, tables, pub, snapshotMode string, env map[string]
 	cmd.Env = append(os.Environ(),
 		"PG_DSN="+b.dsn, "PG_PUBLICATION="+pub, "PG_SLOT="+slot, "TABLES="+tables,
 		"FELDERA_URL="+fel.URL, "FELDERA_PIPELINE=bench", "SNAPSHOT_MODE="+snapshotMode,
-		"STATE_FILE="+filepath.Join(b.dir, fmt.Sprintf("state-%d.json", b.seq)), "HTTP_ADDR=", "LOG_LEVEL=warn")
+		"STATE_FILE="+filepath.Join(b.dir, fmt.Sprintf("state-%d.json", b.seq)), "HTTP_ADDR=", "LOG_LEVEL="+logLevel())
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -366,8 +379,8 @@ func (p *pgf) stop() (rss int64, cpu float64, err error) {
 func (p *pgf) failure(what string) error {
 	data, _ := os.ReadFile(p.log)
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
 	}
 	return fmt.Errorf("pgfeldera %s; log tail:\n%s", what, strings.Join(lines, "\n"))
 }
@@ -412,7 +425,7 @@ func (b *bench) drainPGF(slot string, end pglogrepl.LSN, rows int) (time.Duratio
 		err = serr
 	}
 	if err == nil && got < rows {
-		err = fmt.Errorf("slot confirmed at %s but the double counted %d rows, want %d", end, got, rows)
+		err = p.failure(fmt.Sprintf("let the slot confirm %s but the double counted %d rows, want %d", end, got, rows))
 	}
 	return d, cpu, err
 }
@@ -955,7 +968,7 @@ func (b *bench) wideRows(rounds int) (Result, error) {
 		}
 		b.dropSlot(slot)
 		if err == nil && lines < n {
-			err = fmt.Errorf("the double counted %d rows, want %d", lines, n)
+			err = p.failure(fmt.Sprintf("let the slot confirm %s but the double counted %d rows, want %d", end, lines, n))
 		}
 		if err != nil {
 			return Result{}, err
@@ -972,7 +985,7 @@ func (b *bench) wideRows(rounds int) (Result, error) {
 
 // ackLatency runs pgbench at a fixed rate of 10-row transactions while the
 // double completes each request 50 ms after it arrives, samples
-// pg_current_wal_lsn() and the slot's confirmed_flush_lsn every 5 ms, and
+// pg_current_wal_insert_lsn() and the slot's confirmed_flush_lsn every 5 ms, and
 // reports, per sampled position, the time until the slot confirmed it.
 func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 	fmt.Printf("i: commit → confirmed_flush_lsn, pgbench at %d rows/s for %s, completion 50 ms\n", rate, dur)
@@ -1013,7 +1026,7 @@ func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 			case <-time.After(5 * time.Millisecond):
 			}
 			var head, conf string
-			if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = 'ack'").Scan(&head, &conf); err != nil {
+			if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = 'ack'").Scan(&head, &conf); err != nil {
 				sampled <- err
 				return
 			}
