@@ -16,7 +16,7 @@ import (
 // fakeCompletion answers /completion_status for tokens "table:n": a table's
 // tokens complete in order, up to done[table], at step n.
 type fakeCompletion struct {
-	Sink // the rest is never called
+	Sink  // the rest is never called
 	mu    sync.Mutex
 	done  map[string]int
 	polls int

@@ -58,7 +58,7 @@ const (
 const (
 	DefaultBatchMaxRows      = 10000
 	DefaultBatchMaxBytes     = 4 << 20
-	DefaultBatchMaxInFlight  = 16
+	DefaultBatchMaxInFlight  = 64
 	DefaultBatchLinger       = 50 * time.Millisecond
 	DefaultCompletionTimeout = 60 * time.Second
 	DefaultNoProgressTimeout = 5 * time.Minute

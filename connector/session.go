@@ -37,11 +37,16 @@ type stream struct {
 	posting    bool   // a POST runs: at most one, in source order (see inflight.go)
 	retracting bool   // a retraction job runs: nothing is in flight meanwhile
 	maxFlight  int    // BATCH_MAX_IN_FLIGHT
-	seq        int
-	events     chan event
-	wake       waker
-	flights    chan *flight // to the completer
-	wg         sync.WaitGroup
+	// Rows and bytes sent and not yet complete, per batch id and in all:
+	// kept under what Feldera buffers per ingress endpoint (see canPost).
+	flightSize  map[uint64][2]int
+	flightRows  int
+	flightBytes int
+	seq         int
+	events      chan event
+	wake        waker
+	flights     chan *flight // to the completer
+	wg          sync.WaitGroup
 
 	flushCtx context.Context // outlives a graceful stop up to STOP_TIMEOUT, not the session
 	abort    context.CancelFunc
@@ -113,12 +118,13 @@ func (c *Connector) session(ctx context.Context) error {
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	s := &stream{
 		c: c, conn: conn, dec: dec, targets: p.targets,
-		interval:  statusInterval(p.walTimeout),
-		logger:    c.logger,
-		filling:   newBatch(len(p.targets)),
-		spare:     newBatch(len(p.targets)),
-		maxFlight: c.cfg.BatchMaxInFlight,
-		front:     newFrontier(p.gate, c.acked),
+		interval:   statusInterval(p.walTimeout),
+		logger:     c.logger,
+		filling:    newBatch(len(p.targets)),
+		spare:      newBatch(len(p.targets)),
+		maxFlight:  c.cfg.BatchMaxInFlight,
+		flightSize: map[uint64][2]int{},
+		front:      newFrontier(p.gate, c.acked),
 	}
 	// Each batch sends at most two events (posted, completed) and a
 	// retraction one: sends never block.
@@ -200,11 +206,36 @@ func (s *stream) busy() bool {
 	return s.posting || s.retracting || s.front.inFlight() > 0
 }
 
+// Feldera buffers at most this many records (and bytes) per HTTP ingress
+// endpoint; past it, a POST stops being read until a step drains the
+// buffer (DURABILITY.md §4), and one blocked 30 s (a long checkpoint, a
+// stalled step) is answered 503 by the manager: fenced and replayed. So
+// batches in flight never add up to more than that (a single larger batch
+// still goes, alone), and POSTs never meet Feldera's backpressure.
+const (
+	felderaQueueRecords = 100_000
+	felderaQueueBytes   = 100_000_000
+)
+
 // canPost reports whether the filling batch may be sent now: no POST
-// runs (one at a time keeps source order), no retraction, and fewer than
-// BATCH_MAX_IN_FLIGHT batches are in flight.
+// runs (one at a time keeps source order), no retraction, fewer than
+// BATCH_MAX_IN_FLIGHT batches are in flight, and with it they stay within
+// Feldera's ingress buffer.
 func (s *stream) canPost() bool {
-	return !s.posting && !s.retracting && s.front.inFlight() < s.maxFlight
+	if s.posting || s.retracting || s.front.inFlight() >= s.maxFlight {
+		return false
+	}
+	return s.front.inFlight() == 0 ||
+		s.flightRows+s.filling.total <= felderaQueueRecords && s.flightBytes+s.filling.size() <= felderaQueueBytes
+}
+
+// landed forgets the size of a batch that completed.
+func (s *stream) landed(id uint64) {
+	if sz, ok := s.flightSize[id]; ok {
+		s.flightRows -= sz[0]
+		s.flightBytes -= sz[1]
+		delete(s.flightSize, id)
+	}
 }
 
 // reach moves the position to lsn once everything Feldera completed so far
@@ -516,6 +547,10 @@ func (s *stream) startFlush() {
 	s.spare = nil
 	now := time.Now()
 	id := s.front.enter(b.ackTo, now)
+	sz := [2]int{b.total, b.size()}
+	s.flightSize[id] = sz
+	s.flightRows += sz[0]
+	s.flightBytes += sz[1]
 	s.posting = true
 	s.setFlushSince()
 	accepted := s.c.cfg.AckMode == AckAccepted
@@ -600,9 +635,11 @@ func (s *stream) apply(ev event) error {
 		ev.b.shrink(64 << 20)
 		s.spare = ev.b
 		if ev.ackNow {
+			s.landed(ev.id)
 			s.advance(s.front.done(ev.id, 0, time.Now()))
 		}
 	case evComplete:
+		s.landed(ev.id)
 		s.advance(s.front.done(ev.id, ev.step, time.Now()))
 		s.c.health.flushFailed.Store(false)
 	case evRetracted:

@@ -183,7 +183,7 @@ var settings = []setting{
 			c.BatchMaxBytes = n
 			return nil
 		}},
-	{Env: "BATCH_MAX_IN_FLIGHT", Default: "16", Help: "batches sent and not yet complete at once: POSTs go one at a time in commit order, only completion waits overlap (1 = wait for each batch before the next)",
+	{Env: "BATCH_MAX_IN_FLIGHT", Default: "64", Help: "batches sent and not yet complete at once: POSTs go one at a time in commit order, only completion waits overlap (1 = wait for each batch before the next)",
 		parse: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 1024 {
