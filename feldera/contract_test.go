@@ -722,8 +722,8 @@ func TestOrderColumnAndPeakQueued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := s.PeakQueued(); got != 6 {
-		t.Fatalf("peak queued %d, want 6", got)
+	if got, rows := s.PeakQueued(), s.PeakQueuedRecords(); got != 6 || rows != 7 {
+		t.Fatalf("peak queued %d requests, %d records; want 6 and 7", got, rows)
 	}
 	if got := s.OrderViolations(); got != 0 {
 		t.Fatalf("%d violations before any step ran", got)

@@ -162,8 +162,8 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		if s.delay > 0 {
 			// Completes d after arrival, like any push (SetCompletionDelay).
 			now := time.Now()
-			s.queue = append(s.queue, &batch{ep: ep, readyAt: now.Add(s.delay), upTo: ep.queued})
-			s.peakQueued = max(s.peakQueued, len(s.queue))
+			s.queue = append(s.queue, &batch{ep: ep, readyAt: now.Add(s.delay), upTo: ep.queued, rows: n})
+			s.notePeak()
 			s.advance(now)
 		} else {
 			ep.completed = ep.queued
@@ -219,8 +219,8 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	ep := s.endpointFor(canon, t, args.endpointKey)
 	ep.queued += uint64(len(ops))
 	now := time.Now()
-	s.queue = append(s.queue, &batch{ep: ep, ops: ops, readyAt: now.Add(s.delay), upTo: ep.queued})
-	s.peakQueued = max(s.peakQueued, len(s.queue))
+	s.queue = append(s.queue, &batch{ep: ep, ops: ops, readyAt: now.Add(s.delay), upTo: ep.queued, rows: len(ops)})
+	s.notePeak()
 	s.advance(now)
 	tok := s.token(ep)
 	switch {

@@ -153,6 +153,7 @@ type batch struct {
 	ops     []op
 	readyAt time.Time
 	upTo    uint64
+	rows    int // records it carries
 }
 
 // Server is a running Feldera double.
@@ -185,6 +186,7 @@ type Server struct {
 	lateApplied     int // HangThenApply requests applied after their client left
 	pending         int // completion polls answered "inprogress"
 	peakQueued      int // the most ingress requests queued and not yet completed at once
+	peakRows        int // the most records queued and not yet completed at once
 	orderViolations int
 
 	steps          uint64 // the circuit's step count; carries across restarts
@@ -685,6 +687,24 @@ func (s *Server) PeakQueued() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peakQueued
+}
+
+// PeakQueuedRecords is the most records that were queued and not yet
+// complete at once (Feldera buffers at most 100,000 per ingress endpoint
+// before it stops reading a POST).
+func (s *Server) PeakQueuedRecords() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakRows
+}
+
+func (s *Server) notePeak() {
+	s.peakQueued = max(s.peakQueued, len(s.queue))
+	n := 0
+	for _, b := range s.queue {
+		n += b.rows
+	}
+	s.peakRows = max(s.peakRows, n)
 }
 
 // OrderViolations counts inserts applied with a smaller Config.OrderColumn
