@@ -262,18 +262,21 @@ func TestFrontier_RandomSchedules(t *testing.T) {
 		}
 		next := 0 // the next spec to send
 		var open []*spec
+		send := func() { // the next one: a commit reached, or a batch sent
+			s := specs[next]
+			next++
+			if s.reached {
+				s.done = true
+				check("reach", f.reach(s.lsn, reportedMax, t0))
+			} else {
+				s.id = f.enter(s.lsn, t0)
+				open = append(open, s)
+			}
+		}
 		for steps := 0; steps < 200; steps++ {
 			switch r := rng.Intn(10); {
-			case r < 4 && next < len(specs): // send (or reach) the next one
-				s := specs[next]
-				next++
-				if s.reached {
-					s.done = true
-					check("reach", f.reach(s.lsn, reportedMax, t0))
-				} else {
-					s.id = f.enter(s.lsn, t0)
-					open = append(open, s)
-				}
+			case r < 4 && next < len(specs):
+				send()
 			case r < 7 && len(open) > 0: // one in flight completes
 				i := rng.Intn(len(open))
 				s := open[i]
@@ -309,15 +312,8 @@ func TestFrontier_RandomSchedules(t *testing.T) {
 			}
 		}
 		// Finish: send the rest, complete everything, cover every step.
-		for ; next < len(specs); next++ {
-			s := specs[next]
-			if s.reached {
-				s.done = true
-				check("reach", f.reach(s.lsn, reportedMax, t0))
-			} else {
-				s.id = f.enter(s.lsn, t0)
-				open = append(open, s)
-			}
+		for next < len(specs) {
+			send()
 		}
 		rng.Shuffle(len(open), func(i, j int) { open[i], open[j] = open[j], open[i] })
 		for _, s := range open {

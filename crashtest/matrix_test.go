@@ -198,6 +198,12 @@ type outcome struct {
 // acknowledged, so the restart must send it again.
 var replayRequired = map[string]bool{"after_post": true, "after_complete": true}
 
+// matrixEnv is what every matrix run adds to the harness's settings: a
+// byte bound (about 80 of the workloads' rows) that seals batches before
+// BATCH_MAX_ROWS=100 does, so both bounds cut batches, with the default 64
+// batches in flight.
+var matrixEnv = []string{"BATCH_MAX_BYTES=4KiB"}
+
 // restartFirstPostMax bounds restart → first POST after a crash that left
 // no ingress request outstanding: nothing may be fenced. A POST may be
 // outstanding only at the points where a batch completes while the next
@@ -286,7 +292,7 @@ func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 		wl.setup(w)
 	}
 	before := w.delivered()
-	p := w.start()
+	p := w.start(matrixEnv...)
 	wl.run(w, p, false)
 	if msg := w.caughtUp(p, 120*time.Second); msg != "" {
 		t.Fatalf("%s clean run: %s\n%s", wl.name, msg, w.log())
@@ -304,7 +310,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 		wl.setup(w)
 	}
 	before := w.delivered()
-	p := w.start(fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n))
+	p := w.start(append([]string{fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n)}, matrixEnv...)...)
 	wl.run(w, p, strings.HasPrefix(point, "snapshot_"))
 	if code := p.exited(60 * time.Second); code != 70 {
 		p.kill()
@@ -316,7 +322,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	w.fel.Restart()
 	run1 := w.fel.Requests()
 	restart := time.Now()
-	p2 := w.start()
+	p2 := w.start(matrixEnv...)
 	if msg := w.caughtUp(p2, 120*time.Second); msg != "" {
 		o.lost = w.lost()
 		o.err = fmt.Sprintf("after restart: %s\n%s", msg, w.log())

@@ -81,7 +81,7 @@ func run() int {
 	txns := flag.Int("txns", 100_000, "single-row transactions")
 	rate := flag.Int("live-rate", 10_000, "live workload: rows per second")
 	liveFor := flag.Duration("live-duration", 20*time.Second, "live workload: how long pgbench runs")
-	only := flag.String("only", "abcdefgi", "workloads to run (h runs with a)")
+	only := flag.String("only", "abcdefghi", "workloads to run (h runs with a)")
 	out := flag.String("out", "bench-result.json", "JSON result file")
 	flag.Parse()
 
