@@ -208,7 +208,7 @@ var matrixEnv = []string{"BATCH_MAX_BYTES=4KiB"}
 // no ingress request outstanding: nothing may be fenced. A POST may be
 // outstanding only at the points where a batch completes while the next
 // one is being sent (concurrentPoints); the restart then waits the
-// harness's ingressFence, no less and not much more.
+// harness's ingressFence, and not much more.
 const (
 	restartFirstPostMax = 2 * time.Second
 	ingressFence        = 4 * time.Second
@@ -222,8 +222,11 @@ func checkFirstPost(point string, fenced bool, first time.Duration) string {
 	switch {
 	case fenced && !concurrentPoints[point]:
 		return fmt.Sprintf("the restart found an ingress request outstanding after a crash at %s, where none can be", point)
-	case fenced && first >= 0 && (first < ingressFence-time.Second || first > ingressFence+3*time.Second):
-		return fmt.Sprintf("the restart after a crash with a POST outstanding sent its first request %s after it started, want about FELDERA_INGRESS_FENCE=%s", first.Round(time.Millisecond), ingressFence)
+	case fenced && first > ingressFence+3*time.Second:
+		// No lower bound here: the dead process's outstanding request may
+		// reach the double just after the restart began, and counts as its
+		// "first request". That the wait holds is fence_test.go's business.
+		return fmt.Sprintf("the restart after a crash with a POST outstanding sent its first request %s after it started, want at most FELDERA_INGRESS_FENCE=%s and a little", first.Round(time.Millisecond), ingressFence)
 	case !fenced && first > restartFirstPostMax:
 		return fmt.Sprintf("the restart sent its first request %s after it started (want ≤ %s: nothing was outstanding at %s)", first.Round(time.Millisecond), restartFirstPostMax, point)
 	}
