@@ -393,6 +393,43 @@ func (c *Client) RequestCheckpoint(ctx context.Context) (uint64, error) {
 	return r.Seq, nil
 }
 
+// StartTransaction opens the pipeline's API transaction (POST
+// /start_transaction) and returns its ID. It is sent once, never retried:
+// after an unclear answer only /stats can say whether it opened. 409
+// TransactionInProgress (IsTransactionInProgress) means the API already
+// holds one.
+func (c *Client) StartTransaction(ctx context.Context) (int64, error) {
+	resp, err := c.send(ctx, c.once, http.MethodPost, "/start_transaction", "", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := checkResponse("POST start_transaction", resp); err != nil {
+		return 0, err
+	}
+	var r struct {
+		ID *int64 `json:"transaction_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.ID == nil {
+		return 0, &APIError{Op: "POST start_transaction", StatusCode: resp.StatusCode, Message: "answer has no transaction_id"}
+	}
+	return *r.ID, nil
+}
+
+// CommitTransaction asks Feldera to commit the API transaction (POST
+// /commit_transaction). It only starts the commit: it has finished once
+// /stats global_metrics.transaction_id differs from the transaction's ID.
+// 400 NoTransactionInProgress (IsNoTransactionInProgress) means none is
+// open.
+func (c *Client) CommitTransaction(ctx context.Context) error {
+	resp, err := c.send(ctx, c.once, http.MethodPost, "/commit_transaction", "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return checkResponse("POST commit_transaction", resp)
+}
+
 // Query runs an ad-hoc SQL query and calls fn with each result row, a JSON
 // object keyed by column name. The answer is read as NDJSON, or as one JSON
 // array of objects. An error line ({"error": ...}) after rows ends the query

@@ -16,6 +16,9 @@ const (
 	CodeParseErrors       = "ParseErrors"
 	CodeAdHocQueryError   = "AdHocQueryError"
 	CodeUnknownInput      = "UnknownInputStream"
+
+	CodeTransactionInProgress   = "TransactionInProgress"
+	CodeNoTransactionInProgress = "NoTransactionInProgress"
 )
 
 // APIError is a failed request: a non-2xx answer (StatusCode, and Code and
@@ -133,6 +136,15 @@ func IsRestarted(err error) bool {
 	}
 	return false
 }
+
+// IsTransactionInProgress reports 409 TransactionInProgress: the API
+// already holds a transaction (perhaps another client's: they share it).
+func IsTransactionInProgress(err error) bool { return hasCode(err, CodeTransactionInProgress) }
+
+// IsNoTransactionInProgress reports 400 NoTransactionInProgress: a commit
+// with no open API transaction (never started, already committed, or lost
+// in a restart).
+func IsNoTransactionInProgress(err error) bool { return hasCode(err, CodeNoTransactionInProgress) }
 
 // IsParseErrors reports a 400 ParseErrors answer to an ingress request.
 // Feldera may have ingested the good lines of that request.

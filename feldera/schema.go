@@ -154,6 +154,12 @@ type Stats struct {
 type GlobalMetrics struct {
 	IncarnationUUID string `json:"incarnation_uuid"`
 	State           string `json:"state"`
+	// TransactionStatus is NoTransaction, TransactionInProgress or
+	// CommitInProgress; TransactionID the running or committing
+	// transaction's ID (0: none). A commit has finished once the ID
+	// differs from the one it committed (DURABILITY.md §1.3).
+	TransactionStatus string `json:"transaction_status"`
+	TransactionID     int64  `json:"transaction_id"`
 }
 
 // Checkpoint is an entry of GET /checkpoints: Steps is the circuit's step

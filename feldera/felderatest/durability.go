@@ -100,8 +100,8 @@ func (s *Server) checkpointLocked(now time.Time) {
 // /checkpoints sees them on time).
 func (s *Server) periodic(now time.Time) {
 	every := s.interval()
-	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
-		return
+	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints || s.txn != nil {
+		return // checkpoints wait for a transaction to commit
 	}
 	if s.lastCheckpoint.IsZero() {
 		s.lastCheckpoint = now
@@ -239,13 +239,17 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		outputs = append(outputs, map[string]any{"endpoint_name": name, "config": map[string]any{"stream": name}})
 	}
 	activity := map[string]any{"status": "idle"}
+	txnStatus, txnID := s.txnStats()
+	if s.deferredCheckpoint {
+		activity = map[string]any{"status": "delayed", "reasons": []string{"TransactionInProgress"}}
+	}
 	writeJSON(w, 200, map[string]any{
 		"global_metrics": map[string]any{
 			"state":                   map[bool]string{true: "Paused", false: "Running"}[s.status == "Paused"],
 			"incarnation_uuid":        s.incarnation,
 			"total_processed_records": s.processed,
-			"transaction_status":      "NoTransaction",
-			"transaction_id":          0,
+			"transaction_status":      txnStatus,
+			"transaction_id":          txnID,
 		},
 		"inputs":              []any{},
 		"outputs":             outputs,
@@ -262,6 +266,13 @@ func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.advance(time.Now())
+	if s.txn != nil {
+		// Checkpoints wait while a transaction is open or committing.
+		s.deferredCheckpoint = true
+		s.ckptRequests++
+		writeJSON(w, 200, map[string]any{"checkpoint_sequence_number": s.ckptSeq + 1, "incarnation_uuid": s.incarnation})
+		return
+	}
 	s.checkpointLocked(time.Now())
 	s.ckptRequests++
 	writeJSON(w, 200, map[string]any{"checkpoint_sequence_number": s.ckptSeq, "incarnation_uuid": s.incarnation})

@@ -159,7 +159,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		s.countOnly[canon] += n
 		ep := s.endpointFor(canon, t, args.endpointKey)
 		ep.queued += uint64(n)
-		if s.delay > 0 {
+		if s.delay > 0 || s.txn != nil {
 			// Completes d after arrival, like any push (SetCompletionDelay).
 			now := time.Now()
 			s.queue = append(s.queue, &batch{ep: ep, readyAt: now.Add(s.delay), upTo: ep.queued, rows: n})

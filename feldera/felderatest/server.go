@@ -89,6 +89,11 @@ type Config struct {
 	// order violation (OrderViolations): rows that reached Feldera out of
 	// commit order.
 	OrderColumn string
+	// OnState, when set, sees every state the pipeline exposes: after each
+	// step that applied input outside a transaction, and after each
+	// commit. It runs with the double locked: it may read the View, and
+	// must not call the Server.
+	OnState func(View)
 	// OutputEndpoints are the output connectors /stats lists; none by
 	// default (then completion can run ahead of the steps: feldera#7169).
 	OutputEndpoints []string
@@ -163,31 +168,38 @@ type Server struct {
 
 	cfg Config
 
-	mu              sync.Mutex
-	tables          map[string]*table
-	order           []string
-	incarnation     string
-	deploymentID    string
-	status          string
-	endpoints       map[string]*endpoint
-	endpointByID    map[uint64]*endpoint
-	nextEndpoint    uint64
-	queue           []*batch
-	hold            bool
-	delay           time.Duration
-	faults          []*Fault
-	unblock         chan struct{} // closed by ClearFaults and Resume
-	requests        []Request
-	keyInserts      map[string]map[string]int
-	missedDeletes   int
-	countOnly       map[string]int
-	held            int // requests a fault holds now
-	served          map[FaultKind]int
-	lateApplied     int // HangThenApply requests applied after their client left
-	pending         int // completion polls answered "inprogress"
-	peakQueued      int // the most ingress requests queued and not yet completed at once
-	peakRows        int // the most records queued and not yet completed at once
-	orderViolations int
+	mu            sync.Mutex
+	tables        map[string]*table
+	order         []string
+	incarnation   string
+	deploymentID  string
+	status        string
+	endpoints     map[string]*endpoint
+	endpointByID  map[uint64]*endpoint
+	nextEndpoint  uint64
+	queue         []*batch
+	hold          bool
+	delay         time.Duration
+	faults        []*Fault
+	unblock       chan struct{} // closed by ClearFaults and Resume
+	requests      []Request
+	keyInserts    map[string]map[string]int
+	missedDeletes int
+	countOnly     map[string]int
+	held          int // requests a fault holds now
+	served        map[FaultKind]int
+	lateApplied   int // HangThenApply requests applied after their client left
+	pending       int // completion polls answered "inprogress"
+	peakQueued    int // the most ingress requests queued and not yet completed at once
+	peakRows      int // the most records queued and not yet completed at once
+
+	txnIDs             int64   // per process, like Feldera's transaction counter
+	txn                *apiTxn // the API's open or committing transaction
+	nextTxn            *apiTxn // started while a commit ran: begins after it
+	commitDelay        time.Duration
+	txnCommits         int
+	deferredCheckpoint bool // asked for during a transaction: taken after its commit
+	orderViolations    int
 
 	steps          uint64 // the circuit's step count; carries across restarts
 	processed      uint64 // records processed
@@ -273,6 +285,9 @@ func (s *Server) newIncarnation() {
 	s.endpoints = map[string]*endpoint{}
 	s.endpointByID = map[uint64]*endpoint{}
 	s.queue = nil
+	// Transactions live in the process's memory only: a restart drops an
+	// open one, its data, and the ID counter.
+	s.txn, s.nextTxn, s.txnIDs, s.deferredCheckpoint = nil, nil, 0, false
 }
 
 // ---- knobs ----
@@ -457,6 +472,7 @@ func (s *Server) direct(tableName, rowJSON string, kind byte) error {
 // advance runs every step whose time has come, in arrival order, unless
 // steps run only on a completion poll (Config.StepsOnPoll).
 func (s *Server) advance(now time.Time) {
+	s.finishCommit(now)
 	if s.cfg.StepsOnPoll {
 		return
 	}
@@ -464,23 +480,57 @@ func (s *Server) advance(now time.Time) {
 }
 
 func (s *Server) step(now time.Time) {
-	for len(s.queue) > 0 && !s.hold && !s.queue[0].readyAt.After(now) {
+	s.finishCommit(now)
+	for len(s.queue) > 0 && !s.hold && !s.committing() && !s.queue[0].readyAt.After(now) {
 		b := s.queue[0]
 		s.queue = s.queue[1:]
 		s.steps++ // one step per batch: its records are processed at this step
 		s.processed += uint64(len(b.ops))
-		for _, o := range b.ops {
-			if !b.ep.table.inOrder(o) {
-				s.orderViolations++
-			}
-			if b.ep.table.apply(o) {
-				s.missedDeletes++
-			}
+		if s.inTxn() {
+			// Indexed, not visible: it waits in the transaction, and its
+			// tokens complete only at the commit.
+			s.txn.stepped = true
+			s.txn.batches = append(s.txn.batches, b)
+			continue
 		}
-		if b.upTo > b.ep.completed {
-			b.ep.completed = b.upTo
-			b.ep.step = s.steps
+		s.applyBatch(b)
+		s.exposed()
+	}
+}
+
+// applyBatch makes a stepped batch's records part of the tables and
+// completes its endpoint up to it, at the current step.
+func (s *Server) applyBatch(b *batch) {
+	for _, o := range b.ops {
+		if !b.ep.table.inOrder(o) {
+			s.orderViolations++
 		}
+		if b.ep.table.apply(o) {
+			s.missedDeletes++
+		}
+	}
+	if b.upTo > b.ep.completed {
+		b.ep.completed = b.upTo
+		b.ep.step = s.steps
+	}
+}
+
+// View reads the tables inside a Config.OnState hook.
+type View struct{ s *Server }
+
+// Rows is the table's current rows (see Server.Rows).
+func (v View) Rows(tableName string) []Row {
+	t, ok := v.s.tables[feldera.TableIdent(tableName)]
+	if !ok {
+		return nil
+	}
+	return t.snapshot()
+}
+
+// exposed calls Config.OnState with the state a step just made visible.
+func (s *Server) exposed() {
+	if s.cfg.OnState != nil {
+		s.cfg.OnState(View{s})
 	}
 }
 
@@ -551,6 +601,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.checkpointStatus(w, r)
 	case rest == "/checkpoints" && r.Method == http.MethodGet:
 		s.listCheckpoints(w, r)
+	case rest == "/start_transaction" && r.Method == http.MethodPost:
+		s.startTransaction(w, r)
+	case rest == "/commit_transaction" && r.Method == http.MethodPost:
+		s.commitTransaction(w, r)
 	default:
 		http.NotFound(w, r)
 	}
