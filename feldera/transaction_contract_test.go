@@ -180,7 +180,9 @@ func TestTransaction_RestartDropsIt(t *testing.T) {
 // Checkpoints wait while a transaction is open: one asked for meanwhile
 // is taken after the commit.
 func TestTransaction_CheckpointWaits(t *testing.T) {
-	s, c := newServer(t, func(cfg *felderatest.Config) { cfg.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": null}` })
+	s, c := newServer(t, func(cfg *felderatest.Config) {
+		cfg.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": null}`
+	})
 	id, err := c.StartTransaction(ctx(t))
 	if err != nil {
 		t.Fatal(err)
