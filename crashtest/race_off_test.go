@@ -1,0 +1,5 @@
+//go:build !race
+
+package crashtest_test
+
+const raceEnabled = false
