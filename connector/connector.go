@@ -22,6 +22,10 @@ import (
 type Sink interface {
 	// Pipeline reads the pipeline's status and schema.
 	Pipeline(ctx context.Context) (*feldera.Pipeline, error)
+	// StartTransaction opens the pipeline's API transaction and returns
+	// its ID; CommitTransaction asks for its commit (DURABILITY.md §1).
+	StartTransaction(ctx context.Context) (int64, error)
+	CommitTransaction(ctx context.Context) error
 	// Ingress pushes NDJSON insert/delete lines to a table and returns a
 	// completion token covering them.
 	Ingress(ctx context.Context, table string, body []byte) (string, error)
@@ -85,8 +89,13 @@ type Config struct {
 	// BatchMaxInFlight is how many batches may be sent and not yet
 	// complete at once. They are POSTed one at a time in source order;
 	// only their completion waits overlap. Default DefaultBatchMaxInFlight.
-	BatchMaxInFlight  int
-	BatchLinger       time.Duration
+	BatchMaxInFlight int
+	BatchLinger      time.Duration
+	// Transactions is FELDERA_TRANSACTIONS: TxnAuto (default) wraps a
+	// flush that holds several tables or part of a source transaction in
+	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
+	// txn.go).
+	Transactions      string
 	SnapshotMode      string
 	StateFile         string
 	NoProgressTimeout time.Duration
@@ -146,6 +155,8 @@ type Connector struct {
 
 	fenceUntil  atomic.Int64     // unix nanos: send nothing before (see Config.IngressFence)
 	fenceFile   *state.FenceFile // per-request marks for the next process; nil without a state file
+	txn         *felderaTxn      // the Feldera transaction held open (txn.go); nil: none
+	incarnation string           // the pipeline process the session feeds
 	stopping    <-chan struct{}  // Run's context: closed on a graceful stop
 	hardStop    context.Context  // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats  []*TableStats
@@ -178,6 +189,13 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.BatchMaxBytes <= 0 {
 		cfg.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	switch cfg.Transactions {
+	case "":
+		cfg.Transactions = TxnAuto
+	case TxnAuto, TxnAlways, TxnOff:
+	default:
+		return nil, fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
 	}
 	if cfg.BatchMaxInFlight <= 0 {
 		cfg.BatchMaxInFlight = DefaultBatchMaxInFlight

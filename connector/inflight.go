@@ -89,6 +89,45 @@ func (w *waker) fire() {
 	}
 }
 
+// maxTxnFlight bounds the batches in flight inside one Feldera
+// transaction (see stream.canPost).
+const maxTxnFlight = 1024
+
+// send is the poster's work for one batch: under its transaction plan,
+// start a Feldera transaction, POST, and commit once Feldera took every
+// record. A failure inside a transaction commits it (there is no abort).
+func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan) ([]*sentToken, time.Time, error) {
+	if plan.begin {
+		if err := c.waitFence(ctx); err != nil {
+			return nil, time.Time{}, err // nothing may be sent yet: not even a transaction opened
+		}
+		if err := c.beginTxn(ctx); err != nil {
+			c.abandonTxn()
+			return nil, time.Time{}, err
+		}
+	}
+	if plan.in && !plan.begin {
+		if err := c.txnRoom(ctx, b); err != nil {
+			c.abandonTxn()
+			return nil, time.Time{}, err
+		}
+	}
+	tokens, start, err := c.post(ctx, targets, b)
+	if err == nil && plan.in {
+		c.txn.unfedRows += b.total
+		c.txn.unfedBytes += b.size()
+	}
+	if err == nil && plan.end {
+		if err = c.absorbed(ctx); err == nil {
+			err = c.commitTxn(ctx)
+		}
+	}
+	if err != nil && plan.in {
+		c.abandonTxn()
+	}
+	return tokens, start, err
+}
+
 // post sends each route's lines of b, one request at a time, and returns
 // the tokens and when the first request began (after any fence: a wait
 // for the fence is not a wait for Feldera). Any failure leaves the
@@ -110,6 +149,9 @@ func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch
 			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
 		}
 		tokens = append(tokens, &sentToken{table: table, token: tok})
+		if c.txn != nil && c.txn.tables != nil {
+			c.txn.tables[table] = true
+		}
 	}
 	return tokens, start, nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
@@ -25,6 +26,10 @@ func TestStream_InFlightUnderSlowCompletion(t *testing.T) {
 			cfg := e.config("users,public.items:catalog_items")
 			cfg.BatchMaxRows = 100
 			cfg.BatchMaxInFlight = inFlight
+			// Batches inside a Feldera transaction complete only at its
+			// commit, so BATCH_MAX_IN_FLIGHT does not bound them (see
+			// stream.canPost): the bound is measured outside one.
+			cfg.Transactions = connector.TxnOff
 			e.start(cfg)
 			e.waitSlot()
 			e.exec("INSERT INTO users SELECT g, 'u' || g, 0 FROM generate_series(1, 300) g")

@@ -48,6 +48,17 @@ func (c *Connector) full(b *batch) bool {
 	return b.total >= c.cfg.BatchMaxRows || b.total > 0 && b.size() >= c.cfg.BatchMaxBytes
 }
 
+// tables is how many routes have rows in b.
+func (b *batch) tables() int {
+	n := 0
+	for _, r := range b.rows {
+		if r > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // Buffer gives the decoder the route's buffer to append lines to.
 func (b *batch) Buffer(route int) *[]byte { return &b.bufs[route] }
 

@@ -36,7 +36,11 @@ type stream struct {
 	spare      *batch // nil while a POST reads it
 	posting    bool   // a POST runs: at most one, in source order (see inflight.go)
 	retracting bool   // a retraction job runs: nothing is in flight meanwhile
-	maxFlight  int    // BATCH_MAX_IN_FLIGHT
+	// txnOpen: the last batch sent left a Feldera transaction open (it
+	// ended inside a source transaction); the next one continues it.
+	txnOpen      bool
+	warnedTxnCut bool
+	maxFlight    int // BATCH_MAX_IN_FLIGHT
 	// Rows and bytes sent and not yet complete, per batch id and in all:
 	// kept under what Feldera buffers per ingress endpoint (see canPost).
 	flightSize  map[uint64][2]int
@@ -73,6 +77,13 @@ func (c *Connector) session(ctx context.Context) error {
 	c.maxStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
 	p, err := c.prepare(ctx, false)
 	if err != nil {
+		return err
+	}
+	c.incarnation = p.incarnation
+	// A Feldera transaction left open (by a failed session, or a process
+	// that crashed) is committed before anything else is sent: a snapshot
+	// or a retraction waits for completions, which it would hold back.
+	if err := c.settleTxn(ctx); err != nil {
 		return err
 	}
 	rcfg, err := replicationConfig(c.cfg.DSN)
@@ -126,10 +137,11 @@ func (c *Connector) session(ctx context.Context) error {
 		flightSize: map[uint64][2]int{},
 		front:      newFrontier(p.gate, c.acked),
 	}
-	// Each batch sends at most two events (posted, completed) and a
+	// Each batch sends at most two events (posted, completed), and at
+	// most maxTxnFlight are in flight (posted, completed) and a
 	// retraction one: sends never block.
-	s.events = make(chan event, 2*s.maxFlight+4)
-	s.flights = make(chan *flight, s.maxFlight+1)
+	s.events = make(chan event, 2*maxTxnFlight+4)
+	s.flights = make(chan *flight, maxTxnFlight+1)
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
 	k := &completer{c: c, in: s.flights, emit: s.emit}
@@ -153,6 +165,7 @@ func (c *Connector) session(ctx context.Context) error {
 	c.health.flushSince.Store(0)
 	s.abort()
 	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
+	c.abandonTxn()
 	return err
 }
 
@@ -222,7 +235,18 @@ const (
 // BATCH_MAX_IN_FLIGHT batches are in flight, and with it they stay within
 // Feldera's ingress buffer.
 func (s *stream) canPost() bool {
-	if s.posting || s.retracting || s.front.inFlight() >= s.maxFlight {
+	if s.posting || s.retracting {
+		return false
+	}
+	if s.txnOpen {
+		// The batches of an open Feldera transaction complete only at
+		// its commit, which the batch that ends the source transaction
+		// asks for: they go on past BATCH_MAX_IN_FLIGHT (they hold only
+		// tokens) and past the buffer bound (the transaction's steps
+		// drain Feldera's buffer as usual), up to maxTxnFlight.
+		return s.front.inFlight() < maxTxnFlight
+	}
+	if s.front.inFlight() >= s.maxFlight {
 		return false
 	}
 	return s.front.inFlight() == 0 ||
@@ -295,7 +319,7 @@ func (s *stream) run(ctx context.Context) error {
 		}
 		now := time.Now()
 		if s.canPost() && s.flushDue(now) {
-			s.startFlush()
+			s.startFlush(false)
 		}
 		if !now.Before(s.nextStatus) {
 			if err := s.status(); err != nil {
@@ -436,8 +460,8 @@ func (s *stream) event(ev *decode.Event) error {
 		} else if ev.Commit.EndLSN > s.filling.ackTo {
 			s.filling.ackTo = ev.Commit.EndLSN
 		}
-		if s.c.cfg.BatchLinger == 0 && s.filling.total > 0 && s.canPost() {
-			s.startFlush()
+		if (s.c.cfg.BatchLinger == 0 && s.filling.total > 0 || s.txnOpen) && s.canPost() {
+			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
 		}
 	case decode.KindRows:
 		s.filling.added(ev.Route, ev.Rows, time.Now())
@@ -446,7 +470,7 @@ func (s *stream) event(ev *decode.Event) error {
 		ts.Deletes.Add(int64(ev.Deletes))
 		ts.Inserts.Add(int64(ev.Rows - ev.Deletes))
 		if s.c.full(s.filling) && s.canPost() {
-			s.startFlush()
+			s.startFlush(false)
 		}
 	case decode.KindRelation:
 		for _, w := range ev.Warnings {
@@ -471,7 +495,11 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 		s.filling.bufs[route] = s.filling.bufs[route][:0]
 	}
 	s.logger.Info("truncate: retracting every row in Feldera", "tables", strings.Join(names, ","))
-	// Rows sent before the TRUNCATE must land before the keys are read.
+	// Rows sent before the TRUNCATE must land before the keys are read:
+	// an open Feldera transaction commits first.
+	if err := s.closeTxn(); err != nil {
+		return err
+	}
 	if err := s.drain(); err != nil {
 		return err
 	}
@@ -526,7 +554,9 @@ func (s *stream) flushDue(now time.Time) bool {
 	b := s.filling
 	switch {
 	case b.total == 0:
-		return false
+		// A Feldera transaction left open by a batch that ended inside a
+		// source transaction, which has ended since: commit it now.
+		return s.txnOpen && !s.open
 	case s.c.full(b):
 		return true
 	case s.c.cfg.BatchLinger == 0:
@@ -537,9 +567,24 @@ func (s *stream) flushDue(now time.Time) bool {
 
 // startFlush hands the filling batch to the poster: its POSTs run in a
 // goroutine while the stream reads on; once they are answered its buffers
-// come back as the spare and its tokens go to the completer.
-func (s *stream) startFlush() {
+// come back as the spare and its tokens go to the completer. end commits
+// a Feldera transaction the batch continues even inside a source
+// transaction (a TRUNCATE, a stop: they need everything sent complete).
+func (s *stream) startFlush(end bool) {
 	b := s.filling
+	spans := s.open && !end
+	if spans && s.txnOpen && s.front.inFlight() >= maxTxnFlight-1 {
+		// The source transaction outgrew what one Feldera transaction may
+		// keep in flight: commit what was sent, and go on in a new one.
+		spans = false
+		if !s.warnedTxnCut {
+			s.warnedTxnCut = true
+			s.logger.Warn("flush: a source transaction is larger than one Feldera transaction may hold in flight; committing it in Feldera in parts (views see the parts)",
+				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
+		}
+	}
+	plan := planTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.tables())
+	s.txnOpen = plan.in && !plan.end
 	crashtest.Point("after_decode")
 	s.seq++
 	s.filling = s.spare
@@ -557,7 +602,7 @@ func (s *stream) startFlush() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		tokens, start, err := s.c.post(s.flushCtx, s.targets, b)
+		tokens, start, err := s.c.send(s.flushCtx, s.targets, b, plan)
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
@@ -607,6 +652,20 @@ func (s *stream) waitEvent() error {
 			}
 		}
 	}
+}
+
+// closeTxn commits an open Feldera transaction: the filling batch (empty
+// or not) goes out as its last part, after the POST that runs.
+func (s *stream) closeTxn() error {
+	for s.posting {
+		if err := s.waitEvent(); err != nil {
+			return err
+		}
+	}
+	if s.txnOpen {
+		s.startFlush(true)
+	}
+	return nil
 }
 
 // drain waits until nothing is in flight: every batch sent completed and
@@ -754,11 +813,14 @@ func (c *Connector) waitFence(ctx context.Context) error {
 // moved.
 func (s *stream) shutdown() error {
 	s.logger.Info("session: stopping: flushing the outbox")
+	if err := s.closeTxn(); err != nil {
+		return err
+	}
 	if err := s.drain(); err != nil {
 		return err
 	}
 	if s.filling.total > 0 {
-		s.startFlush()
+		s.startFlush(true)
 		if err := s.drain(); err != nil {
 			return err
 		}

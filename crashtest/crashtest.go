@@ -29,6 +29,8 @@ var Points = []string{
 	"snapshot_before_state", // every snapshot batch complete, state not saved
 	"after_retract",         // retraction deletes complete, position not moved
 	"retract_after_batch",   // one batch of a retraction's deletes complete, more may follow
+	"after_begin",           // a Feldera transaction was started (FELDERA_TRANSACTIONS), nothing of it sent
+	"before_commit",         // every POST of a Feldera transaction answered and taken, the commit not yet asked
 }
 
 var (

@@ -145,7 +145,37 @@ func SQLIdent(canonical string) string {
 // Stats is the part of GET /stats a connector reads.
 type Stats struct {
 	GlobalMetrics GlobalMetrics     `json:"global_metrics"`
+	Inputs        []InputStats      `json:"inputs"`
 	Outputs       []json.RawMessage `json:"outputs"`
+}
+
+// InputStats is an entry of /stats inputs: an input endpoint (an HTTP
+// ingress endpoint is named "<table>.api-ingress-<hash>") and how many of
+// its records wait in its buffer, not yet fed to a step.
+type InputStats struct {
+	EndpointName string `json:"endpoint_name"`
+	Metrics      struct {
+		BufferedRecords uint64 `json:"buffered_records"`
+		BufferedBytes   uint64 `json:"buffered_bytes"`
+	} `json:"metrics"`
+}
+
+// IngressBuffered is how many records the HTTP ingress endpoints of the
+// given canonical tables hold that no step took yet.
+func (s *Stats) IngressBuffered(tables map[string]bool) uint64 {
+	n, _ := s.IngressBufferedAll(tables)
+	return n
+}
+
+// IngressBufferedAll is IngressBuffered with the bytes as well.
+func (s *Stats) IngressBufferedAll(tables map[string]bool) (records, bytes uint64) {
+	for _, in := range s.Inputs {
+		if i := strings.LastIndex(in.EndpointName, ".api-ingress-"); i > 0 && tables[in.EndpointName[:i]] {
+			records += in.Metrics.BufferedRecords
+			bytes += in.Metrics.BufferedBytes
+		}
+	}
+	return records, bytes
 }
 
 // GlobalMetrics is /stats global_metrics: IncarnationUUID changes on every
@@ -160,6 +190,17 @@ type GlobalMetrics struct {
 	// differs from the one it committed (DURABILITY.md §1.3).
 	TransactionStatus string `json:"transaction_status"`
 	TransactionID     int64  `json:"transaction_id"`
+	// TransactionInitiators says who holds the transaction: the API
+	// ("Started", "Committed" or null) and input connectors (Delta,
+	// Iceberg, datagen with transaction_mode), by endpoint name.
+	TransactionInitiators *TransactionInitiators `json:"transaction_initiators,omitempty"`
+}
+
+// TransactionInitiators is /stats global_metrics.transaction_initiators.
+type TransactionInitiators struct {
+	TransactionID         *int64                     `json:"transaction_id"`
+	InitiatedByAPI        *string                    `json:"initiated_by_api"`
+	InitiatedByConnectors map[string]json.RawMessage `json:"initiated_by_connectors"`
 }
 
 // Checkpoint is an entry of GET /checkpoints: Steps is the circuit's step

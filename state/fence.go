@@ -28,6 +28,18 @@ type Fence struct {
 	PID         int          `json:"pid,omitempty"`
 	Until       time.Time    `json:"until,omitempty"`
 	Outstanding *Outstanding `json:"outstanding,omitempty"`
+	// Transaction is the Feldera transaction this process opened and has
+	// not seen committed: the next process commits it, so a crash never
+	// leaves one open (Feldera's checkpoints wait for it).
+	Transaction *OpenTransaction `json:"transaction,omitempty"`
+}
+
+// OpenTransaction is a Feldera API transaction pgfeldera started. ID 0:
+// the start was sent and its answer not yet recorded.
+type OpenTransaction struct {
+	ID          int64     `json:"id"`
+	Incarnation string    `json:"incarnation"` // the pipeline process it lives in (IDs are per process)
+	Since       time.Time `json:"since"`
 }
 
 // Outstanding is an ingress request without a conclusive answer.
@@ -184,11 +196,23 @@ func (ff *FenceFile) Unclear(cause string) error {
 	return ff.write()
 }
 
+// Transaction records the Feldera transaction open (nil: none). Like the
+// request marks it is written in place without an fsync: a crash of the
+// process keeps it. Were it lost (a crash of the machine), the transaction
+// would stay open until Feldera restarts; pgfeldera's next start then
+// meets 409 TransactionInProgress and says who holds it.
+func (ff *FenceFile) Transaction(t *OpenTransaction) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.rec.Transaction = t
+	return ff.write()
+}
+
 // Close records durably that this process stopped, with the fence
 // deadline (zero: none) the next process must honour.
 func (ff *FenceFile) Close(until time.Time) error {
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	ff.f.Close()
-	return SaveFence(ff.path, &Fence{Until: until})
+	return SaveFence(ff.path, &Fence{Until: until, Transaction: ff.rec.Transaction})
 }

@@ -35,6 +35,7 @@ type Config struct {
 	BatchMaxRows      int
 	BatchMaxBytes     int
 	BatchMaxInFlight  int
+	Transactions      string
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
@@ -190,6 +191,14 @@ var settings = []setting{
 				return badValue("BATCH_MAX_IN_FLIGHT", v, "an integer from 1 to 1024")
 			}
 			c.BatchMaxInFlight = n
+			return nil
+		}},
+	{Env: "FELDERA_TRANSACTIONS", Default: "auto", Help: "auto: wrap a flush in a Feldera transaction when it holds several tables or part of a source transaction, so views never see half of one; always: every flush; off: none",
+		parse: func(c *Config, v string) error {
+			if v != "auto" && v != "always" && v != "off" {
+				return badValue("FELDERA_TRANSACTIONS", v, "auto, always or off")
+			}
+			c.Transactions = v
 			return nil
 		}},
 	{Env: "BATCH_LINGER_MS", Default: "50", Help: "flush deadline in ms from the oldest buffered row; 0 = one request per transaction",

@@ -66,6 +66,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		BatchMaxRows:      c.BatchMaxRows,
 		BatchMaxBytes:     c.BatchMaxBytes,
 		BatchMaxInFlight:  c.BatchMaxInFlight,
+		Transactions:      c.Transactions,
 		BatchLinger:       c.BatchLinger,
 		SnapshotMode:      c.SnapshotMode,
 		StateFile:         c.StateFile,

@@ -234,6 +234,11 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance(time.Now())
+	if s.cfg.StepsOnPoll && s.inTxn() {
+		// A connector waiting for its transaction's input to be taken
+		// polls /stats: under StepsOnPoll that wait runs the steps.
+		s.step(time.Now())
+	}
 	outputs := make([]map[string]any, 0, len(s.cfg.OutputEndpoints))
 	for _, name := range s.cfg.OutputEndpoints {
 		outputs = append(outputs, map[string]any{"endpoint_name": name, "config": map[string]any{"stream": name}})
@@ -250,8 +255,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			"total_processed_records": s.processed,
 			"transaction_status":      txnStatus,
 			"transaction_id":          txnID,
+			"transaction_initiators":  s.txnInitiators(),
 		},
-		"inputs":              []any{},
+		"inputs":              s.inputStats(),
 		"outputs":             outputs,
 		"checkpoint_activity": activity,
 	})

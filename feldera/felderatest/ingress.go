@@ -285,7 +285,7 @@ func (s *Server) endpointFor(canon string, t *table, key string) *endpoint {
 	ep, ok := s.endpoints[k]
 	if !ok {
 		s.nextEndpoint++
-		ep = &endpoint{id: s.nextEndpoint, table: t}
+		ep = &endpoint{id: s.nextEndpoint, table: t, name: fmt.Sprintf("%s.api-ingress-%016x", canon, s.nextEndpoint)}
 		s.endpoints[k] = ep
 		s.endpointByID[ep.id] = ep
 	}

@@ -147,6 +147,7 @@ type Fault struct {
 
 type endpoint struct {
 	id        uint64
+	name      string // <table>.api-ingress-<16 hex>, as /stats lists it
 	table     *table
 	queued    uint64
 	completed uint64

@@ -1,6 +1,7 @@
 package felderatest
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -15,8 +16,9 @@ import (
 // step. /stats shows transaction_status and transaction_id the way Feldera
 // does. A restart drops an open transaction and its data.
 //
-// Not modelled: transactions started by connectors (Delta, Iceberg), and
-// exactly_once's replay of the journaled part of an open transaction
+// Transactions started by connectors (Delta, Iceberg transaction_mode)
+// are modelled by StartConnectorTransaction: the API joins them, and the
+// commit waits for every participant. Not modelled: exactly_once's replay of the journaled part of an open transaction
 // (Feldera then commits that part; the double drops it, as without fault
 // tolerance).
 
@@ -34,6 +36,11 @@ type apiTxn struct {
 	commitAt  time.Time // committing: when the commit finishes
 	batches   []*batch  // input its steps took: applied at commit
 	commitAsk bool      // a pending next transaction whose commit was already asked
+	api       bool      // the API holds it and has not asked for its commit
+	// connectors are the input connectors (Delta, Iceberg transaction_mode)
+	// that started or joined it and have not committed: it commits only
+	// once the API and every one of them did.
+	connectors map[string]bool
 }
 
 // SetCommitDelay makes each transaction commit take d (default 0).
@@ -111,18 +118,23 @@ func (s *Server) startTransaction(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	s.advance(now)
 	switch {
+	case s.inTxn() && !s.txn.api && s.nextTxn == nil:
+		// A connector's transaction: the API joins it, no conflict.
+		s.txn.api = true
+		writeJSON(w, 200, map[string]any{"transaction_id": s.txn.id})
+		return
 	case s.inTxn() || s.nextTxn != nil:
 		writeError(w, http.StatusConflict, "TransactionInProgress", "Cannot perform this operation while there is a transaction in progress", nil)
 		return
 	case s.committing():
 		// It succeeds with a new ID and begins once the commit finished.
 		s.txnIDs++
-		s.nextTxn = &apiTxn{id: s.txnIDs}
+		s.nextTxn = &apiTxn{id: s.txnIDs, api: true}
 		writeJSON(w, 200, map[string]any{"transaction_id": s.nextTxn.id})
 		return
 	}
 	s.txnIDs++
-	s.txn = &apiTxn{id: s.txnIDs}
+	s.txn = &apiTxn{id: s.txnIDs, api: true}
 	writeJSON(w, 200, map[string]any{"transaction_id": s.txn.id})
 }
 
@@ -134,12 +146,108 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.nextTxn != nil && !s.nextTxn.commitAsk:
 		s.nextTxn.commitAsk = true // it commits as soon as it begins
-	case s.inTxn():
-		s.beginCommit(s.txn, now)
-		s.advance(now)
+	case s.inTxn() && s.txn.api:
+		s.txn.api = false
+		if len(s.txn.connectors) == 0 {
+			s.beginCommit(s.txn, now)
+			s.advance(now)
+		}
 	default:
 		writeError(w, http.StatusBadRequest, "NoTransactionInProgress", "This operation requires an active transaction, but none is currently in progress", nil)
 		return
 	}
 	writeJSON(w, 200, "Transaction commit initiated")
+}
+
+// StartConnectorTransaction makes the input connector endpoint start (or
+// join) a transaction, as Delta's transaction_mode does: the API joins it
+// silently, and it commits only after CommitConnectorTransaction for
+// every connector in it and the API's commit, if the API joined.
+func (s *Server) StartConnectorTransaction(endpoint string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.advance(now)
+	switch {
+	case s.committing() || s.nextTxn != nil:
+		return fmt.Errorf("felderatest: connector %s cannot start a transaction during a commit", endpoint)
+	case s.txn == nil:
+		s.txnIDs++
+		s.txn = &apiTxn{id: s.txnIDs}
+	}
+	if s.txn.connectors == nil {
+		s.txn.connectors = map[string]bool{}
+	}
+	s.txn.connectors[endpoint] = true
+	return nil
+}
+
+// CommitConnectorTransaction is the connector's side of the commit.
+func (s *Server) CommitConnectorTransaction(endpoint string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.advance(now)
+	if !s.inTxn() || !s.txn.connectors[endpoint] {
+		return fmt.Errorf("felderatest: connector %s holds no transaction", endpoint)
+	}
+	delete(s.txn.connectors, endpoint)
+	if len(s.txn.connectors) == 0 && !s.txn.api {
+		s.beginCommit(s.txn, now)
+		s.advance(now)
+	}
+	return nil
+}
+
+// OpenTransaction reports the ID of the transaction open or committing,
+// 0 when there is none: a test's check that nothing was left open.
+func (s *Server) OpenTransaction() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(time.Now())
+	if s.txn == nil {
+		return 0
+	}
+	return s.txn.id
+}
+
+// txnInitiators is /stats global_metrics.transaction_initiators.
+func (s *Server) txnInitiators() map[string]any {
+	out := map[string]any{"transaction_id": nil, "initiated_by_api": nil, "initiated_by_connectors": map[string]any{}}
+	t := s.txn
+	if s.nextTxn != nil {
+		t = s.nextTxn
+	}
+	if t == nil || t.phase == txnCommitting {
+		return out
+	}
+	out["transaction_id"] = t.id
+	if t.api {
+		out["initiated_by_api"] = "Started"
+	} else if len(t.connectors) == 0 {
+		out["initiated_by_api"] = "Committed"
+	}
+	conns := map[string]any{}
+	for name := range t.connectors {
+		conns[name] = map[string]any{"phase": "Started", "label": nil}
+	}
+	out["initiated_by_connectors"] = conns
+	return out
+}
+
+// inputStats is /stats inputs: each HTTP ingress endpoint and the records
+// it holds that no step took yet.
+func (s *Server) inputStats() []any {
+	buffered := map[*endpoint]int{}
+	for _, b := range s.queue {
+		buffered[b.ep] += b.rows
+	}
+	out := make([]any, 0, len(s.endpoints))
+	for _, ep := range s.endpoints {
+		out = append(out, map[string]any{
+			"endpoint_name": ep.name,
+			"metrics":       map[string]any{"buffered_records": buffered[ep]},
+		})
+	}
+	return out
 }

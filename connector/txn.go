@@ -1,0 +1,357 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// Feldera transactions (FELDERA_TRANSACTIONS; DURABILITY.md §1). A source
+// transaction that touches several tables goes out as one request per
+// table, and Feldera may apply them at different steps: its views would
+// see half a transaction. Wrapped in a Feldera transaction, everything
+// POSTed between start_transaction and commit_transaction becomes visible
+// at once, at the commit.
+//
+// A flush is wrapped (auto) when it holds more than one table, or when it
+// carries part of a source transaction that goes on in the next flush (a
+// transaction larger than the batch bound, or cut by the linger deadline):
+// the Feldera transaction then stays open across the flushes until the one
+// that ends at a source COMMIT. A single-table flush of whole source
+// transactions is one request, which Feldera takes whole into one step
+// (one request is never split below max_batch_size), so it needs none.
+//
+// The protocol, on the poster (one request at a time, in source order):
+//  1. POST /start_transaction, retried with backoff while another client
+//     holds the API's transaction (409: a second pgfeldera on the same
+//     pipeline). A transaction an input connector started is joined.
+//  2. The ingress POSTs, as usual; their tokens complete only after the
+//     commit.
+//  3. Before the commit, wait until Feldera has fed every record of ours
+//     to a step of the transaction (/stats: the transaction is in
+//     progress under our ID and our ingress endpoints buffer nothing).
+//     Feldera feeds no input while a commit runs, and a commit asked
+//     before the transaction's first step drops the transaction, so
+//     records still buffered at the commit would land after it, outside.
+//  4. POST /commit_transaction, then wait until /stats' transaction_id
+//     differs from ours: the commit finished.
+//
+// There is no abort: every path commits, errors included (the slot replays
+// what follows, and primary keys absorb the replay). The fence file
+// records the open transaction, so a process that crashed with one open
+// has it committed by the next one.
+
+// FELDERA_TRANSACTIONS values.
+const (
+	TxnAuto   = "auto"
+	TxnAlways = "always"
+	TxnOff    = "off"
+)
+
+// felderaTxn is the Feldera transaction this connector holds open. It is
+// touched by one goroutine at a time: the poster of the batch in progress,
+// or the session between posters.
+type felderaTxn struct {
+	id          int64
+	incarnation string
+	since       time.Time
+	tables      map[string]bool // canonical tables POSTed to in it
+	orphan      bool            // left open by a previous process or session
+	// unfedRows and unfedBytes bound from above what Feldera still
+	// buffers of ours, not yet fed to a step (see txnRoom).
+	unfedRows, unfedBytes int
+	joined      bool            // said once: an input connector holds it too
+}
+
+// txnPlan is what a batch does about Feldera transactions.
+type txnPlan struct {
+	begin bool // start one before its POSTs
+	in    bool // its POSTs go into one
+	end   bool // commit it after its POSTs
+}
+
+// planTxn decides the plan of a batch sealed now: open tells whether a
+// Feldera transaction continues from the previous batch, spans whether the
+// batch ends inside a source transaction.
+func planTxn(mode string, open, spans bool, tables int) txnPlan {
+	var wrap bool
+	switch mode {
+	case TxnOff:
+		return txnPlan{}
+	case TxnAlways:
+		wrap = true
+	default:
+		wrap = open || spans || tables > 1
+	}
+	if !wrap {
+		return txnPlan{}
+	}
+	return txnPlan{begin: !open, in: true, end: !spans}
+}
+
+// txnBackoffMax bounds the wait between start_transaction attempts under
+// contention: short, so a second connector gets in between the first's
+// transactions.
+const txnBackoffMax = 100 * time.Millisecond
+
+// beginTxn starts a Feldera transaction, waiting while another client
+// holds one, up to FELDERA_COMPLETION_TIMEOUT.
+func (c *Connector) beginTxn(ctx context.Context) error {
+	start := time.Now()
+	wait := 2 * time.Millisecond
+	warned := false
+	if ff := c.fenceFile; ff != nil {
+		// Recorded before the request: a crash after Feldera opened it
+		// and before its answer still leaves a trace.
+		if err := ff.Transaction(&state.OpenTransaction{Incarnation: c.incarnation, Since: start}); err != nil {
+			return err
+		}
+	}
+	for {
+		id, err := c.sink.StartTransaction(ctx)
+		if err == nil {
+			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, since: start, tables: map[string]bool{}}
+			if ff := c.fenceFile; ff != nil {
+				if err := ff.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
+					c.txn.orphan = true // commit it on the way out
+					return err
+				}
+			}
+			c.stats.Transactions.Add(1)
+			if waited := time.Since(start); waited > time.Second {
+				c.logger.Info("flush: got Feldera's transaction after waiting for another client's", "transaction_id", id, "waited", waited.Round(time.Millisecond))
+			}
+			crashtest.Point("after_begin")
+			return nil
+		}
+		if code := feldera.ErrorCode(err); code != "" {
+			c.observer.FelderaError(code)
+		}
+		if !feldera.IsTransactionInProgress(err) {
+			c.clearTxnRecord()
+			// An unclear answer may have opened one: the next session
+			// looks at /stats (settleTransaction).
+			if feldera.IsOutcomeUnknown(err) {
+				c.txn = &felderaTxn{incarnation: c.incarnation, since: start, orphan: true}
+			}
+			return fmt.Errorf("start a Feldera transaction: %w", err)
+		}
+		c.stats.TransactionConflicts.Add(1)
+		waited := time.Since(start)
+		if waited >= c.cfg.CompletionTimeout {
+			c.clearTxnRecord()
+			return fmt.Errorf("feldera unavailable: another client has held the pipeline's transaction for %s (409 TransactionInProgress to POST /start_transaction; FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", waited.Round(time.Millisecond))
+		}
+		if !warned && waited >= completionLogAfter {
+			warned = true
+			c.logger.Warn("flush: another client holds Feldera's transaction (409 TransactionInProgress); retrying. Another pgfeldera on this pipeline?", "waited", waited.Round(time.Millisecond))
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			c.clearTxnRecord()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, txnBackoffMax)
+	}
+}
+
+func (c *Connector) clearTxnRecord() {
+	if ff := c.fenceFile; ff != nil {
+		if err := ff.Transaction(nil); err != nil {
+			c.logger.Warn("fence: could not clear the open-transaction mark", "err", err)
+		}
+	}
+}
+
+// txnPoll is the /stats schedule of the waits below.
+func txnPoll(n int) time.Duration {
+	return min(time.Duration(1<<min(n, 5))*time.Millisecond, 25*time.Millisecond)
+}
+
+// absorbed waits until the transaction has taken every record POSTed in
+// it: it runs under our ID and our ingress endpoints buffer nothing.
+func (c *Connector) absorbed(ctx context.Context) error {
+	t := c.txn
+	deadline := time.Now().Add(c.cfg.CompletionTimeout)
+	for n := 0; ; n++ {
+		st, err := c.sink.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for Feldera transaction %d to take its input: %w", t.id, err)
+		}
+		g := st.GlobalMetrics
+		c.noteJoined(st)
+		if t.incarnation == "" {
+			t.incarnation = g.IncarnationUUID
+		}
+		if g.IncarnationUUID != t.incarnation {
+			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
+		}
+		if g.TransactionID != t.id {
+			return fmt.Errorf("feldera transaction %d is no longer open (/stats transaction_id %d, %s) before pgfeldera committed it: another client committed it; replaying from the slot", t.id, g.TransactionID, g.TransactionStatus)
+		}
+		if g.TransactionStatus == "TransactionInProgress" && st.IngressBuffered(t.tables) == 0 {
+			t.unfedRows, t.unfedBytes = 0, 0
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, g.TransactionStatus, st.IngressBuffered(t.tables))
+		}
+		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
+			return err
+		}
+	}
+}
+
+// txnRoom waits, before a POST inside a Feldera transaction, until
+// Feldera's ingress buffer has room for b: the transaction's batches
+// complete only at its commit, so the in-flight bound on completions does
+// not apply to them, but their records leave the buffer as the
+// transaction's steps take them, and the buffer bound (felderaQueueRecords,
+// felderaQueueBytes) still holds on what is left there.
+func (c *Connector) txnRoom(ctx context.Context, b *batch) error {
+	t := c.txn
+	if t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes {
+		return nil
+	}
+	deadline := time.Now().Add(c.cfg.CompletionTimeout)
+	for n := 0; ; n++ {
+		st, err := c.sink.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for Feldera transaction %d to take its input: %w", t.id, err)
+		}
+		rows, bytes := st.IngressBufferedAll(t.tables)
+		t.unfedRows, t.unfedBytes = int(rows), int(bytes)
+		if rows == 0 || t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, rows)
+		}
+		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
+			return err
+		}
+	}
+}
+
+// noteJoined says once per transaction that input connectors hold it too.
+func (c *Connector) noteJoined(st *feldera.Stats) {
+	t := c.txn
+	in := st.GlobalMetrics.TransactionInitiators
+	if t == nil || t.joined || in == nil || len(in.InitiatedByConnectors) == 0 || in.TransactionID == nil || *in.TransactionID != t.id {
+		return
+	}
+	t.joined = true
+	names := make([]string, 0, len(in.InitiatedByConnectors))
+	for n := range in.InitiatedByConnectors {
+		names = append(names, n)
+	}
+	c.logger.Info("flush: joined a Feldera transaction that input connectors started; its commit waits for them too", "transaction_id", t.id, "connectors", strings.Join(names, ","))
+}
+
+// commitTxn commits the transaction and waits until the commit finished.
+func (c *Connector) commitTxn(ctx context.Context) error {
+	t := c.txn
+	crashtest.Point("before_commit")
+	err := c.sink.CommitTransaction(ctx)
+	switch {
+	case feldera.IsNoTransactionInProgress(err):
+		// Committed by someone else or dropped by a restart: which one,
+		// /stats says below.
+		c.logger.Warn("flush: Feldera has no open API transaction to commit (400 NoTransactionInProgress)", "transaction_id", t.id)
+	case err != nil:
+		if code := feldera.ErrorCode(err); code != "" {
+			c.observer.FelderaError(code)
+		}
+		return fmt.Errorf("commit Feldera transaction %d: %w", t.id, err)
+	}
+	for n := 0; ; n++ {
+		st, err := c.sink.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for the commit of Feldera transaction %d: %w", t.id, err)
+		}
+		g := st.GlobalMetrics
+		if t.incarnation != "" && g.IncarnationUUID != t.incarnation {
+			c.txn = nil
+			c.clearTxnRecord()
+			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
+		}
+		if g.TransactionID != t.id {
+			c.txn = nil
+			c.clearTxnRecord()
+			return nil
+		}
+		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
+			return err
+		}
+	}
+}
+
+// settleTxn commits a transaction this connector left open: by a session
+// that failed, or by a previous process (the fence file's record). It
+// runs before anything is sent. A transaction of another pipeline process
+// was dropped by its restart: nothing to do.
+func (c *Connector) settleTxn(ctx context.Context) error {
+	t := c.txn
+	if t == nil {
+		return nil
+	}
+	st, err := c.sink.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("look for the Feldera transaction left open: %w", err)
+	}
+	g := st.GlobalMetrics
+	api := g.TransactionInitiators != nil && g.TransactionInitiators.InitiatedByAPI != nil && *g.TransactionInitiators.InitiatedByAPI == "Started"
+	same := t.incarnation == "" || t.incarnation == g.IncarnationUUID
+	switch {
+	case !same:
+		c.logger.Info("startup: the Feldera transaction left open is gone: the pipeline restarted since", "transaction_id", t.id)
+	case !api:
+		c.logger.Info("startup: no Feldera API transaction is open: the one left open was committed or never opened", "transaction_id", t.id)
+	case t.id != 0 && g.TransactionID != t.id:
+		c.logger.Warn("startup: Feldera holds an API transaction, but not the one left open: another client's; leaving it", "left_open", t.id, "open", g.TransactionID)
+	default:
+		t.id = g.TransactionID
+		t.incarnation = g.IncarnationUUID
+		c.logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id)
+		return c.commitTxn(ctx)
+	}
+	c.txn = nil
+	c.clearTxnRecord()
+	return nil
+}
+
+// abandonTxn commits, on a failure path, the transaction a batch left
+// open, so that no error leaves one open; it is bounded by STOP_TIMEOUT's
+// context and 5 s. If even that fails the next session tries again.
+func (c *Connector) abandonTxn() {
+	if c.txn == nil || c.txn.id == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.stopContext(context.Background()), 5*time.Second)
+	defer cancel()
+	id := c.txn.id
+	if err := c.commitTxn(ctx); err != nil && c.txn != nil {
+		c.txn.orphan = true
+		c.logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it", "transaction_id", id, "err", err)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
