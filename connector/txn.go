@@ -66,7 +66,7 @@ type felderaTxn struct {
 	// unfedRows and unfedBytes bound from above what Feldera still
 	// buffers of ours, not yet fed to a step (see txnRoom).
 	unfedRows, unfedBytes int
-	joined      bool            // said once: an input connector holds it too
+	joined                bool // said once: an input connector holds it too
 }
 
 // txnPlan is what a batch does about Feldera transactions.
