@@ -30,6 +30,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -526,6 +527,64 @@ func (v View) Rows(tableName string) []Row {
 		return nil
 	}
 	return t.snapshot()
+}
+
+// Len is how many rows the table holds now.
+func (s *Server) Len(tableName string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(time.Now())
+	return View{s}.Len(tableName)
+}
+
+// Len is how many rows the table holds.
+func (v View) Len(tableName string) int {
+	t, ok := v.s.tables[feldera.TableIdent(tableName)]
+	if !ok {
+		return 0
+	}
+	if !t.keyed() {
+		n := 0
+		for _, c := range t.count {
+			n += c
+		}
+		return n
+	}
+	return len(t.rows)
+}
+
+// SumInt adds up an integer column over the table's rows (NULL counts 0):
+// cheap enough to check an invariant at every state.
+func (v View) SumInt(tableName, column string) (int64, error) {
+	t, ok := v.s.tables[feldera.TableIdent(tableName)]
+	if !ok {
+		return 0, fmt.Errorf("felderatest: no table %s", tableName)
+	}
+	col := -1
+	for i, f := range t.rel.Fields {
+		if f.CanonicalName() == feldera.TableIdent(column) {
+			col = i
+		}
+	}
+	if col < 0 {
+		return 0, fmt.Errorf("felderatest: table %s has no column %s", tableName, column)
+	}
+	var sum int64
+	for k, vals := range t.rows {
+		raw := vals[col]
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("felderatest: %s.%s = %s is not an integer", tableName, column, raw)
+		}
+		if !t.keyed() {
+			n *= int64(t.count[k])
+		}
+		sum += n
+	}
+	return sum, nil
 }
 
 // exposed calls Config.OnState with the state a step just made visible.

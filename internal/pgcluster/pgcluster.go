@@ -82,6 +82,42 @@ func FindBinDir() (string, error) {
 	return filepath.Dir(matches[0]), nil
 }
 
+// Tool finds a PostgreSQL client program (pgbench, psql): in PG_BIN, then
+// the newest /usr/lib/postgresql/<major>/bin, then PATH. Any version works
+// against any server here. Missing, it fails the test in CI and skips it
+// elsewhere.
+func Tool(tb testing.TB, name string) string {
+	tb.Helper()
+	var dirs []string
+	if d := os.Getenv("PG_BIN"); d != "" {
+		dirs = append(dirs, d)
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name)
+	sort.Slice(matches, func(i, j int) bool { return majorOf(matches[i]) > majorOf(matches[j]) })
+	for _, m := range matches {
+		dirs = append(dirs, filepath.Dir(m))
+	}
+	for _, d := range dirs {
+		if p := filepath.Join(d, name); isExecutable(p) {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	err := fmt.Errorf("%s not found in PG_BIN, /usr/lib/postgresql/*/bin or PATH (Debian: apt-get install -y postgresql-client)", name)
+	if InCI() {
+		tb.Fatal(err)
+	}
+	tb.Skip(err)
+	return ""
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
 func majorOf(path string) int {
 	for _, part := range strings.Split(path, "/") {
 		if n, err := strconv.Atoi(part); err == nil {

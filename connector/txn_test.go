@@ -1,0 +1,161 @@
+package connector_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+)
+
+const pgbenchFeldera = `
+CREATE TABLE pgbench_accounts (aid INT NOT NULL PRIMARY KEY, bid INT, abalance INT, filler CHAR(84));
+CREATE TABLE pgbench_tellers (tid INT NOT NULL PRIMARY KEY, bid INT, tbalance INT, filler CHAR(84));
+CREATE TABLE pgbench_branches (bid INT NOT NULL PRIMARY KEY, bbalance INT, filler CHAR(88));`
+
+// invariant counts the states Feldera exposes and those that break a
+// predicate over them.
+type invariant struct {
+	mu            sync.Mutex
+	states, bad   int
+	first         string
+	check         func(v felderatest.View) (bool, string)
+	armed         bool
+	statesAtStart int
+}
+
+func (iv *invariant) see(v felderatest.View) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	iv.states++
+	ok, why := iv.check(v)
+	if !ok {
+		iv.bad++
+		if iv.first == "" {
+			iv.first = why
+		}
+	}
+}
+
+func (iv *invariant) counts() (states, bad int, first string) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	return iv.states, iv.bad, iv.first
+}
+
+// pgbench's tpcb-like transaction adds one delta to an account, a teller
+// and a branch: in every state Postgres ever had, the three sums are
+// equal. The double checks it at every state Feldera would expose (after
+// each step outside a transaction, after each commit). With
+// FELDERA_TRANSACTIONS=auto no state breaks it; with off, the three
+// tables' requests land at different steps, and states do: the check
+// sees half-applied transactions.
+func TestStream_TransactionsAtomicUnderPgbench(t *testing.T) {
+	pgbench := pgcluster.Tool(t, "pgbench")
+	for _, mode := range []string{connector.TxnAuto, connector.TxnOff} {
+		t.Run(mode, func(t *testing.T) {
+			iv := &invariant{check: func(v felderatest.View) (bool, string) {
+				a, err1 := v.SumInt("pgbench_accounts", "abalance")
+				tl, err2 := v.SumInt("pgbench_tellers", "tbalance")
+				b, err3 := v.SumInt("pgbench_branches", "bbalance")
+				if err := firstErr(err1, err2, err3); err != nil {
+					return false, err.Error()
+				}
+				return a == tl && tl == b, fmt.Sprintf("sum(abalance)=%d sum(tbalance)=%d sum(bbalance)=%d", a, tl, b)
+			}}
+			e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchFeldera, func(fc *felderatest.Config) { fc.OnState = iv.see })
+			runTool(t, pgbench, "-i", "-s", "1", "-q", e.dsn)
+			e.exec("CREATE PUBLICATION pub FOR TABLE pgbench_accounts, pgbench_tellers, pgbench_branches")
+			cfg := e.config("pgbench_accounts,pgbench_tellers,pgbench_branches")
+			cfg.Transactions = mode
+			cfg.SnapshotMode = connector.SnapshotInitial
+			e.start(cfg)
+			e.waitSlot()
+			e.poll("the snapshot", 60*time.Second, func() bool { return e.fel.Len("pgbench_accounts") == 100_000 })
+			// Two clients, rate-limited so the states stay countable.
+			runTool(t, pgbench, "-n", "-T", "3", "-R", "200", "-c", "2", "-j", "1", e.dsn)
+			e.waitConfirmed(e.currentLSN(), 90*time.Second)
+			for _, tb := range []string{"pgbench_accounts", "pgbench_tellers", "pgbench_branches"} {
+				e.assertEqual(tb, tb)
+			}
+			states, bad, first := iv.counts()
+			t.Logf("FELDERA_TRANSACTIONS=%s: %d states exposed, %d broke the invariant (first: %s); Feldera transactions committed: %d",
+				mode, states, bad, first, e.fel.TransactionsCommitted())
+			switch mode {
+			case connector.TxnAuto:
+				if bad != 0 {
+					t.Fatalf("%d of %d states Feldera exposed broke the invariant (first: %s)", bad, states, first)
+				}
+				if e.fel.TransactionsCommitted() == 0 {
+					t.Fatal("no Feldera transaction committed")
+				}
+			case connector.TxnOff:
+				if bad == 0 {
+					t.Fatalf("none of %d states broke the invariant: the check cannot see a half-applied transaction", states)
+				}
+			}
+			if id := e.fel.OpenTransaction(); id != 0 {
+				t.Fatalf("Feldera transaction %d left open", id)
+			}
+		})
+	}
+}
+
+// A source transaction larger than BATCH_MAX_ROWS goes out in several
+// batches; inside one Feldera transaction none of it is visible until all
+// of it is. With transactions off, states with part of it show up.
+func TestStream_LargeTransactionInvisibleUntilWhole(t *testing.T) {
+	for _, mode := range []string{connector.TxnAuto, connector.TxnOff} {
+		t.Run(mode, func(t *testing.T) {
+			iv := &invariant{check: func(v felderatest.View) (bool, string) {
+				n := v.Len("users")
+				return n == 0 || n == 1000, fmt.Sprintf("%d of 1000 rows visible", n)
+			}}
+			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) { fc.OnState = iv.see })
+			e.fel.SetCompletionDelay(20 * time.Millisecond)
+			cfg := e.config("users")
+			cfg.BatchMaxRows = 100
+			cfg.Transactions = mode
+			e.start(cfg)
+			e.waitSlot()
+			e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 1000) g")
+			e.waitConfirmed(e.currentLSN(), 60*time.Second)
+			e.assertEqual("users", "users")
+			states, bad, first := iv.counts()
+			t.Logf("FELDERA_TRANSACTIONS=%s: %d states, %d partial (first: %s)", mode, states, bad, first)
+			if mode == connector.TxnAuto && bad != 0 {
+				t.Fatalf("%d states showed part of the transaction (first: %s)", bad, first)
+			}
+			if mode == connector.TxnOff && bad == 0 {
+				t.Fatalf("no state showed part of the 10-batch transaction: the check cannot see one")
+			}
+			if id := e.fel.OpenTransaction(); id != 0 {
+				t.Fatalf("Feldera transaction %d left open", id)
+			}
+		})
+	}
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runTool(t *testing.T, path string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", path, args, err, tail(string(out), 2000))
+	}
+}
