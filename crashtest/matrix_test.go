@@ -117,8 +117,9 @@ func stateComplete(w *world) bool {
 
 var workloads = []workload{
 	{
-		name:   "mixed",
-		points: with(stream(1, 2, 3), "snapshot_before_state", 1),
+		name: "mixed",
+		// the ninth statement touches both tables: one Feldera transaction
+		points: with(with(with(stream(1, 2, 3), "snapshot_before_state", 1), "after_begin", 1), "before_commit", 1),
 		run:    mixedRun,
 	},
 	{
@@ -147,8 +148,9 @@ var workloads = []workload{
 		},
 	},
 	{
-		name:   "large_transaction",
-		points: stream(1, 2, 3),
+		name: "large_transaction",
+		// its first statement spans ten batches: one Feldera transaction
+		points: with(with(stream(1, 2, 3), "after_begin", 1), "before_commit", 1),
 		run: func(w *world, p *proc, snap bool) {
 			seeded(w, p, snap)
 			w.step(p, "INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g") // 10 batches of 100
@@ -197,6 +199,12 @@ type outcome struct {
 // replayRequired lists the points after which the crashed batch was not
 // acknowledged, so the restart must send it again.
 var replayRequired = map[string]bool{"after_post": true, "after_complete": true}
+
+// txnPoints crash with a Feldera transaction open. Feldera is not
+// restarted after them, so the transaction is still open when the next
+// process starts: it must commit it (nothing may be left open, or every
+// checkpoint of the pipeline waits) and still lose nothing.
+var txnPoints = map[string]bool{"after_begin": true, "before_commit": true}
 
 // matrixEnv is what every matrix run adds to the harness's settings: a
 // byte bound (about 80 of the workloads' rows) that seals batches before
@@ -322,7 +330,13 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	}
 	// Feldera restarts too: what no step took is gone, so only a replay
 	// from the slot can bring it back.
-	w.fel.Restart()
+	open := w.fel.OpenTransaction()
+	if !txnPoints[point] {
+		w.fel.Restart()
+	} else if open == 0 {
+		o.err = fmt.Sprintf("the crash at %s left no Feldera transaction open\n%s", point, w.log())
+		return o
+	}
 	run1 := w.fel.Requests()
 	restart := time.Now()
 	p2 := w.start(matrixEnv...)
@@ -343,6 +357,8 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 		o.err = checkFirstPost(point, o.fenced, o.firstPost) + "\n" + w.log()
 	case w.maxLines() > maxRequestLines:
 		o.err = fmt.Sprintf("a request carried %d lines, more than BATCH_MAX_ROWS=%d", w.maxLines(), batchMaxRows)
+	case w.fel.OpenTransaction() != 0:
+		o.err = fmt.Sprintf("Feldera transaction %d is still open after the restart caught up (the crashed one: %d)\n%s", w.fel.OpenTransaction(), open, w.log())
 	case replayRequired[point] && len(run1) == 0:
 		o.err = "the crashed batch was never posted"
 	case replayRequired[point] && !wl.truncates:
