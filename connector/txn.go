@@ -273,6 +273,7 @@ func (c *Connector) commitTxn(ctx context.Context) error {
 		}
 		return fmt.Errorf("commit Feldera transaction %d: %w", t.id, err)
 	}
+	deadline := time.Now().Add(c.cfg.CompletionTimeout)
 	for n := 0; ; n++ {
 		st, err := c.sink.Stats(ctx)
 		if err != nil {
@@ -288,6 +289,11 @@ func (c *Connector) commitTxn(ctx context.Context) error {
 			c.txn = nil
 			c.clearTxnRecord()
 			return nil
+		}
+		if time.Now().After(deadline) {
+			// Asked, and committed by the API's side: the next session
+			// finds no API transaction open and goes on.
+			return fmt.Errorf("feldera unavailable: the commit of transaction %d has not finished after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s%s): nothing acknowledged", t.id, c.cfg.CompletionTimeout, g.TransactionStatus, waitingFor(st))
 		}
 		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
 			return err
@@ -343,6 +349,19 @@ func (c *Connector) abandonTxn() {
 		c.txn.orphan = true
 		c.logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it", "transaction_id", id, "err", err)
 	}
+}
+
+// waitingFor names the input connectors a commit waits for, if any.
+func waitingFor(st *feldera.Stats) string {
+	in := st.GlobalMetrics.TransactionInitiators
+	if in == nil || len(in.InitiatedByConnectors) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(in.InitiatedByConnectors))
+	for n := range in.InitiatedByConnectors {
+		names = append(names, n)
+	}
+	return ", waiting for input connectors " + strings.Join(names, ",")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

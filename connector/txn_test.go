@@ -254,3 +254,32 @@ func TestStream_TwoConnectorsContendForTransactions(t *testing.T) {
 		t.Fatalf("Feldera transaction %d left open", id)
 	}
 }
+
+// An input connector (Delta, Iceberg with transaction_mode) holds the
+// pipeline's transaction: start_transaction joins it without a 409, the
+// log says so, and the commit waits for that connector too. Nothing is
+// visible until both committed; then everything is.
+func TestStream_JoinsConnectorTransaction(t *testing.T) {
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, nil)
+	if err := e.fel.StartConnectorTransaction("orders.delta"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config("users,public.items:catalog_items")
+	e.start(cfg)
+	e.waitSlot()
+	e.exec("BEGIN; INSERT INTO users VALUES (1, 'a', 1); INSERT INTO items VALUES (1, 'eu', 1); COMMIT")
+	e.waitLog("joined a Feldera transaction that input connectors started", 30*time.Second)
+	time.Sleep(100 * time.Millisecond)
+	if n := e.fel.Len("users"); n != 0 {
+		t.Fatalf("%d rows visible while the connector's transaction is open", n)
+	}
+	if err := e.fel.CommitConnectorTransaction("orders.delta"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	e.assertEqual("items", "catalog_items")
+	if id := e.fel.OpenTransaction(); id != 0 {
+		t.Fatalf("Feldera transaction %d left open", id)
+	}
+}
