@@ -81,7 +81,7 @@ func run() int {
 	txns := flag.Int("txns", 100_000, "single-row transactions")
 	rate := flag.Int("live-rate", 10_000, "live workload: rows per second")
 	liveFor := flag.Duration("live-duration", 20*time.Second, "live workload: how long pgbench runs")
-	only := flag.String("only", "abcdefghi", "workloads to run (h runs with a)")
+	only := flag.String("only", "abcdefghij", "workloads to run (h runs with a)")
 	out := flag.String("out", "bench-result.json", "JSON result file")
 	flag.Parse()
 
@@ -114,6 +114,7 @@ func run() int {
 		{"f", func() (Result, error) { return b.slowCompletion(*rounds, *rows) }},
 		{"g", func() (Result, error) { return b.wideRows(*rounds) }},
 		{"i", func() (Result, error) { return b.ackLatency(*rate, *liveFor) }},
+		{"j", func() (Result, error) { return b.transactionsCost(*rounds, *txns, *rate, *liveFor) }},
 	}
 	failed := false
 	b.raw = strings.Contains(*only, "h")
@@ -197,6 +198,9 @@ CREATE TABLE t (id bigint PRIMARY KEY, name text, amount numeric(12,2), ts times
 CREATE PUBLICATION pub FOR TABLE t;
 CREATE TABLE live (id bigserial PRIMARY KEY, ts timestamptz NOT NULL DEFAULT clock_timestamp(), payload text);
 CREATE PUBLICATION pub_live FOR TABLE live;
+CREATE TABLE t2 (id bigint PRIMARY KEY, ref bigint, qty int);
+CREATE PUBLICATION pub_two FOR TABLE t, t2;
+CREATE PUBLICATION pub_live_two FOR TABLE live, t2;
 CREATE TABLE wide (id bigint PRIMARY KEY, payload text);
 ALTER TABLE wide ALTER COLUMN payload SET STORAGE EXTERNAL;
 CREATE PUBLICATION pub_wide FOR TABLE wide;`
@@ -204,7 +208,8 @@ CREATE PUBLICATION pub_wide FOR TABLE wide;`
 const felderaSchema = `
 CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, amount DECIMAL(12,2), ts TIMESTAMP_TZ, payload VARIANT);
 CREATE TABLE live (id BIGINT NOT NULL PRIMARY KEY, ts TIMESTAMP_TZ NOT NULL, payload VARCHAR);
-CREATE TABLE wide (id BIGINT NOT NULL PRIMARY KEY, payload VARCHAR);`
+CREATE TABLE wide (id BIGINT NOT NULL PRIMARY KEY, payload VARCHAR);
+CREATE TABLE t2 (id BIGINT NOT NULL PRIMARY KEY, ref BIGINT, qty INT);`
 
 // rowsSQL inserts rows [from, to] into t.
 func rowsSQL(from, to int) string {
@@ -989,25 +994,39 @@ func (b *bench) wideRows(rounds int) (Result, error) {
 // reports, per sampled position, the time until the slot confirmed it.
 func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 	fmt.Printf("i: commit → confirmed_flush_lsn, pgbench at %d rows/s for %s, completion 50 ms\n", rate, dur)
-	if err := b.createSlot("ack"); err != nil {
-		return Result{}, err
-	}
-	defer b.dropSlot("ack")
-	b.delay = 50 * time.Millisecond
-	p, err := b.startPGF("ack", "live", "pub_live", "never", nil, nil)
-	b.delay = 0
+	p50, p99, mx, n, err := b.commitToConfirmed("ack", "live", "pub_live", "INSERT INTO live (payload) SELECT 'payload' FROM generate_series(1, 10);\n", rate/10, dur, nil)
 	if err != nil {
 		return Result{}, err
 	}
-	script := filepath.Join(b.dir, "ack.sql")
-	if err := os.WriteFile(script, []byte("INSERT INTO live (payload) SELECT 'payload' FROM generate_series(1, 10);\n"), 0o644); err != nil {
-		return Result{}, err
+	fmt.Printf("    %d positions; p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", n, p50, p99, mx)
+	return Result{Workload: "i", What: fmt.Sprintf("commit → confirmed_flush_lsn: pgbench -R %d × 10-row transactions for %s, each request completing 50 ms after it arrives; sampled every 5 ms", rate/10, dur),
+		Unit: "ms", PGF: []float64{p99}, PGFMedian: p99, Target: "p99 ≤ 150 ms", Pass: p99 <= 150 && n > 0,
+		Extra: map[string]any{"p50_ms": p50, "p99_ms": p99, "max_ms": mx, "positions": n}}, nil
+}
+
+// commitToConfirmed runs pgbench with script at tps transactions per second
+// for dur against a pgfeldera on slot whose requests complete 50 ms after
+// they arrive, and returns the commit → confirmed_flush_lsn latencies.
+func (b *bench) commitToConfirmed(slot, tables, pub, sql string, tps int, dur time.Duration, env map[string]string) (p50, p99, mx float64, n int, err error) {
+	if err := b.createSlot(slot); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	defer b.dropSlot(slot)
+	b.delay = 50 * time.Millisecond
+	p, err := b.startPGF(slot, tables, pub, "never", env, nil)
+	b.delay = 0
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	script := filepath.Join(b.dir, slot+".sql")
+	if err := os.WriteFile(script, []byte(sql), 0o644); err != nil {
+		return 0, 0, 0, 0, err
 	}
 	time.Sleep(time.Second)
 	conn, err := pgx.Connect(context.Background(), b.dsn)
 	if err != nil {
 		p.stop()
-		return Result{}, err
+		return 0, 0, 0, 0, err
 	}
 	defer conn.Close(context.Background())
 	type sample struct {
@@ -1026,7 +1045,7 @@ func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 			case <-time.After(5 * time.Millisecond):
 			}
 			var head, conf string
-			if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = 'ack'").Scan(&head, &conf); err != nil {
+			if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&head, &conf); err != nil {
 				sampled <- err
 				return
 			}
@@ -1035,7 +1054,7 @@ func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 			samples = append(samples, sample{time.Now(), h, c})
 		}
 	}()
-	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "pgbench"), "-n", "-f", script, "-R", fmt.Sprint(rate/10),
+	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "pgbench"), "-n", "-f", script, "-R", fmt.Sprint(tps),
 		"-T", fmt.Sprint(int(dur.Seconds())), "-c", "4", "-j", "2", b.dsn)
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c synchronous_commit=on")
 	out, err := cmd.CombinedOutput()
@@ -1048,7 +1067,7 @@ func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 		err = perr
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %s", err, out)
+		return 0, 0, 0, 0, fmt.Errorf("%w: %s", err, out)
 	}
 	// Skip pgbench's first 2 s; a position's latency is the first later
 	// sample whose confirmed position reached it.
@@ -1070,9 +1089,80 @@ func (b *bench) ackLatency(rate int, dur time.Duration) (Result, error) {
 		}
 		lat.ms = append(lat.ms, float64(samples[j].at.Sub(s.at).Microseconds())/1000)
 	}
-	p50, p99, mx, n := lat.percentiles()
-	fmt.Printf("    %d positions; p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", n, p50, p99, mx)
-	return Result{Workload: "i", What: fmt.Sprintf("commit → confirmed_flush_lsn: pgbench -R %d × 10-row transactions for %s, each request completing 50 ms after it arrives; sampled every 5 ms", rate/10, dur),
-		Unit: "ms", PGF: []float64{p99}, PGFMedian: p99, Target: "p99 ≤ 150 ms", Pass: p99 <= 150 && n > 0,
-		Extra: map[string]any{"p50_ms": p50, "p99_ms": p99, "max_ms": mx, "positions": n}}, nil
+	p50, p99, mx, n = lat.percentiles()
+	return p50, p99, mx, n, nil
+}
+
+// transactionsCost measures FELDERA_TRANSACTIONS=auto against off on
+// two-table transactions (one row into t, one into t2): the catch-up of
+// txns of them, each mode on its own slot over the same WAL in alternating
+// order, and commit → confirmed latency under a live load.
+func (b *bench) transactionsCost(rounds, txns, rate int, dur time.Duration) (Result, error) {
+	fmt.Printf("j: FELDERA_TRANSACTIONS auto vs off: catch-up of %d two-table transactions; live at %d transactions/s\n", txns, rate/10)
+	rows := 2 * txns
+	modes := []string{"off", "auto"}
+	rates := map[string][]float64{}
+	for r := 0; r < rounds; r++ {
+		if err := b.exec("TRUNCATE t, t2"); err != nil {
+			return Result{}, err
+		}
+		slots := map[string]string{}
+		for _, m := range modes {
+			slots[m] = fmt.Sprintf("txn_%s_%d", m, r)
+			if err := b.createSlot(slots[m]); err != nil {
+				return Result{}, err
+			}
+		}
+		if err := b.exec(fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; INSERT INTO t2 VALUES (i, i, 1); COMMIT; END LOOP; END $$`, txns,
+			strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0)", "generate_series(i, i)"))); err != nil {
+			return Result{}, err
+		}
+		end, err := b.lsn()
+		if err != nil {
+			return Result{}, err
+		}
+		for k := range modes {
+			m := modes[(k+r)%len(modes)]
+			p, err := b.startPGF(slots[m], "t,t2", "pub_two", "never", map[string]string{"FELDERA_TRANSACTIONS": m}, nil)
+			if err != nil {
+				return Result{}, err
+			}
+			d, err := p.waitFor("confirmed_flush_lsn "+end.String(), 10*time.Minute, func() (bool, error) {
+				c, err := b.confirmed(slots[m])
+				return c >= end, err
+			})
+			got := p.fel.CountedRows("t") + p.fel.CountedRows("t2")
+			committed := p.fel.TransactionsCommitted()
+			if _, _, serr := p.stop(); err == nil {
+				err = serr
+			}
+			if err == nil && got < rows {
+				err = fmt.Errorf("FELDERA_TRANSACTIONS=%s: the double counted %d rows, want %d", m, got, rows)
+			}
+			if err == nil && m == "auto" && committed == 0 {
+				err = fmt.Errorf("FELDERA_TRANSACTIONS=auto committed no Feldera transaction")
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			rates[m] = append(rates[m], float64(rows)/d.Seconds())
+			b.dropSlot(slots[m])
+		}
+		fmt.Printf("    round %d: off %.0f rows/s, auto %.0f rows/s\n", r+1, rates["off"][r], rates["auto"][r])
+	}
+	extra := map[string]any{}
+	for _, m := range modes {
+		sql := "BEGIN;\nINSERT INTO live (payload) VALUES ('p');\nINSERT INTO t2 VALUES (100000000 + (random() * 1000000000)::bigint, 1, 1) ON CONFLICT DO NOTHING;\nCOMMIT;\n"
+		p50, p99, mx, n, err := b.commitToConfirmed("lat_"+m, "live,t2", "pub_live_two", sql, rate/10, dur, map[string]string{"FELDERA_TRANSACTIONS": m})
+		if err != nil {
+			return Result{}, fmt.Errorf("latency, FELDERA_TRANSACTIONS=%s: %w", m, err)
+		}
+		fmt.Printf("    live, %s: %d positions; p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", m, n, p50, p99, mx)
+		extra["p50_ms_"+m], extra["p99_ms_"+m], extra["max_ms_"+m] = p50, p99, mx
+	}
+	off, auto := median(rates["off"]), median(rates["auto"])
+	extra["rows_per_s_off"], extra["rows_per_s_auto"] = rates["off"], rates["auto"]
+	return Result{Workload: "j", What: fmt.Sprintf("catch-up of %d two-table transactions (t and t2, a row each), FELDERA_TRANSACTIONS=auto against off; p99 commit → confirmed under a live two-table load in Extra", txns),
+		Unit: "rows/s", Reference: "FELDERA_TRANSACTIONS=off", Ref: rates["off"], PGF: rates["auto"], RefMedian: off, PGFMedian: auto, Ratio: auto / off,
+		Target: "≥ 0.8 ×", Pass: auto/off >= 0.8, Extra: extra}, nil
 }
