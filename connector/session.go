@@ -339,7 +339,9 @@ func (s *stream) run(ctx context.Context) error {
 		if s.front.pending() && now.Add(checkpointPoll).Before(deadline) {
 			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
 		}
-		if s.filling.total > 0 && s.canPost() && s.c.cfg.BatchLinger > 0 {
+		if s.filling.total > 0 && !s.c.full(s.filling) && s.canPost() && s.c.cfg.BatchLinger > 0 {
+			// (A full batch inside a transaction waits for the next
+			// change, which seals it, not for the linger deadline.)
 			if ld := s.filling.first.Add(s.c.cfg.BatchLinger); ld.Before(deadline) {
 				deadline = ld
 			}
@@ -428,6 +430,13 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 			s.received = xld.WALStart
 			s.c.stats.Received.Store(uint64(xld.WALStart))
 		}
+		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.c.full(s.filling) && s.canPost() {
+			// A full batch is sealed when the next change arrives, not at
+			// the change that filled it: when that change was its
+			// transaction's last, the COMMIT still goes in, and the batch
+			// holds whole transactions (no Feldera transaction needed).
+			s.startFlush(false)
+		}
 		if err := s.dec.Decode(xld.WALData, s.filling, ev); err != nil {
 			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
 		}
@@ -469,9 +478,6 @@ func (s *stream) event(ev *decode.Event) error {
 		ts := s.c.tableStats[ev.Route]
 		ts.Deletes.Add(int64(ev.Deletes))
 		ts.Inserts.Add(int64(ev.Rows - ev.Deletes))
-		if s.c.full(s.filling) && s.canPost() {
-			s.startFlush(false)
-		}
 	case decode.KindRelation:
 		for _, w := range ev.Warnings {
 			s.logger.Warn(w)
@@ -558,7 +564,8 @@ func (s *stream) flushDue(now time.Time) bool {
 		// source transaction, which has ended since: commit it now.
 		return s.txnOpen && !s.open
 	case s.c.full(b):
-		return true
+		// Inside a transaction the next change seals it (see handle).
+		return !s.open
 	case s.c.cfg.BatchLinger == 0:
 		return !s.open
 	}
