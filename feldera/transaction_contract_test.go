@@ -206,3 +206,71 @@ func TestTransaction_CheckpointWaits(t *testing.T) {
 		t.Fatalf("after the commit: %d checkpoints (was %d), last %+v, steps %d", len(cps), len(before), cps, s.Steps())
 	}
 }
+
+// A transaction an input connector started (Delta's transaction_mode) is
+// joined by start_transaction: no 409, the same ID, and /stats lists the
+// connector among the initiators. It commits only once the API and the
+// connector both committed; after the API's commit and before the commit
+// begins, a new start is a 409. Ingress records stay buffered (listed per
+// endpoint in /stats inputs) until a step takes them.
+func TestTransaction_JoinsConnectorTransaction(t *testing.T) {
+	s, c := newServer(t, nil)
+	if err := s.StartConnectorTransaction("users.delta"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.StartTransaction(ctx(t))
+	if err != nil {
+		t.Fatalf("start while a connector holds the transaction: %v, want it joined", err)
+	}
+	if s.OpenTransaction() != id {
+		t.Fatalf("joined %d, the open transaction is %d", id, s.OpenTransaction())
+	}
+	if _, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := st.GlobalMetrics.TransactionInitiators
+	if in == nil || in.InitiatedByAPI == nil || *in.InitiatedByAPI != "Started" || len(in.InitiatedByConnectors) != 1 {
+		t.Fatalf("initiators %+v, want the API started and one connector", in)
+	}
+	if err := c.CommitTransaction(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartTransaction(ctx(t)); !feldera.IsTransactionInProgress(err) {
+		t.Fatalf("start after the API's commit, before the commit began: %v, want 409 TransactionInProgress", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if s.OpenTransaction() != id || len(s.Rows("users")) != 0 {
+		t.Fatalf("the commit did not wait for the connector: open %d, %d rows visible", s.OpenTransaction(), len(s.Rows("users")))
+	}
+	if err := s.CommitConnectorTransaction("users.delta"); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, c, id)
+	if n := len(s.Rows("users")); n != 1 {
+		t.Fatalf("%d rows after both committed, want 1", n)
+	}
+}
+
+// /stats inputs lists each HTTP ingress endpoint as <table>.api-ingress-<hash>
+// with the records no step took yet.
+func TestStats_IngressBuffered(t *testing.T) {
+	s, c := newServer(t, nil)
+	s.SetCompletionDelay(time.Hour)
+	if _, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":1}}`+"\n"+`{"insert":{"id":2}}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.IngressBuffered(map[string]bool{"users": true}); n != 2 {
+		t.Fatalf("users buffers %d records, want 2 (inputs %+v)", n, st.Inputs)
+	}
+	if n := st.IngressBuffered(map[string]bool{"events": true}); n != 0 {
+		t.Fatalf("events buffers %d records, want 0", n)
+	}
+}

@@ -37,6 +37,7 @@ type apiTxn struct {
 	batches   []*batch  // input its steps took: applied at commit
 	commitAsk bool      // a pending next transaction whose commit was already asked
 	api       bool      // the API holds it and has not asked for its commit
+	apiDone   bool      // the API asked for its commit: a new start is a 409 until it begins
 	// connectors are the input connectors (Delta, Iceberg transaction_mode)
 	// that started or joined it and have not committed: it commits only
 	// once the API and every one of them did.
@@ -118,7 +119,7 @@ func (s *Server) startTransaction(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	s.advance(now)
 	switch {
-	case s.inTxn() && !s.txn.api && s.nextTxn == nil:
+	case s.inTxn() && !s.txn.api && !s.txn.apiDone && s.nextTxn == nil:
 		// A connector's transaction: the API joins it, no conflict.
 		s.txn.api = true
 		writeJSON(w, 200, map[string]any{"transaction_id": s.txn.id})
@@ -147,7 +148,7 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) {
 	case s.nextTxn != nil && !s.nextTxn.commitAsk:
 		s.nextTxn.commitAsk = true // it commits as soon as it begins
 	case s.inTxn() && s.txn.api:
-		s.txn.api = false
+		s.txn.api, s.txn.apiDone = false, true
 		if len(s.txn.connectors) == 0 {
 			s.beginCommit(s.txn, now)
 			s.advance(now)
@@ -222,9 +223,10 @@ func (s *Server) txnInitiators() map[string]any {
 		return out
 	}
 	out["transaction_id"] = t.id
-	if t.api {
+	switch {
+	case t.api:
 		out["initiated_by_api"] = "Started"
-	} else if len(t.connectors) == 0 {
+	case t.apiDone:
 		out["initiated_by_api"] = "Committed"
 	}
 	conns := map[string]any{}
