@@ -25,7 +25,11 @@ type workload struct {
 	// a later TRUNCATE discards, so its changes are not all sent again
 	// (the oracle still sees a loss).
 	truncates bool
-	run       func(w *world, p *proc, snapshotPoint bool)
+	// keepFeldera: Feldera is not restarted after the crash, so a Feldera
+	// transaction the crashed process left open is still open when the
+	// next one starts (see txnPoints).
+	keepFeldera bool
+	run         func(w *world, p *proc, snapshotPoint bool)
 }
 
 func stream(ns ...int) map[string][]int {
@@ -156,6 +160,20 @@ var workloads = []workload{
 			w.step(p, "INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g") // 10 batches of 100
 			w.step(p, "UPDATE users SET name = 'big2' WHERE id % 3 = 0")
 			w.step(p, "DELETE FROM users WHERE id > 990")
+			w.step(p, "INSERT INTO items VALUES (1, 'eu', 1)")
+		},
+	},
+	{
+		// large_transaction again, crashing while its Feldera transaction
+		// is open (a later batch decoded, a POST inside it answered, the
+		// transaction begun, everything sent) with Feldera left running.
+		name:        "transaction_open",
+		keepFeldera: true,
+		points: map[string][]int{"after_decode": {2, 3}, "after_post": {1, 2, 3},
+			"after_begin": {1}, "before_commit": {1}},
+		run: func(w *world, p *proc, snap bool) {
+			seeded(w, p, snap)
+			w.step(p, "INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g")
 			w.step(p, "INSERT INTO items VALUES (1, 'eu', 1)")
 		},
 	},
@@ -331,7 +349,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	// Feldera restarts too: what no step took is gone, so only a replay
 	// from the slot can bring it back.
 	open := w.fel.OpenTransaction()
-	if !txnPoints[point] {
+	if !txnPoints[point] && !wl.keepFeldera {
 		w.fel.Restart()
 	} else if open == 0 {
 		o.err = fmt.Sprintf("the crash at %s left no Feldera transaction open\n%s", point, w.log())
