@@ -95,10 +95,15 @@ type Config struct {
 	// flush that holds several tables or part of a source transaction in
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
 	// txn.go).
-	Transactions      string
-	SnapshotMode      string
-	StateFile         string
-	NoProgressTimeout time.Duration
+	Transactions string
+	// SnapshotTransaction loads an initial snapshot (not a resnapshot
+	// with retraction) as one Feldera transaction: views see no table
+	// until all of them are in, and are computed once. Feldera takes no
+	// checkpoint while it is open. Default off (SNAPSHOT_TRANSACTION).
+	SnapshotTransaction bool
+	SnapshotMode        string
+	StateFile           string
+	NoProgressTimeout   time.Duration
 
 	// IngressFence is how long an ingress request that got no clear answer
 	// may still be queued by Feldera (its manager forwards ingress with a
@@ -153,12 +158,13 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil  atomic.Int64     // unix nanos: send nothing before (see Config.IngressFence)
-	fenceFile   *state.FenceFile // per-request marks for the next process; nil without a state file
-	txn         *felderaTxn      // the Feldera transaction held open (txn.go); nil: none
-	incarnation string           // the pipeline process the session feeds
-	stopping    <-chan struct{}  // Run's context: closed on a graceful stop
-	hardStop    context.Context  // canceled StopTimeout after a graceful stop began: every wait ends
+	fenceUntil  atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
+	fenceFile   *state.FenceFile  // per-request marks for the next process; nil without a state file
+	txn         *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
+	snapTokens  map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
+	incarnation string            // the pipeline process the session feeds
+	stopping    <-chan struct{}   // Run's context: closed on a graceful stop
+	hardStop    context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats  []*TableStats
 	health      health
 	observer    Observer

@@ -138,6 +138,12 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 	counts := make([]int64, len(p.targets))
 	b := newBatch(len(p.targets))
 	b.kind = batchSnapshot
+	if c.cfg.SnapshotTransaction && !retract {
+		return c.copyAllInTxn(ctx, conn, p, b, counts)
+	}
+	if c.cfg.SnapshotTransaction {
+		c.logger.Info("snapshot: SNAPSHOT_TRANSACTION applies to a first snapshot only; this resnapshot retracts, batch by batch")
+	}
 	for i, t := range p.targets {
 		rel := p.rels[i]
 		if retract && !rel.Keyed() {
@@ -168,6 +174,86 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 	return counts, nil
 }
 
+// copyAllInTxn copies every table inside one Feldera transaction
+// (SNAPSHOT_TRANSACTION): its batches are POSTed without waiting for
+// completion (nothing completes before the commit; Feldera's buffer bound
+// still holds, see txnRoom), and once all are in, it commits, waits for
+// the last token of each table, and cross-checks the counts. Any failure
+// commits what was sent (there is no abort) and leaves the state pending:
+// the next start resnapshots with retraction.
+func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b *batch, counts []int64) ([]int64, error) {
+	if err := c.waitFence(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.beginTxn(ctx); err != nil {
+		c.abandonTxn()
+		return nil, err
+	}
+	c.logger.Info("snapshot: loading every table inside one Feldera transaction (SNAPSHOT_TRANSACTION): nothing is visible until all of it is; Feldera takes no checkpoint meanwhile", "transaction_id", c.txn.id)
+	last := map[string]string{} // table → its newest token: it covers the earlier ones
+	c.snapTokens = last
+	defer func() { c.snapTokens = nil }()
+	fail := func(err error) ([]int64, error) {
+		c.abandonTxn()
+		return nil, err
+	}
+	for i := range p.targets {
+		n, err := c.copyTable(ctx, conn, p.targets, p.rels[i], b)
+		if err != nil {
+			return fail(err)
+		}
+		counts[i] = n
+	}
+	if err := c.absorbed(ctx); err != nil {
+		return fail(err)
+	}
+	if err := c.commitTxn(ctx); err != nil {
+		return fail(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
+	defer cancel()
+	for table, tok := range last {
+		step, err := c.sink.WaitCompleteStep(wctx, tok)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: wait for completion of %s after the commit: %w", table, err)
+		}
+		if step == 0 && c.Gate() == GateCheckpoint {
+			return nil, fatal(fmt.Errorf("feldera reported the snapshot of %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs: upgrade Feldera", table))
+		}
+		raise(&c.maxStep, step)
+	}
+	for i, t := range p.targets {
+		if p.rels[i].Keyed() {
+			if err := c.verifyCount(ctx, t, counts[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+// postSnapshotBatch is a snapshot batch's flush inside the snapshot's
+// Feldera transaction: POSTed, not waited for.
+func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
+	if err := c.txnRoom(ctx, b); err != nil {
+		return err
+	}
+	tokens, _, err := c.post(ctx, targets, b)
+	if err != nil {
+		return err
+	}
+	c.txn.unfedRows += b.total
+	c.txn.unfedBytes += b.size()
+	for _, t := range tokens {
+		c.snapTokens[t.table] = t.token
+	}
+	c.stats.Batches.Add(1)
+	return nil
+}
+
 func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *batch) (int64, error) {
 	t := rel.Target
 	var estimate float64
@@ -184,7 +270,11 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 		if b.total == 0 {
 			return nil
 		}
-		if err := c.flush(ctx, targets, b, true); err != nil {
+		if c.snapTokens != nil {
+			if err := c.postSnapshotBatch(ctx, targets, b); err != nil {
+				return err
+			}
+		} else if err := c.flush(ctx, targets, b, true); err != nil {
 			return err
 		}
 		crashtest.Point("snapshot_after_batch")

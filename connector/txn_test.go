@@ -283,3 +283,44 @@ func TestStream_JoinsConnectorTransaction(t *testing.T) {
 		t.Fatalf("Feldera transaction %d left open", id)
 	}
 }
+
+// SNAPSHOT_TRANSACTION loads the initial snapshot inside one Feldera
+// transaction: every state Feldera exposes has either none of the copy or
+// all of it, in both tables. Without it, the copy shows up batch by batch.
+func TestSnapshot_OneTransaction(t *testing.T) {
+	for _, inTxn := range []bool{true, false} {
+		t.Run(fmt.Sprintf("snapshot_transaction=%v", inTxn), func(t *testing.T) {
+			iv := &invariant{check: func(v felderatest.View) (bool, string) {
+				u, i := v.Len("users"), v.Len("catalog_items")
+				// 1001: the row inserted after the snapshot
+				return u == 0 && i == 0 || (u == 1000 || u == 1001) && i == 500, fmt.Sprintf("users %d of 1000, items %d of 500", u, i)
+			}}
+			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) { fc.OnState = iv.see })
+			e.fel.SetCompletionDelay(5 * time.Millisecond)
+			e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 1000) g")
+			e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 500) g")
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.SnapshotMode = connector.SnapshotInitial
+			cfg.SnapshotTransaction = inTxn
+			cfg.BatchMaxRows = 100
+			e.start(cfg)
+			e.waitSlot()
+			e.poll("the snapshot", 60*time.Second, func() bool { return e.fel.Len("users") == 1000 && e.fel.Len("catalog_items") == 500 })
+			e.exec("INSERT INTO users VALUES (5000, 'after', 1)")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("users", "users")
+			e.assertEqual("items", "catalog_items")
+			states, bad, first := iv.counts()
+			t.Logf("SNAPSHOT_TRANSACTION=%v: %d states, %d partial (first: %s); Feldera transactions committed: %d", inTxn, states, bad, first, e.fel.TransactionsCommitted())
+			if inTxn && bad != 0 {
+				t.Fatalf("%d states showed part of the snapshot (first: %s)", bad, first)
+			}
+			if !inTxn && bad < 3 {
+				t.Fatalf("only %d partial states: the check cannot see a snapshot arriving batch by batch", bad)
+			}
+			if id := e.fel.OpenTransaction(); id != 0 {
+				t.Fatalf("Feldera transaction %d left open", id)
+			}
+		})
+	}
+}

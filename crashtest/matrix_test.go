@@ -29,6 +29,7 @@ type workload struct {
 	// transaction the crashed process left open is still open when the
 	// next one starts (see txnPoints).
 	keepFeldera bool
+	env         []string // added to matrixEnv for every run of the workload
 	run         func(w *world, p *proc, snapshotPoint bool)
 }
 
@@ -178,6 +179,19 @@ var workloads = []workload{
 		},
 	},
 	{
+		// the snapshot loaded as one Feldera transaction, crashed inside
+		// it: the next start commits it and resnapshots with retraction
+		name:        "snapshot_transaction",
+		keepFeldera: true,
+		env:         []string{"SNAPSHOT_TRANSACTION=true"},
+		points:      map[string][]int{"snapshot_after_batch": {1, 3}, "after_begin": {1}, "before_commit": {1}},
+		setup: func(w *world) {
+			w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
+			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
+		},
+		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
+	},
+	{
 		name: "resnapshot_after_dropped_slot",
 		points: with(with(with(with(stream(1), "snapshot_after_batch", 1, 2, 3), "snapshot_before_state", 1),
 			"after_retract", 1, 2), "retract_after_batch", 1),
@@ -321,7 +335,7 @@ func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 		wl.setup(w)
 	}
 	before := w.delivered()
-	p := w.start(matrixEnv...)
+	p := w.start(append(append([]string{}, matrixEnv...), wl.env...)...)
 	wl.run(w, p, false)
 	if msg := w.caughtUp(p, 120*time.Second); msg != "" {
 		t.Fatalf("%s clean run: %s\n%s", wl.name, msg, w.log())
@@ -339,7 +353,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 		wl.setup(w)
 	}
 	before := w.delivered()
-	p := w.start(append([]string{fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n)}, matrixEnv...)...)
+	p := w.start(append(append([]string{fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n)}, matrixEnv...), wl.env...)...)
 	wl.run(w, p, strings.HasPrefix(point, "snapshot_"))
 	if code := p.exited(60 * time.Second); code != 70 {
 		p.kill()
@@ -357,7 +371,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	}
 	run1 := w.fel.Requests()
 	restart := time.Now()
-	p2 := w.start(matrixEnv...)
+	p2 := w.start(append(append([]string{}, matrixEnv...), wl.env...)...)
 	if msg := w.caughtUp(p2, 120*time.Second); msg != "" {
 		o.lost = w.lost()
 		o.err = fmt.Sprintf("after restart: %s\n%s", msg, w.log())

@@ -36,6 +36,7 @@ type Config struct {
 	BatchMaxBytes     int
 	BatchMaxInFlight  int
 	Transactions      string
+	SnapshotTxn       bool
 	BatchLinger       time.Duration
 	SnapshotMode      string
 	StateFile         string
@@ -199,6 +200,15 @@ var settings = []setting{
 				return badValue("FELDERA_TRANSACTIONS", v, "auto, always or off")
 			}
 			c.Transactions = v
+			return nil
+		}},
+	{Env: "SNAPSHOT_TRANSACTION", Default: "false", Help: "true: load the initial snapshot inside one Feldera transaction (views see no table until all are in, computed once; Feldera takes no checkpoint while it loads)",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return badValue("SNAPSHOT_TRANSACTION", v, "true or false")
+			}
+			c.SnapshotTxn = b
 			return nil
 		}},
 	{Env: "BATCH_LINGER_MS", Default: "50", Help: "flush deadline in ms from the oldest buffered row; 0 = one request per transaction",
