@@ -200,6 +200,7 @@ type Server struct {
 	nextTxn            *apiTxn // started while a commit ran: begins after it
 	commitDelay        time.Duration
 	txnCommits         int
+	txnConflicts       int
 	deferredCheckpoint bool // asked for during a transaction: taken after its commit
 	orderViolations    int
 

@@ -51,6 +51,14 @@ func (s *Server) SetCommitDelay(d time.Duration) {
 	s.commitDelay = d
 }
 
+// TransactionConflicts is how many start_transaction requests got 409
+// TransactionInProgress.
+func (s *Server) TransactionConflicts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txnConflicts
+}
+
 // TransactionsCommitted is how many API transactions committed with data.
 func (s *Server) TransactionsCommitted() int {
 	s.mu.Lock()
@@ -125,6 +133,7 @@ func (s *Server) startTransaction(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"transaction_id": s.txn.id})
 		return
 	case s.inTxn() || s.nextTxn != nil:
+		s.txnConflicts++
 		writeError(w, http.StatusConflict, "TransactionInProgress", "Cannot perform this operation while there is a transaction in progress", nil)
 		return
 	case s.committing():
