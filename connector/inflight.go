@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
@@ -52,6 +53,27 @@ type flight struct {
 	tokens      []*sentToken
 	start, sent time.Time // the first POST's start, the last answer
 	warned      bool
+	// txn, for a batch sent inside a Feldera transaction: it cannot
+	// complete before the commit, so FELDERA_COMPLETION_TIMEOUT counts
+	// from the commit (the waits before it are bounded on their own).
+	txn *txnMark
+}
+
+// txnMark is shared by the batches of one Feldera transaction: when its
+// commit finished (UnixNano; 0: not yet).
+type txnMark struct{ committed atomic.Int64 }
+
+// since is when a batch's completion wait began: its first POST, or the
+// commit of its Feldera transaction; ok is false while that is still to
+// come.
+func (f *flight) since() (at time.Time, ok bool) {
+	if f.txn == nil {
+		return f.start, true
+	}
+	if n := f.txn.committed.Load(); n != 0 {
+		return time.Unix(0, n), true
+	}
+	return time.Time{}, false
 }
 
 func (f *flight) complete() bool {
@@ -96,7 +118,13 @@ const maxTxnFlight = 1024
 // send is the poster's work for one batch: under its transaction plan,
 // start a Feldera transaction, POST, and commit once Feldera took every
 // record. A failure inside a transaction commits it (there is no abort).
-func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan) ([]*sentToken, time.Time, error) {
+func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan) ([]*sentToken, time.Time, *txnMark, error) {
+	var mark *txnMark
+	tokens, start, err := c.sendIn(ctx, targets, b, plan, &mark)
+	return tokens, start, mark, err
+}
+
+func (c *Connector) sendIn(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan, mark **txnMark) ([]*sentToken, time.Time, error) {
 	if plan.begin {
 		if err := c.waitFence(ctx); err != nil {
 			return nil, time.Time{}, err // nothing may be sent yet: not even a transaction opened
@@ -111,6 +139,9 @@ func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch
 			c.abandonTxn()
 			return nil, time.Time{}, err
 		}
+	}
+	if plan.in {
+		*mark = c.txn.mark
 	}
 	tokens, start, err := c.post(ctx, targets, b)
 	if err == nil && plan.in {
@@ -234,7 +265,11 @@ func (k *completer) run(ctx context.Context) {
 // and warns once when it waited long.
 func (k *completer) overdue(ctx context.Context, f *flight) error {
 	c := k.c
-	waited := time.Since(f.start)
+	from, ok := f.since()
+	if !ok {
+		return nil // inside a Feldera transaction not yet committed
+	}
+	waited := time.Since(from)
 	if ctx.Err() != nil {
 		return fmt.Errorf("waiting for batch %d to complete: %w", f.seq, ctx.Err())
 	}

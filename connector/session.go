@@ -609,11 +609,11 @@ func (s *stream) startFlush(end bool) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		tokens, start, err := s.c.send(s.flushCtx, s.targets, b, plan)
+		tokens, start, mark, err := s.c.send(s.flushCtx, s.targets, b, plan)
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
-				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: start, sent: time.Now()}
+				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: start, sent: time.Now(), txn: mark}
 			} else {
 				s.c.stats.Batches.Add(1)
 				s.c.observer.Batch(b.total, time.Since(start), 0)

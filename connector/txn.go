@@ -62,6 +62,7 @@ type felderaTxn struct {
 	incarnation string
 	since       time.Time
 	tables      map[string]bool // canonical tables POSTed to in it
+	mark        *txnMark        // shared with its batches in flight: when it committed
 	orphan      bool            // left open by a previous process or session
 	// unfedRows and unfedBytes bound from above what Feldera still
 	// buffers of ours, not yet fed to a step (see txnRoom).
@@ -116,7 +117,7 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 	for {
 		id, err := c.sink.StartTransaction(ctx)
 		if err == nil {
-			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, since: start, tables: map[string]bool{}}
+			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, since: start, tables: map[string]bool{}, mark: &txnMark{}}
 			if ff := c.fenceFile; ff != nil {
 				if err := ff.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
 					c.txn.orphan = true // commit it on the way out
@@ -286,6 +287,9 @@ func (c *Connector) commitTxn(ctx context.Context) error {
 			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
 		}
 		if g.TransactionID != t.id {
+			if t.mark != nil {
+				t.mark.committed.Store(time.Now().UnixNano())
+			}
 			c.txn = nil
 			c.clearTxnRecord()
 			return nil

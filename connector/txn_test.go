@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,4 +324,26 @@ func TestSnapshot_OneTransaction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A source transaction that takes longer to send than
+// FELDERA_COMPLETION_TIMEOUT: its batches cannot complete before the
+// Feldera transaction commits, so their completion timeout counts from
+// the commit, not from their POSTs (otherwise a large enough transaction
+// could never be delivered).
+func TestStream_TransactionLongerThanCompletionTimeout(t *testing.T) {
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, nil)
+	e.fel.SetCompletionDelay(2 * time.Millisecond)
+	cfg := e.config("users")
+	cfg.BatchMaxRows = 20
+	cfg.CompletionTimeout = 300 * time.Millisecond
+	r := e.start(cfg)
+	e.waitSlot()
+	e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 15000) g") // 750 batches, one Feldera transaction
+	e.waitConfirmed(e.currentLSN(), 60*time.Second)
+	e.assertEqual("users", "users")
+	if strings.Contains(e.logs.String(), "not complete after") {
+		t.Fatalf("a batch of the transaction timed out before its commit:\n%s", tail(e.logs.String(), 3000))
+	}
+	r.stop(t)
 }
