@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
@@ -171,88 +169,6 @@ func runTool(t *testing.T, path string, args ...string) {
 	out, err := exec.CommandContext(ctx, path, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", path, args, err, tail(string(out), 2000))
-	}
-}
-
-const twoFeedsPG = mixedPG + `
-CREATE TABLE orders (id bigint PRIMARY KEY, total int);
-CREATE TABLE lines (order_id bigint, n int, qty int, PRIMARY KEY (order_id, n));
-CREATE PUBLICATION pub2 FOR TABLE orders, lines;`
-
-const twoFeedsFeldera = mixedFeldera + `
-CREATE TABLE orders (id BIGINT NOT NULL PRIMARY KEY, total INT);
-CREATE TABLE lines (order_id BIGINT NOT NULL, n INT NOT NULL, qty INT, PRIMARY KEY (order_id, n));`
-
-// Two connectors feed one pipeline, each with its own slot, publication
-// and tables, and each wrapping its two-table transactions in Feldera
-// transactions: only one client can hold the pipeline's transaction at a
-// time, so each meets 409 TransactionInProgress while the other holds it.
-// Both back off and retry, both make progress, and Feldera ends equal to
-// Postgres with no transaction left open.
-func TestStream_TwoConnectorsContendForTransactions(t *testing.T) {
-	e := newEnvOn(t, pgcluster.Shared(t), twoFeedsPG, twoFeedsFeldera, nil)
-	e.fel.SetCompletionDelay(15 * time.Millisecond) // transactions last a step or two
-	cfgA := e.config("users,public.items:catalog_items")
-	cfgB := e.config("orders,lines")
-	cfgB.Publication, cfgB.Slot = "pub2", e.slot+"_b"
-	a, b := e.newConnector(cfgA, e.client), e.newConnector(cfgB, e.client)
-	e.run(a)
-	e.run(b)
-	e.waitSlot()
-	e.poll("the second slot", 30*time.Second, func() bool {
-		var n int
-		e.db.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfgB.Slot).Scan(&n)
-		return n == 1
-	})
-	var wg sync.WaitGroup
-	for _, load := range []func(i int) string{
-		func(i int) string {
-			return fmt.Sprintf("BEGIN; INSERT INTO users VALUES (%d, 'u', %d); INSERT INTO items VALUES (%d, 'eu', %d); COMMIT", i, i, i, i)
-		},
-		func(i int) string {
-			return fmt.Sprintf("BEGIN; INSERT INTO orders VALUES (%d, %d); INSERT INTO lines VALUES (%d, 1, 1), (%d, 2, 2); COMMIT", i, i, i, i)
-		},
-	} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := pgx.Connect(context.Background(), e.dsn)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer conn.Close(context.Background())
-			for i := 1; i <= 60; i++ {
-				if _, err := conn.Exec(context.Background(), load(i)); err != nil {
-					t.Error(err)
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
-	wg.Wait()
-	lsn := e.currentLSN()
-	e.poll("both slots confirmed", 90*time.Second, func() bool {
-		var n int
-		e.db.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2) AND confirmed_flush_lsn >= $3::pg_lsn", cfgA.Slot, cfgB.Slot, lsn.String()).Scan(&n)
-		return n == 2
-	})
-	e.assertEqual("users", "users")
-	e.assertEqual("items", "catalog_items")
-	e.assertEqual("orders", "orders")
-	e.assertEqual("lines", "lines")
-	ta, tb := a.Stats().Transactions.Load(), b.Stats().Transactions.Load()
-	conflicts := a.Stats().TransactionConflicts.Load() + b.Stats().TransactionConflicts.Load()
-	t.Logf("transactions: %d and %d; 409 conflicts met: %d; committed in Feldera: %d", ta, tb, conflicts, e.fel.TransactionsCommitted())
-	if ta == 0 || tb == 0 {
-		t.Fatalf("a connector opened no Feldera transaction (%d, %d)", ta, tb)
-	}
-	if conflicts == 0 {
-		t.Fatal("no 409 TransactionInProgress met: the two connectors never contended, the test shows nothing")
-	}
-	if id := e.fel.OpenTransaction(); id != 0 {
-		t.Fatalf("Feldera transaction %d left open", id)
 	}
 }
 
