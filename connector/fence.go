@@ -67,7 +67,7 @@ func (c *Connector) openFence() error {
 	if f != nil && f.Transaction != nil {
 		// Committed by the first session (settleTransaction), on the
 		// same pipeline process only: a restart dropped it.
-		c.txn = &felderaTxn{id: f.Transaction.ID, incarnation: f.Transaction.Incarnation, since: f.Transaction.Since, orphan: true}
+		c.txn = &felderaTxn{id: f.Transaction.ID, incarnation: f.Transaction.Incarnation}
 		c.logger.Warn("startup: the previous pgfeldera process left a Feldera transaction open; committing it before anything is sent",
 			"transaction_id", f.Transaction.ID, "since", formatTime(f.Transaction.Since))
 		if err := ff.Transaction(f.Transaction); err != nil {

@@ -119,44 +119,45 @@ const maxTxnFlight = 1024
 // start a Feldera transaction, POST, and commit once Feldera took every
 // record. A failure inside a transaction commits it (there is no abort).
 func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan) ([]*sentToken, time.Time, *txnMark, error) {
-	var mark *txnMark
-	tokens, start, err := c.sendIn(ctx, targets, b, plan, &mark)
-	return tokens, start, mark, err
-}
-
-func (c *Connector) sendIn(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan, mark **txnMark) ([]*sentToken, time.Time, error) {
+	fail := func(err error) ([]*sentToken, time.Time, *txnMark, error) {
+		if plan.in {
+			c.abandonTxn()
+		}
+		return nil, time.Time{}, nil, err
+	}
 	if plan.begin {
 		if err := c.waitFence(ctx); err != nil {
-			return nil, time.Time{}, err // nothing may be sent yet: not even a transaction opened
+			return nil, time.Time{}, nil, err // nothing may be sent yet: not even a transaction opened
 		}
 		if err := c.beginTxn(ctx); err != nil {
-			c.abandonTxn()
-			return nil, time.Time{}, err
+			return fail(err)
 		}
-	}
-	if plan.in && !plan.begin {
+	} else if plan.in {
 		if err := c.txnRoom(ctx, b); err != nil {
-			c.abandonTxn()
-			return nil, time.Time{}, err
+			return fail(err)
 		}
 	}
+	var mark *txnMark
 	if plan.in {
-		*mark = c.txn.mark
+		mark = c.txn.mark
 	}
 	tokens, start, err := c.post(ctx, targets, b)
-	if err == nil && plan.in {
+	if err != nil {
+		return fail(err)
+	}
+	if plan.in {
 		c.txn.unfedRows += b.total
 		c.txn.unfedBytes += b.size()
 	}
-	if err == nil && plan.end {
-		if err = c.absorbed(ctx); err == nil {
-			err = c.commitTxn(ctx)
+	if plan.end {
+		if err := c.absorbed(ctx); err != nil {
+			return fail(err)
+		}
+		if err := c.commitTxn(ctx); err != nil {
+			return fail(err)
 		}
 	}
-	if err != nil && plan.in {
-		c.abandonTxn()
-	}
-	return tokens, start, err
+	return tokens, start, mark, nil
 }
 
 // post sends each route's lines of b, one request at a time, and returns

@@ -238,15 +238,10 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 // postSnapshotBatch is a snapshot batch's flush inside the snapshot's
 // Feldera transaction: POSTed, not waited for.
 func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
-	if err := c.txnRoom(ctx, b); err != nil {
-		return err
-	}
-	tokens, _, err := c.post(ctx, targets, b)
+	tokens, _, _, err := c.send(ctx, targets, b, txnPlan{in: true})
 	if err != nil {
 		return err
 	}
-	c.txn.unfedRows += b.total
-	c.txn.unfedBytes += b.size()
 	for _, t := range tokens {
 		c.snapTokens[t.table] = t.token
 	}

@@ -60,10 +60,8 @@ const (
 type felderaTxn struct {
 	id          int64
 	incarnation string
-	since       time.Time
 	tables      map[string]bool // canonical tables POSTed to in it
 	mark        *txnMark        // shared with its batches in flight: when it committed
-	orphan      bool            // left open by a previous process or session
 	// unfedRows and unfedBytes bound from above what Feldera still
 	// buffers of ours, not yet fed to a step (see txnRoom).
 	unfedRows, unfedBytes int
@@ -117,11 +115,10 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 	for {
 		id, err := c.sink.StartTransaction(ctx)
 		if err == nil {
-			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, since: start, tables: map[string]bool{}, mark: &txnMark{}}
+			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, tables: map[string]bool{}, mark: &txnMark{}}
 			if ff := c.fenceFile; ff != nil {
 				if err := ff.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
-					c.txn.orphan = true // commit it on the way out
-					return err
+					return err // c.txn is set: the caller commits it on the way out
 				}
 			}
 			c.stats.Transactions.Add(1)
@@ -139,7 +136,7 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 			// An unclear answer may have opened one: the next session
 			// looks at /stats (settleTransaction).
 			if feldera.IsOutcomeUnknown(err) {
-				c.txn = &felderaTxn{incarnation: c.incarnation, since: start, orphan: true}
+				c.txn = &felderaTxn{incarnation: c.incarnation} // ID unknown
 			}
 			return fmt.Errorf("start a Feldera transaction: %w", err)
 		}
@@ -182,29 +179,42 @@ func txnPoll(n int) time.Duration {
 // it: it runs under our ID and our ingress endpoints buffer nothing.
 func (c *Connector) absorbed(ctx context.Context) error {
 	t := c.txn
-	deadline := time.Now().Add(c.cfg.CompletionTimeout)
-	for n := 0; ; n++ {
-		st, err := c.sink.Stats(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for Feldera transaction %d to take its input: %w", t.id, err)
-		}
+	return c.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), func(st *feldera.Stats) (bool, error) {
 		g := st.GlobalMetrics
 		c.noteJoined(st)
 		if t.incarnation == "" {
 			t.incarnation = g.IncarnationUUID
 		}
-		if g.IncarnationUUID != t.incarnation {
-			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
-		}
-		if g.TransactionID != t.id {
-			return fmt.Errorf("feldera transaction %d is no longer open (/stats transaction_id %d, %s) before pgfeldera committed it: another client committed it; replaying from the slot", t.id, g.TransactionID, g.TransactionStatus)
-		}
-		if g.TransactionStatus == "TransactionInProgress" && st.IngressBuffered(t.tables) == 0 {
+		switch {
+		case g.IncarnationUUID != t.incarnation:
+			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
+		case g.TransactionID != t.id:
+			return false, fmt.Errorf("feldera transaction %d is no longer open (/stats transaction_id %d, %s) before pgfeldera committed it: another client committed it; replaying from the slot", t.id, g.TransactionID, g.TransactionStatus)
+		case g.TransactionStatus == "TransactionInProgress" && st.IngressBuffered(t.tables) == 0:
 			t.unfedRows, t.unfedBytes = 0, 0
-			return nil
+			return true, nil
+		}
+		return false, nil
+	}, func(st *feldera.Stats) error {
+		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, st.IngressBuffered(t.tables))
+	})
+}
+
+// pollStats reads /stats on txnPoll's schedule until done reports true or
+// an error, for up to FELDERA_COMPLETION_TIMEOUT; past it, timeout makes
+// the error from the last answer.
+func (c *Connector) pollStats(ctx context.Context, what string, done func(*feldera.Stats) (bool, error), timeout func(*feldera.Stats) error) error {
+	deadline := time.Now().Add(c.cfg.CompletionTimeout)
+	for n := 0; ; n++ {
+		st, err := c.sink.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok, err := done(st); ok || err != nil {
+			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, g.TransactionStatus, st.IngressBuffered(t.tables))
+			return timeout(st)
 		}
 		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
 			return err
@@ -223,24 +233,13 @@ func (c *Connector) txnRoom(ctx context.Context, b *batch) error {
 	if t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes {
 		return nil
 	}
-	deadline := time.Now().Add(c.cfg.CompletionTimeout)
-	for n := 0; ; n++ {
-		st, err := c.sink.Stats(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for Feldera transaction %d to take its input: %w", t.id, err)
-		}
+	return c.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), func(st *feldera.Stats) (bool, error) {
 		rows, bytes := st.IngressBufferedAll(t.tables)
 		t.unfedRows, t.unfedBytes = int(rows), int(bytes)
-		if rows == 0 || t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, rows)
-		}
-		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
-			return err
-		}
-	}
+		return rows == 0 || t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes, nil
+	}, func(st *feldera.Stats) error {
+		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, t.unfedRows)
+	})
 }
 
 // noteJoined says once per transaction that input connectors hold it too.
@@ -274,35 +273,27 @@ func (c *Connector) commitTxn(ctx context.Context) error {
 		}
 		return fmt.Errorf("commit Feldera transaction %d: %w", t.id, err)
 	}
-	deadline := time.Now().Add(c.cfg.CompletionTimeout)
-	for n := 0; ; n++ {
-		st, err := c.sink.Stats(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for the commit of Feldera transaction %d: %w", t.id, err)
-		}
+	return c.pollStats(ctx, fmt.Sprintf("wait for the commit of Feldera transaction %d", t.id), func(st *feldera.Stats) (bool, error) {
 		g := st.GlobalMetrics
-		if t.incarnation != "" && g.IncarnationUUID != t.incarnation {
+		switch {
+		case t.incarnation != "" && g.IncarnationUUID != t.incarnation:
 			c.txn = nil
 			c.clearTxnRecord()
-			return fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
-		}
-		if g.TransactionID != t.id {
+			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
+		case g.TransactionID != t.id:
 			if t.mark != nil {
 				t.mark.committed.Store(time.Now().UnixNano())
 			}
 			c.txn = nil
 			c.clearTxnRecord()
-			return nil
+			return true, nil
 		}
-		if time.Now().After(deadline) {
-			// Asked, and committed by the API's side: the next session
-			// finds no API transaction open and goes on.
-			return fmt.Errorf("feldera unavailable: the commit of transaction %d has not finished after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s%s): nothing acknowledged", t.id, c.cfg.CompletionTimeout, g.TransactionStatus, waitingFor(st))
-		}
-		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
-			return err
-		}
-	}
+		return false, nil
+	}, func(st *feldera.Stats) error {
+		// Asked, and committed by the API's side: the next session finds
+		// no API transaction open and goes on.
+		return fmt.Errorf("feldera unavailable: the commit of transaction %d has not finished after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s%s): nothing acknowledged", t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
+	})
 }
 
 // settleTxn commits a transaction this connector left open: by a session
@@ -350,7 +341,6 @@ func (c *Connector) abandonTxn() {
 	defer cancel()
 	id := c.txn.id
 	if err := c.commitTxn(ctx); err != nil && c.txn != nil {
-		c.txn.orphan = true
 		c.logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it", "transaction_id", id, "err", err)
 	}
 }
