@@ -133,7 +133,8 @@ func TestStream_LargeTransactionInvisibleUntilWhole(t *testing.T) {
 			cfg := e.config("users")
 			cfg.BatchMaxRows = 100
 			cfg.Transactions = mode
-			e.start(cfg)
+			c := e.newConnector(cfg, e.client)
+			e.run(c)
 			e.waitSlot()
 			e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 1000) g")
 			e.waitConfirmed(e.currentLSN(), 60*time.Second)
@@ -145,6 +146,10 @@ func TestStream_LargeTransactionInvisibleUntilWhole(t *testing.T) {
 			}
 			if mode == connector.TxnOff && bad == 0 {
 				t.Fatalf("no state showed part of the 10-batch transaction: the check cannot see one")
+			}
+			// pgfeldera_feldera_transactions_total
+			if n := c.Stats().Transactions.Load(); (mode == connector.TxnAuto) != (n == 1) || mode == connector.TxnOff && n != 0 {
+				t.Fatalf("FELDERA_TRANSACTIONS=%s: %d Feldera transactions counted", mode, n)
 			}
 			if id := e.fel.OpenTransaction(); id != 0 {
 				t.Fatalf("Feldera transaction %d left open", id)

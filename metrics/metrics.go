@@ -181,6 +181,8 @@ var (
 	descBatches   = prometheus.NewDesc("pgfeldera_batches_total", "Batches Feldera completed (or accepted, in accepted mode).", nil, nil)
 	descRetracted = prometheus.NewDesc("pgfeldera_retraction_deletes_total", "Delete lines sent by TRUNCATE and resnapshot retractions.", nil, nil)
 	descSessions  = prometheus.NewDesc("pgfeldera_sessions_total", "Replication sessions started.", nil, nil)
+	descTxns      = prometheus.NewDesc("pgfeldera_feldera_transactions_total", "Feldera transactions started (FELDERA_TRANSACTIONS, SNAPSHOT_TRANSACTION).", nil, nil)
+	descTxnBusy   = prometheus.NewDesc("pgfeldera_feldera_transaction_conflicts_total", "start_transaction answers 409 TransactionInProgress: another client held the pipeline's transaction.", nil, nil)
 	descReceived  = prometheus.NewDesc("pgfeldera_received_lsn", "Highest WAL position read from the slot.", nil, nil)
 	descFlushed   = prometheus.NewDesc("pgfeldera_flushed_lsn", "flush_lsn last sent to Postgres: everything below it is complete in Feldera.", nil, nil)
 	descConfirmed = prometheus.NewDesc("pgfeldera_confirmed_lsn", "The slot's confirmed_flush_lsn, as Postgres reports it.", nil, nil)
@@ -195,7 +197,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait} {
+	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait} {
 		ch <- d
 	}
 }
@@ -217,6 +219,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.Batches.Load()))
 	ch <- prometheus.MustNewConstMetric(descRetracted, prometheus.CounterValue, float64(st.Retracted.Load()))
 	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions.Load()))
+	ch <- prometheus.MustNewConstMetric(descTxns, prometheus.CounterValue, float64(st.Transactions.Load()))
+	ch <- prometheus.MustNewConstMetric(descTxnBusy, prometheus.CounterValue, float64(st.TransactionConflicts.Load()))
 	received := st.Received.Load()
 	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(received))
 	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.GaugeValue, float64(st.Acked.Load()))

@@ -99,6 +99,8 @@ func TestMetricsAndReadiness(t *testing.T) {
 		`pgfeldera_rows_total{op="insert",table="users"}`: "100",
 		`pgfeldera_rows_total{op="delete",table="users"}`: "10",
 		`pgfeldera_sessions_total`:                        "1",
+		`pgfeldera_feldera_transactions_total`:            "0", // one table: nothing to wrap
+		`pgfeldera_feldera_transaction_conflicts_total`:   "0",
 		`pgfeldera_ready`:                                 "1",
 		`pgfeldera_ingress_fence_seconds`:                 "0",
 	} {
