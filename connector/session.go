@@ -137,9 +137,10 @@ func (c *Connector) session(ctx context.Context) error {
 		flightSize: map[uint64][2]int{},
 		front:      newFrontier(p.gate, c.acked),
 	}
-	// Each batch sends at most two events (posted, completed), and at
-	// most maxTxnFlight are in flight (posted, completed) and a
-	// retraction one: sends never block.
+	// Each batch sends at most two events (posted, completed), at most
+	// maxTxnFlight batches are in flight (inside a Feldera transaction;
+	// BATCH_MAX_IN_FLIGHT outside one), and a retraction sends one: sends
+	// never block.
 	s.events = make(chan event, 2*maxTxnFlight+4)
 	s.flights = make(chan *flight, maxTxnFlight+1)
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
