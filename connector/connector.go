@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +102,11 @@ type Config struct {
 	// until all of them are in, and are computed once. Feldera takes no
 	// checkpoint while it is open. Default off (SNAPSHOT_TRANSACTION).
 	SnapshotTransaction bool
+	// NullUnrepresentable (UNREPRESENTABLE_VALUES=null) delivers a value
+	// Feldera cannot hold (infinity, BC, year > 9999) as NULL into a
+	// nullable column, logged once per column and counted, instead of
+	// refusing it.
+	NullUnrepresentable bool
 	SnapshotMode        string
 	StateFile           string
 	NoProgressTimeout   time.Duration
@@ -158,20 +164,21 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil  atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
-	fenceFile   *state.FenceFile  // per-request marks for the next process; nil without a state file
-	txn         *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
-	snapTokens  map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	incarnation string            // the pipeline process the session feeds
-	stopping    <-chan struct{}   // Run's context: closed on a graceful stop
-	hardStop    context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
-	tableStats  []*TableStats
-	health      health
-	observer    Observer
-	afterCopy   func()                          // test hook, see export_test.go
-	sessionHook func(ctx context.Context) error // test hook: replaces session
-	onBackoff   func(interval time.Duration)    // test hook: sees each backoff interval
-	stats       Stats
+	fenceUntil   atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
+	fenceFile    *state.FenceFile  // per-request marks for the next process; nil without a state file
+	txn          *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
+	snapTokens   map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
+	incarnation  string            // the pipeline process the session feeds
+	stopping     <-chan struct{}   // Run's context: closed on a graceful stop
+	hardStop     context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
+	tableStats   []*TableStats
+	nulledLogged sync.Map // table\x00column: a value was delivered as NULL (logged once)
+	health       health
+	observer     Observer
+	afterCopy    func()                          // test hook, see export_test.go
+	sessionHook  func(ctx context.Context) error // test hook: replaces session
+	onBackoff    func(interval time.Duration)    // test hook: sees each backoff interval
+	stats        Stats
 
 	gate            atomic.Int32  // the Gate of the current session (status, metrics)
 	checkpointWaits atomic.Int64  // unix nanos since completed work waits for a checkpoint; 0: none waits

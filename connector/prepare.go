@@ -35,12 +35,14 @@ type plan struct {
 	noCheckpoint   bool            // fault tolerant, and /checkpoints was empty before the probe
 	gate           Gate            // when a completed batch is durable, by the model
 	walTimeout     time.Duration
+	types          *typeCatalog // pg_type beyond the built-ins, for the decoder
 }
 
 // columnInfo is a Postgres column as the catalog describes it.
 type columnInfo struct {
 	name    string
 	typeOID uint32
+	typmod  int32
 	inKey   bool
 }
 
@@ -127,6 +129,9 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		p.deploymentID = *pipe.DeploymentID
 	}
 	p.programVersion = pipe.ProgramVersion
+	if p.types, err = loadTypes(ctx, conn, c.cfg.DSN); err != nil {
+		return nil, err
+	}
 	for i, t := range c.cfg.Tables {
 		rel, ok := pipe.ProgramInfo.Schema.Input(quoteIfNeeded(t.Dest))
 		if !ok {
@@ -154,9 +159,10 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		}
 		dcols := make([]decode.Column, len(cols))
 		for i, col := range cols {
-			dcols[i] = decode.Column{Key: col.inKey, Name: col.name, TypeOID: col.typeOID}
+			dcols[i] = decode.Column{Key: col.inKey, Name: col.name, TypeOID: col.typeOID, TypeMod: col.typmod}
 		}
-		drel, warnings, err := decode.NewRel(0, target, ident, dcols, func(oid uint32) string { return typeName(ctx, conn, oid) })
+		opts := c.decodeOptions(p.types)
+		drel, warnings, err := decode.NewRel(0, target, ident, dcols, &opts, nil)
 		if err != nil {
 			return nil, fatal(err)
 		}
@@ -282,7 +288,7 @@ func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication stri
 	for _, a := range attnames {
 		inList[a] = true
 	}
-	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid,
+	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod,
 			COALESCE(a.attnum = ANY(ri.indkey::int2[]), false)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -296,7 +302,7 @@ func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication stri
 	var cols []columnInfo
 	for rows.Next() {
 		var ci columnInfo
-		if err := rows.Scan(&ci.name, &ci.typeOID, &ci.inKey); err != nil {
+		if err := rows.Scan(&ci.name, &ci.typeOID, &ci.typmod, &ci.inKey); err != nil {
 			return nil, 0, err
 		}
 		if len(inList) > 0 && !inList[ci.name] {
@@ -305,14 +311,6 @@ func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication stri
 		cols = append(cols, ci)
 	}
 	return cols, ident[0], rows.Err()
-}
-
-func typeName(ctx context.Context, conn *pgx.Conn, oid uint32) string {
-	var name string
-	if err := conn.QueryRow(ctx, "SELECT format_type($1, NULL)", oid).Scan(&name); err != nil {
-		return ""
-	}
-	return name
 }
 
 // parsePGDuration reads a time GUC as SHOW prints it: "0", "500ms", "4s",

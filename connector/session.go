@@ -127,6 +127,7 @@ func (c *Connector) session(ctx context.Context) error {
 	}
 	dec := decode.NewDecoder(p.targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
+	dec.Options = c.decodeOptions(p.types)
 	s := &stream{
 		c: c, conn: conn, dec: dec, targets: p.targets,
 		interval:   statusInterval(p.walTimeout),

@@ -30,6 +30,7 @@ type TableStats struct {
 	Deletes      atomic.Int64 // delete lines from the stream
 	Copied       atomic.Int64 // rows copied by snapshots
 	Estimate     atomic.Int64 // pg_class.reltuples at the last snapshot
+	Nulled       atomic.Int64 // values delivered as NULL: NaN, or unrepresentable with UNREPRESENTABLE_VALUES=null
 }
 
 // Stats returns the connector's live counters.

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ type RefusalError struct {
 	Table  string // schema.table
 	Column string
 	OID    uint32
+	Key    string // the row's Feldera key, "id=5", when a value is refused
 	Reason string
 }
 
@@ -49,6 +51,10 @@ func (e *RefusalError) Error() string {
 	}
 	if e.OID != 0 {
 		fmt.Fprintf(&b, " (type OID %d)", e.OID)
+	}
+	if e.Key != "" {
+		b.WriteString(" row ")
+		b.WriteString(e.Key)
 	}
 	b.WriteString(": ")
 	b.WriteString(e.Reason)
@@ -67,59 +73,89 @@ type Rel struct {
 	// KeyGap names the Feldera key fields the replica identity does not
 	// carry: a DELETE or key-changing UPDATE would lack them.
 	KeyGap []string
+	opts   *Options
+}
+
+// Options are what planning a relation needs beyond its columns.
+type Options struct {
+	// Types looks up types the built-in table does not know (enums,
+	// domains, citext, ranges); nil knows only the built-ins.
+	Types Types
+	// NullUnrepresentable delivers a value Feldera cannot hold (infinity,
+	// BC, year > 9999) as NULL into a nullable column instead of refusing
+	// it: UNREPRESENTABLE_VALUES=null.
+	NullUnrepresentable bool
+	// OnNull is told of each value delivered as NULL that was not NULL in
+	// Postgres (may be nil).
+	OnNull func(table, column string, err error)
 }
 
 // ColPlan is how one Postgres column is written.
 type ColPlan struct {
 	Name    string // Postgres column name
 	TypeOID uint32
+	TypeMod int32
 	Field   string // Feldera field name; "" when the column is dropped
 	prefix  []byte // `"field":`
 	enc     Encoder
 	inKey   bool // in the replica identity
+	null    bool // the Feldera field is nullable
 }
 
 // Keyed reports whether the Feldera table has a PRIMARY KEY.
 func (r *Rel) Keyed() bool { return len(r.Target.Dest.PrimaryKey) > 0 }
 
 // NewRel plans a relation: it matches Postgres columns to Feldera fields
-// by canonical identifier and picks an encoder per (Postgres type, Feldera
-// type) pair. typeName names non-builtin OIDs for errors (may be nil).
-// Warnings are returned for Postgres columns Feldera lacks and for a key
-// the replica identity does not cover.
-func NewRel(id uint32, t *Target, identity byte, cols []Column, typeName func(uint32) string) (*Rel, []string, error) {
+// by canonical identifier and picks an encoder per (Postgres type, typmod,
+// Feldera type). prev, when non-nil, is the plan this relation had earlier
+// in the stream: a Feldera field it filled that no column fills now (a
+// rename or drop mid-stream) is refused, since every upsert would then set
+// it to NULL. Warnings are returned for Postgres columns Feldera lacks,
+// Feldera fields no column fills, and a key the replica identity does not
+// cover.
+func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, prev *Rel) (*Rel, []string, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
 	table := t.Qualified()
-	r := &Rel{ID: id, Target: t, Identity: identity}
+	r := &Rel{ID: id, Target: t, Identity: identity, opts: opts}
 	var warnings []string
 	used := map[string]bool{}
 	for _, c := range cols {
-		cp := ColPlan{Name: c.Name, TypeOID: c.TypeOID, inKey: c.Key || identity == 'f'}
+		cp := ColPlan{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, inKey: c.Key || identity == 'f'}
 		f, ok := t.Dest.Field(c.Name)
 		if !ok {
 			warnings = append(warnings, fmt.Sprintf("table %s column %s has no field in Feldera table %s: it is not sent", table, c.Name, t.Dest.Name))
 			r.Cols = append(r.Cols, cp)
 			continue
 		}
-		if !Supported(c.TypeOID) {
-			name := ""
-			if typeName != nil {
-				name = typeName(c.TypeOID)
-			}
-			if name == "" {
-				name = "unknown"
-			}
-			return nil, nil, &RefusalError{Table: table, Column: c.Name, OID: c.TypeOID,
-				Reason: fmt.Sprintf("type %s is not supported (user-defined types, enums, domains and composites are refused; cast it in a view or change the column type)", name)}
-		}
-		enc, err := EncoderFor(c.TypeOID, f.ColumnType)
+		enc, err := Plan(c.TypeOID, c.TypeMod, f.ColumnType, opts.Types)
 		if err != nil {
-			return nil, nil, &RefusalError{Table: table, Column: c.Name, OID: c.TypeOID,
-				Reason: fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s of %s.%s", TypeName(c.TypeOID), describeType(f.ColumnType), t.Dest.Name, f.Name)}
+			reason := err.Error()
+			var te *TypeError
+			if errors.As(err, &te) {
+				reason = fmt.Sprintf("%s (Feldera column %s.%s is %s)", te.Reason, t.Dest.Name, f.Name, describeType(f.ColumnType))
+			}
+			return nil, nil, &RefusalError{Table: table, Column: c.Name, OID: c.TypeOID, Reason: reason}
 		}
-		cp.Field, cp.enc = f.CanonicalName(), enc
+		cp.Field, cp.enc, cp.null = f.CanonicalName(), enc, f.ColumnType.Nullable
 		cp.prefix = append(strconv.AppendQuote(nil, f.Name), ':')
 		used[f.CanonicalName()] = true
 		r.Cols = append(r.Cols, cp)
+	}
+	if prev != nil {
+		for _, pc := range prev.Cols {
+			if pc.Field != "" && !used[pc.Field] {
+				return nil, nil, &RefusalError{Table: table, Column: pc.Name,
+					Reason: fmt.Sprintf("the column that filled Feldera field %s.%s is gone from the relation mid-stream (renamed or dropped): every later row would set %s to NULL in Feldera; rename or drop the Feldera column to match (a program change restarts the pipeline), then restart pgfeldera",
+						t.Dest.Name, pc.Field, pc.Field)}
+			}
+		}
+	}
+	for _, f := range t.Dest.Fields {
+		if !used[f.CanonicalName()] && f.ColumnType.Nullable && prev == nil {
+			warnings = append(warnings, fmt.Sprintf("Feldera table %s column %s has no Postgres column in %s: every row is sent without it (NULL, or its default)", t.Dest.Name, f.Name, table))
+		}
 	}
 	for _, f := range t.Dest.Fields {
 		if !used[f.CanonicalName()] && !f.ColumnType.Nullable && f.Default == nil {
@@ -148,6 +184,31 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, typeName func(ui
 			table, strings.Join(r.KeyGap, ", ")))
 	}
 	return r, warnings, nil
+}
+
+// keyOf names a row by its Feldera key, "id=5,region=eu", for refusals;
+// values are clipped.
+func (r *Rel) keyOf(tup []TupleCol) string {
+	var b strings.Builder
+	for n, i := range r.KeyCols {
+		if i >= len(tup) {
+			return ""
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(r.Cols[i].Name)
+		b.WriteByte('=')
+		switch tup[i].Kind {
+		case ColText:
+			b.WriteString(clip(tup[i].Data))
+		case ColNull:
+			b.WriteString("NULL")
+		default:
+			b.WriteString("?")
+		}
+	}
+	return b.String()
 }
 
 func describeType(ct feldera.ColumnType) string {
@@ -191,9 +252,24 @@ func (r *Rel) appendRow(dst []byte, op string, tup, old []TupleCol, keyOnly bool
 		case ColNull:
 			dst = append(dst, "null"...)
 		case ColText:
+			mark := len(dst)
 			var err error
 			if dst, err = cp.enc(dst, col.Data); err != nil {
-				return &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, OID: cp.TypeOID, Reason: err.Error()}
+				var u *Unrepresentable
+				if errors.As(err, &u) && cp.null && (u.NaN || r.opts.NullUnrepresentable) {
+					dst = append(dst[:mark], "null"...)
+					if r.opts.OnNull != nil {
+						r.opts.OnNull(r.Target.Qualified(), cp.Name, err)
+					}
+					return nil
+				}
+				reason := err.Error()
+				if u != nil && !u.NaN {
+					reason += " (UNREPRESENTABLE_VALUES=null delivers it as NULL into a nullable column)"
+				} else if u != nil {
+					reason += " (Feldera column " + cp.Field + " is NOT NULL)"
+				}
+				return &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, OID: cp.TypeOID, Key: r.keyOf(tup), Reason: reason}
 			}
 		default:
 			return &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, Reason: "binary tuple data (the binary option must be off)"}

@@ -40,26 +40,37 @@ type Buffers interface {
 type Decoder struct {
 	targets map[string]*Target
 	rels    map[uint32]*Rel
+	byRoute map[int]*Rel // the last plan per target, to see a column vanish mid-stream
 	types   map[uint32]string
 	change  Change
 	// RequirePrimaryKey refuses Feldera tables without a PRIMARY KEY.
 	RequirePrimaryKey bool
+	// Options plan each RELATION; Types is consulted after the stream's
+	// own TYPE messages.
+	Options Options
 }
 
 // NewDecoder returns a decoder for the mapped targets.
 func NewDecoder(targets []*Target) *Decoder {
-	d := &Decoder{targets: map[string]*Target{}, rels: map[uint32]*Rel{}, types: map[uint32]string{}, RequirePrimaryKey: true}
+	d := &Decoder{targets: map[string]*Target{}, rels: map[uint32]*Rel{}, byRoute: map[int]*Rel{}, types: map[uint32]string{}, RequirePrimaryKey: true}
 	for _, t := range targets {
 		d.targets[t.Qualified()] = t
 	}
 	return d
 }
 
-func (d *Decoder) typeName(oid uint32) string {
-	if n, ok := d.types[oid]; ok {
-		return n
+// lookup resolves a type for planning: the catalog first, then the name
+// a TYPE message gave (enough for a refusal to name it).
+func (d *Decoder) lookup(oid uint32) (PGType, bool) {
+	if d.Options.Types != nil {
+		if t, ok := d.Options.Types(oid); ok {
+			return t, true
+		}
 	}
-	return TypeName(oid)
+	if n, ok := d.types[oid]; ok {
+		return PGType{OID: oid, Name: n}, true
+	}
+	return PGType{}, false
 }
 
 // Decode decodes one WALData payload. Row events append whole NDJSON lines
@@ -109,11 +120,14 @@ func (d *Decoder) relation(wal []byte, ev *Event) error {
 	if d.RequirePrimaryKey && len(t.Dest.PrimaryKey) == 0 {
 		return &RefusalError{Table: qualified, Reason: fmt.Sprintf("Feldera table %s has no PRIMARY KEY (replays would duplicate rows; FELDERA_REQUIRE_PRIMARY_KEY=false to allow)", t.Dest.Name)}
 	}
-	rel, warnings, err := NewRel(m.ID, t, m.ReplicaIdentity, m.Columns, d.typeName)
+	opts := d.Options
+	opts.Types = d.lookup
+	rel, warnings, err := NewRel(m.ID, t, m.ReplicaIdentity, m.Columns, &opts, d.byRoute[t.Route])
 	if err != nil {
 		return err
 	}
 	d.rels[m.ID] = rel // replaces the cached relation (ALTER TABLE mid-stream)
+	d.byRoute[t.Route] = rel
 	ev.Rel, ev.Warnings = rel, warnings
 	return nil
 }

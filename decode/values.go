@@ -79,26 +79,25 @@ type Encoder func(dst, text []byte) ([]byte, error)
 // encoding.
 var ErrNoEncoding = errors.New("no faithful encoding")
 
-// EncoderFor returns the encoder for a Postgres type written into a Feldera
-// column type, chosen once per RELATION.
+// EncoderFor returns the encoder for a built-in Postgres type (no typmod)
+// written into a Feldera column type. Plan is the general form.
 func EncoderFor(oid uint32, ft feldera.ColumnType) (Encoder, error) {
-	if elem, ok := arrayOf[oid]; ok {
-		if ft.Type == "VARIANT" {
-			inner, err := EncoderFor(elem, feldera.ColumnType{Type: "VARIANT", Nullable: true})
-			if err != nil {
-				return nil, err
-			}
-			return arrayEncoder(inner), nil
-		}
-		if ft.Type != "ARRAY" || ft.Component == nil {
-			return nil, ErrNoEncoding
-		}
-		inner, err := EncoderFor(elem, *ft.Component)
-		if err != nil {
-			return nil, err
-		}
-		return arrayEncoder(inner), nil
-	}
+	return Plan(oid, -1, ft, nil)
+}
+
+// Unrepresentable is a valid Postgres value that a Feldera column cannot
+// hold: infinity, a BC date, a year past 9999, NaN. UNREPRESENTABLE_VALUES
+// decides whether it is refused or delivered as NULL into a nullable column.
+type Unrepresentable struct {
+	Value string
+	Why   string
+	NaN   bool // NaN or ±Infinity of a float or numeric: JSON has no form for it
+}
+
+func (e *Unrepresentable) Error() string { return fmt.Sprintf("%s %q", e.Why, e.Value) }
+
+// builtinEncoder chooses the encoder of a built-in scalar type.
+func builtinEncoder(oid uint32, typmod int32, ft feldera.ColumnType) (Encoder, error) {
 	t := ft.Type
 	switch oid {
 	case OIDBool:
@@ -112,7 +111,7 @@ func EncoderFor(oid uint32, ft feldera.ColumnType) (Encoder, error) {
 		}
 		switch t {
 		case "DECIMAL":
-			return encNumericString, nil
+			return intDecimal(oid, ft), nil
 		case "VARCHAR", "CHAR":
 			return encString, nil
 		case "VARIANT":
@@ -129,7 +128,9 @@ func EncoderFor(oid uint32, ft feldera.ColumnType) (Encoder, error) {
 		}
 	case OIDNumeric:
 		switch t {
-		case "DECIMAL", "VARCHAR", "CHAR":
+		case "DECIMAL":
+			return numericDecimal(typmod, ft)
+		case "VARCHAR", "CHAR":
 			return encNumericString, nil
 		case "DOUBLE", "REAL", "VARIANT":
 			return encNumericNumber, nil
@@ -310,10 +311,15 @@ func isNonFinite(s []byte) bool {
 	return false
 }
 
-// encFloat: JSON has no NaN or infinity; Feldera takes null for them.
+func nonFinite(s []byte) error {
+	return &Unrepresentable{Value: string(s), Why: "JSON and Feldera have no form for", NaN: true}
+}
+
+// encFloat: JSON has no NaN or infinity. They are Unrepresentable: a
+// nullable column takes null for them, a NOT NULL one is a refusal.
 func encFloat(dst, s []byte) ([]byte, error) {
 	if isNonFinite(s) {
-		return append(dst, "null"...), nil
+		return dst, nonFinite(s)
 	}
 	if !isJSONNumber(s) {
 		return dst, fmt.Errorf("invalid float %q", s)
@@ -324,7 +330,7 @@ func encFloat(dst, s []byte) ([]byte, error) {
 // encNumericString keeps the exact digits: DECIMAL as a JSON string.
 func encNumericString(dst, s []byte) ([]byte, error) {
 	if isNonFinite(s) {
-		return append(dst, "null"...), nil
+		return dst, nonFinite(s)
 	}
 	if !isDecimal(s) {
 		return dst, fmt.Errorf("invalid numeric %q", s)
@@ -336,7 +342,7 @@ func encNumericString(dst, s []byte) ([]byte, error) {
 
 func encNumericNumber(dst, s []byte) ([]byte, error) {
 	if isNonFinite(s) {
-		return append(dst, "null"...), nil
+		return dst, nonFinite(s)
 	}
 	if !isJSONNumber(s) {
 		return dst, fmt.Errorf("invalid numeric %q", s)
@@ -445,7 +451,7 @@ func isDate(s []byte) bool {
 
 func encDate(dst, s []byte) ([]byte, error) {
 	if !isDate(s) {
-		return dst, fmt.Errorf("date %q cannot be sent to Feldera (BC, infinity, or year > 9999)", s)
+		return dst, &Unrepresentable{Value: string(s), Why: "Feldera's DATE cannot hold (BC, infinity, or year > 9999) the date"}
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s...)
@@ -471,8 +477,11 @@ func timeLen(s []byte) int {
 }
 
 func encTime(dst, s []byte) ([]byte, error) {
-	if timeLen(s) != len(s) || string(s[:2]) == "24" {
-		return dst, fmt.Errorf("time %q cannot be sent to Feldera", s)
+	if timeLen(s) != len(s) {
+		return dst, fmt.Errorf("invalid time %q", s)
+	}
+	if string(s[:2]) == "24" {
+		return dst, &Unrepresentable{Value: string(s), Why: "Feldera's TIME cannot hold the time"}
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s...)
@@ -547,7 +556,7 @@ func tsLen(s []byte) int {
 
 func encTimestamp(dst, s []byte) ([]byte, error) {
 	if tsLen(s) != len(s) {
-		return dst, fmt.Errorf("timestamp %q cannot be sent to Feldera (BC, infinity, or year > 9999)", s)
+		return dst, &Unrepresentable{Value: string(s), Why: "Feldera's TIMESTAMP cannot hold (BC, infinity, or year > 9999) the timestamp"}
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s[:10]...)
@@ -562,7 +571,7 @@ func encTimestamp(dst, s []byte) ([]byte, error) {
 func encTimestamptz(dst, s []byte) ([]byte, error) {
 	n := tsLen(s)
 	if n < 0 {
-		return dst, fmt.Errorf("timestamptz %q cannot be sent to Feldera (BC, infinity, or year > 9999)", s)
+		return dst, &Unrepresentable{Value: string(s), Why: "Feldera's TIMESTAMP cannot hold (BC, infinity, or year > 9999) the timestamptz"}
 	}
 	off, ok := parseOffset(s[n:])
 	if !ok {

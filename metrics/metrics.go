@@ -177,6 +177,7 @@ type collector struct{ m *Metrics }
 
 var (
 	descRows      = prometheus.NewDesc("pgfeldera_rows_total", "Rows sent to Feldera, by table and op (insert, delete from the stream; snapshot from COPY).", []string{"table", "op"}, nil)
+	descNulled    = prometheus.NewDesc("pgfeldera_values_nulled_total", "Values delivered as NULL that were not NULL in Postgres, by table: NaN and ±Infinity into a nullable column, and with UNREPRESENTABLE_VALUES=null dates and timestamps Feldera cannot hold.", []string{"table"}, nil)
 	descEstimate  = prometheus.NewDesc("pgfeldera_snapshot_rows_estimated", "Rows the last snapshot expected per table (pg_class.reltuples).", []string{"table"}, nil)
 	descBatches   = prometheus.NewDesc("pgfeldera_batches_total", "Batches Feldera completed (or accepted, in accepted mode).", nil, nil)
 	descRetracted = prometheus.NewDesc("pgfeldera_retraction_deletes_total", "Delete lines sent by TRUNCATE and resnapshot retractions.", nil, nil)
@@ -197,7 +198,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait} {
+	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait} {
 		ch <- d
 	}
 }
@@ -215,6 +216,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Deletes.Load()), t.Dest, "delete")
 		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Copied.Load()), t.Dest, "snapshot")
 		ch <- prometheus.MustNewConstMetric(descEstimate, prometheus.GaugeValue, float64(t.Estimate.Load()), t.Dest)
+		ch <- prometheus.MustNewConstMetric(descNulled, prometheus.CounterValue, float64(t.Nulled.Load()), t.Dest)
 	}
 	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.Batches.Load()))
 	ch <- prometheus.MustNewConstMetric(descRetracted, prometheus.CounterValue, float64(st.Retracted.Load()))

@@ -18,34 +18,35 @@ import (
 // Config is every setting of `pgfeldera run`, parsed from the environment
 // and flags (a flag wins over its variable), with defaults filled in.
 type Config struct {
-	DSN               string
-	Publication       string
-	Slot              string
-	Tables            []connector.Table
-	FelderaURL        string
-	Pipeline          string
-	APIKey            string
-	AckMode           string
-	RequirePrimaryKey bool
-	CompletionTimeout time.Duration
-	IngressFence      time.Duration
-	RequestTimeout    time.Duration
-	StopTimeout       time.Duration
-	CheckpointAfter   time.Duration
-	BatchMaxRows      int
-	BatchMaxBytes     int
-	BatchMaxInFlight  int
-	Transactions      string
-	SnapshotTxn       bool
-	BatchLinger       time.Duration
-	SnapshotMode      string
-	StateFile         string
-	NoProgressTimeout time.Duration
-	CrashAt           string
-	CrashAfterBatches int
-	HTTPAddr          string
-	LogLevel          string
-	LogFormat         string
+	DSN                 string
+	Publication         string
+	Slot                string
+	Tables              []connector.Table
+	FelderaURL          string
+	Pipeline            string
+	APIKey              string
+	AckMode             string
+	RequirePrimaryKey   bool
+	CompletionTimeout   time.Duration
+	IngressFence        time.Duration
+	RequestTimeout      time.Duration
+	StopTimeout         time.Duration
+	CheckpointAfter     time.Duration
+	BatchMaxRows        int
+	BatchMaxBytes       int
+	BatchMaxInFlight    int
+	Transactions        string
+	SnapshotTxn         bool
+	NullUnrepresentable bool
+	BatchLinger         time.Duration
+	SnapshotMode        string
+	StateFile           string
+	NoProgressTimeout   time.Duration
+	CrashAt             string
+	CrashAfterBatches   int
+	HTTPAddr            string
+	LogLevel            string
+	LogFormat           string
 }
 
 // ConfigError is a bad setting: exit code 2, before any connection.
@@ -209,6 +210,14 @@ var settings = []setting{
 				return badValue("SNAPSHOT_TRANSACTION", v, "true or false")
 			}
 			c.SnapshotTxn = b
+			return nil
+		}},
+	{Env: "UNREPRESENTABLE_VALUES", Default: "refuse", Help: "a value Feldera cannot hold (infinity, a BC date, a year past 9999) in a DATE or TIMESTAMP column: refuse stops, naming the table, column and row key; null delivers NULL into a nullable column, logged and counted (pgfeldera_values_nulled_total)",
+		parse: func(c *Config, v string) error {
+			if v != "refuse" && v != "null" {
+				return badValue("UNREPRESENTABLE_VALUES", v, "refuse or null")
+			}
+			c.NullUnrepresentable = v == "null"
 			return nil
 		}},
 	{Env: "BATCH_LINGER_MS", Default: "50", Help: "flush deadline in ms from the oldest buffered row; 0 = one request per transaction",

@@ -68,6 +68,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		BatchMaxInFlight:    c.BatchMaxInFlight,
 		Transactions:        c.Transactions,
 		SnapshotTransaction: c.SnapshotTxn,
+		NullUnrepresentable: c.NullUnrepresentable,
 		BatchLinger:         c.BatchLinger,
 		SnapshotMode:        c.SnapshotMode,
 		StateFile:           c.StateFile,

@@ -1,0 +1,278 @@
+package decode_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+)
+
+// catalog is a pg_type for tests: an enum, domains (over numeric(10,2),
+// over int4, over the first domain, over money), citext, a user range and
+// multirange, a composite, and arrays of the enum and citext.
+var catalog = map[uint32]decode.PGType{
+	16500: {OID: 16500, Name: "mood", TypName: "mood", Kind: 'e', Category: 'E'},
+	16501: {OID: 16501, Name: "mood[]", TypName: "_mood", Kind: 'b', Category: 'A', Elem: 16500},
+	16510: {OID: 16510, Name: "price", TypName: "price", Kind: 'd', Category: 'N', Base: decode.OIDNumeric, BaseMod: (10<<16 | 2) + 4},
+	16511: {OID: 16511, Name: "posint", TypName: "posint", Kind: 'd', Category: 'N', Base: decode.OIDInt4, BaseMod: -1},
+	16512: {OID: 16512, Name: "cheap", TypName: "cheap", Kind: 'd', Category: 'N', Base: 16510, BaseMod: -1},
+	16513: {OID: 16513, Name: "cash", TypName: "cash", Kind: 'd', Category: 'N', Base: decode.OIDMoney, BaseMod: -1},
+	16520: {OID: 16520, Name: "citext", TypName: "citext", Kind: 'b', Category: 'S'},
+	16521: {OID: 16521, Name: "citext[]", TypName: "_citext", Kind: 'b', Category: 'A', Elem: 16520},
+	16530: {OID: 16530, Name: "floatrange", TypName: "floatrange", Kind: 'r', Category: 'R'},
+	16531: {OID: 16531, Name: "floatmultirange", TypName: "floatmultirange", Kind: 'm', Category: 'R'},
+	16540: {OID: 16540, Name: "point3", TypName: "point3", Kind: 'c', Category: 'C'},
+	16550: {OID: 16550, Name: "hstore", TypName: "hstore", Kind: 'b', Category: 'U'},
+}
+
+func types(oid uint32) (decode.PGType, bool) { t, ok := catalog[oid]; return t, ok }
+
+func dec(p, s int) feldera.ColumnType {
+	return feldera.ColumnType{Type: "DECIMAL", Nullable: true, Precision: &p, Scale: &s}
+}
+
+func nested(ft feldera.ColumnType, dims int) feldera.ColumnType {
+	for range dims {
+		c := ft
+		ft = feldera.ColumnType{Type: "ARRAY", Nullable: true, Component: &c}
+	}
+	return ft
+}
+
+func numTypmod(p, s int) int32 { return int32(p<<16|s) + 4 }
+
+func TestPlan_Types(t *testing.T) {
+	cases := []struct {
+		name   string
+		oid    uint32
+		typmod int32
+		ft     feldera.ColumnType
+		in     string
+		want   string
+	}{
+		{"enum", 16500, -1, ct("VARCHAR"), "happy", `"happy"`},
+		{"enumChar", 16500, -1, ct("CHAR"), "ok", `"ok"`},
+		{"enumArray", 16501, -1, arr("VARCHAR"), "{sad,NULL,ok}", `["sad",null,"ok"]`},
+		{"domainNumeric", 16510, -1, dec(10, 2), "12.50", `"12.50"`},
+		{"domainInt", 16511, -1, ct("INTEGER"), "7", "7"},
+		{"domainOverDomain", 16512, -1, dec(12, 2), "1.25", `"1.25"`},
+		{"citext", 16520, -1, ct("VARCHAR"), "MiXeD", `"MiXeD"`},
+		{"citextArray", 16521, -1, arr("VARCHAR"), `{a,"B c"}`, `["a","B c"]`},
+		{"inet", decode.OIDInet, -1, ct("VARCHAR"), "192.168.0.1/24", `"192.168.0.1/24"`},
+		{"cidr", decode.OIDCidr, -1, ct("VARCHAR"), "10.0.0.0/8", `"10.0.0.0/8"`},
+		{"inetArray", 1041, -1, arr("VARCHAR"), "{::1,10.0.0.1}", `["::1","10.0.0.1"]`},
+		{"macaddr", decode.OIDMacaddr, -1, ct("VARCHAR"), "08:00:2b:01:02:03", `"08:00:2b:01:02:03"`},
+		{"macaddr8", decode.OIDMacaddr8, -1, ct("VARCHAR"), "08:00:2b:01:02:03:04:05", `"08:00:2b:01:02:03:04:05"`},
+		{"xml", decode.OIDXML, -1, ct("VARCHAR"), `<a b="1">x</a>`, `"<a b=\"1\">x</a>"`},
+		{"bit", decode.OIDBit, -1, ct("VARCHAR"), "0101", `"0101"`},
+		{"varbit", decode.OIDVarbit, -1, ct("CHAR"), "1", `"1"`},
+		{"interval", decode.OIDInterval, -1, ct("VARCHAR"), "P1Y2M3DT4H5M6.5S", `"P1Y2M3DT4H5M6.5S"`},
+		{"int4range", decode.OIDInt4Range, -1, ct("VARCHAR"), "[1,5)", `"[1,5)"`},
+		{"tstzrange", decode.OIDTstzRange, -1, ct("VARCHAR"), `["2024-01-01 00:00:00+00",)`, `"[\"2024-01-01 00:00:00+00\",)"`},
+		{"userRange", 16530, -1, ct("VARCHAR"), "empty", `"empty"`},
+		{"multirange", 16531, -1, ct("VARCHAR"), "{[1,2),[3,4)}", `"{[1,2),[3,4)}"`},
+		{"array2D", 1007, -1, nested(ct("INTEGER"), 2), "{{1,2},{3,NULL}}", "[[1,2],[3,null]]"},
+		{"array3D", 1007, -1, nested(ct("INTEGER"), 3), "{{{1},{2}},{{3},{4}}}", "[[[1],[2]],[[3],[4]]]"},
+		{"array2DEmpty", 1007, -1, nested(ct("INTEGER"), 2), "{}", "[]"},
+		{"array2DText", 1009, -1, nested(ct("VARCHAR"), 2), `{{"a,b",c},{"}",NULL}}`, `[["a,b","c"],["}",null]]`},
+		{"arrayVariantAnyDims", 1007, -1, ct("VARIANT"), "{{1,2},{3,4}}", "[[1,2],[3,4]]"},
+		{"floatArrayNaN", 1022, -1, arr("DOUBLE"), "{1.5,NaN,-Infinity}", "[1.5,null,null]"},
+		{"numericFits", decode.OIDNumeric, numTypmod(10, 2), dec(10, 2), "12345678.90", `"12345678.90"`},
+		{"numericNarrowerFits", decode.OIDNumeric, numTypmod(6, 1), dec(10, 2), "12345.6", `"12345.6"`},
+		{"numericUnconstrainedTrailingZeros", decode.OIDNumeric, -1, dec(10, 2), "1.2300", `"1.2300"`},
+		{"numericUnconstrainedFits", decode.OIDNumeric, -1, dec(10, 2), "-12345678.9", `"-12345678.9"`},
+		{"int8IntoWideDecimal", decode.OIDInt8, -1, dec(20, 0), "9223372036854775807", `"9223372036854775807"`},
+		{"int4IntoNarrowDecimal", decode.OIDInt4, -1, dec(5, 2), "999", `"999"`},
+		{"numericArrayUnconstrained", 1231, -1, nested(dec(10, 2), 1), "{1.5,NULL}", `["1.5",null]`},
+	}
+	for _, c := range cases {
+		enc, err := decode.Plan(c.oid, c.typmod, c.ft, types)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		got, err := enc(nil, []byte(c.in))
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: %q → %s, %v; want %s", c.name, c.in, got, err, c.want)
+		}
+	}
+}
+
+// Every refused pair names the Postgres type (as the user wrote it, a
+// domain by its own name), its OID, and the Feldera type.
+func TestPlan_Refusals(t *testing.T) {
+	cases := []struct {
+		name   string
+		oid    uint32
+		typmod int32
+		ft     feldera.ColumnType
+		want   []string
+	}{
+		{"enumIntoInt", 16500, -1, ct("INTEGER"), []string{"mood", "INTEGER", "label"}},
+		{"enumIntoVariant", 16500, -1, ct("VARIANT"), []string{"mood", "VARIANT"}},
+		{"money", decode.OIDMoney, -1, dec(10, 2), []string{"money", "DECIMAL", "lc_monetary"}},
+		{"moneyIntoVarchar", decode.OIDMoney, -1, ct("VARCHAR"), []string{"money", "lc_monetary"}},
+		{"moneyArray", 791, -1, arr("VARCHAR"), []string{"money"}},
+		{"domainOverMoney", 16513, -1, ct("VARCHAR"), []string{"domain cash", "money", "lc_monetary"}},
+		{"domainNarrow", 16510, -1, dec(8, 2), []string{"domain price", "numeric(10,2)", "DECIMAL(8,2)", "DECIMAL(10,2)"}},
+		{"domainIntIntoVarbinary", 16511, -1, ct("VARBINARY"), []string{"domain posint", "int4", "VARBINARY"}},
+		{"intervalIntoBigint", decode.OIDInterval, -1, ct("BIGINT"), []string{"interval", "BIGINT", "INTERVAL", "ISO 8601"}},
+		{"inetIntoBinary", decode.OIDInet, -1, ct("VARBINARY"), []string{"inet", "VARBINARY"}},
+		{"rangeIntoInt", decode.OIDInt4Range, -1, ct("INTEGER"), []string{"int4range", "INTEGER"}},
+		{"userRangeIntoInt", 16530, -1, ct("INTEGER"), []string{"floatrange", "INTEGER"}},
+		{"citextIntoUUID", 16520, -1, ct("UUID"), []string{"citext", "UUID"}},
+		{"composite", 16540, -1, ct("VARCHAR"), []string{"point3", "composite"}},
+		{"extension", 16550, -1, ct("VARCHAR"), []string{"hstore", "VARCHAR"}},
+		{"unknownOID", 99999, -1, ct("VARCHAR"), []string{"99999", "catalog"}},
+		{"numericScale", decode.OIDNumeric, numTypmod(12, 4), dec(12, 2), []string{"numeric(12,4)", "DECIMAL(12,2)", "truncate", "DECIMAL(14,4)"}},
+		{"numericIntDigits", decode.OIDNumeric, numTypmod(12, 2), dec(10, 2), []string{"numeric(12,2)", "DECIMAL(10,2)", "DECIMAL(12,2)"}},
+		{"arrayIntoScalar", 1007, -1, ct("INTEGER"), []string{"int4[]", "INTEGER", "ARRAY"}},
+		{"enumArrayIntoIntArray", 16501, -1, arr("INTEGER"), []string{"mood", "INTEGER"}},
+	}
+	for _, c := range cases {
+		_, err := decode.Plan(c.oid, c.typmod, c.ft, types)
+		var te *decode.TypeError
+		if err == nil || !errors.As(err, &te) || te.OID != c.oid {
+			t.Errorf("%s: err = %v, want a TypeError for OID %d", c.name, err, c.oid)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not mention %q", c.name, err, w)
+			}
+		}
+	}
+}
+
+func TestPlan_RefusesValuesThatLoseDigits(t *testing.T) {
+	cases := []struct {
+		name   string
+		oid    uint32
+		typmod int32
+		ft     feldera.ColumnType
+		in     string
+	}{
+		{"scale", decode.OIDNumeric, -1, dec(10, 2), "1.23456"},
+		{"intDigits", decode.OIDNumeric, -1, dec(10, 2), "123456789"},
+		{"intIntoNarrow", decode.OIDInt8, -1, dec(5, 2), "1000"},
+		{"array", 1231, -1, nested(dec(10, 2), 1), "{1.5,1.005}"},
+		{"array1DInto2D", 1007, -1, nested(ct("INTEGER"), 2), "{1,2}"},
+		{"array2DInto1D", 1007, -1, arr("INTEGER"), "{{1,2}}"},
+		{"ragged", 1007, -1, nested(ct("INTEGER"), 2), "{{1},2}"},
+		{"bounds", 1007, -1, nested(ct("INTEGER"), 2), "[0:1][1:1]={{1},{2}}"},
+	}
+	for _, c := range cases {
+		enc, err := decode.Plan(c.oid, c.typmod, c.ft, types)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got, err := enc(nil, []byte(c.in)); err == nil {
+			t.Errorf("%s: %q accepted as %s", c.name, c.in, got)
+		}
+	}
+}
+
+func valuesDecoder(t *testing.T, opts decode.Options) *decode.Decoder {
+	rels := felderatest.MustParseDDL(`CREATE TABLE v (id INT NOT NULL PRIMARY KEY, d DATE, f DOUBLE NOT NULL, g DOUBLE);`)
+	d := decode.NewDecoder([]*decode.Target{{Schema: "public", Name: "v", Dest: rels[0]}})
+	d.Options = opts
+	var ev decode.Event
+	if err := d.Decode(relationMsg(20, "public", "v", 'd', col{"id", 23, true}, col{"d", decode.OIDDate, false}, col{"f", decode.OIDFloat8, false}, col{"g", decode.OIDFloat8, false}), bufs{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Values Feldera cannot hold: refused by default, naming the table, the
+// column and the row's key; NaN into a nullable column is null; with
+// NullUnrepresentable an infinite date is null too, and each is reported.
+func TestDecoder_UnrepresentableValues(t *testing.T) {
+	for _, c := range []struct {
+		vals []string
+		want []string
+	}{
+		{[]string{"7", "infinity", "1", "1"}, []string{"public.v column d", "row id=7", `"infinity"`, "UNREPRESENTABLE_VALUES=null"}},
+		{[]string{"8", "0044-03-15 BC", "1", "1"}, []string{"column d", "row id=8", "BC"}},
+		{[]string{"9", "10000-01-01", "1", "1"}, []string{"column d", "row id=9"}},
+		{[]string{"10", "2024-01-01", "NaN", "1"}, []string{"column f", "row id=10", "NaN", "NOT NULL"}},
+	} {
+		err := run(t, valuesDecoder(t, decode.Options{}), bufs{}, insertMsg(20, c.vals...))
+		var re *decode.RefusalError
+		if !errors.As(err, &re) {
+			t.Fatalf("%v: err = %v", c.vals, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q does not mention %q", err, w)
+			}
+		}
+	}
+
+	b := bufs{}
+	if err := run(t, valuesDecoder(t, decode.Options{}), b, insertMsg(20, "1", "2024-01-01", "1.5", "NaN")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(*b[0]), `{"insert":{"id":1,"d":"2024-01-01","f":1.5,"g":null}}`+"\n"; got != want {
+		t.Fatalf("got %s want %s", got, want)
+	}
+
+	var nulled []string
+	opts := decode.Options{NullUnrepresentable: true, OnNull: func(table, column string, err error) {
+		nulled = append(nulled, table+"."+column+": "+err.Error())
+	}}
+	b = bufs{}
+	if err := run(t, valuesDecoder(t, opts), b, insertMsg(20, "2", "-infinity", "2", "Infinity")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(*b[0]), `{"insert":{"id":2,"d":null,"f":2,"g":null}}`+"\n"; got != want {
+		t.Fatalf("got %s want %s", got, want)
+	}
+	if len(nulled) != 2 || !strings.Contains(nulled[0], "public.v.d") || !strings.Contains(nulled[0], "-infinity") {
+		t.Fatalf("nulled = %q", nulled)
+	}
+	// Still refused where the column cannot hold NULL.
+	if err := run(t, valuesDecoder(t, opts), bufs{}, insertMsg(20, "3", "2024-01-01", "NaN", "1")); err == nil || !strings.Contains(err.Error(), "row id=3") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A mapped column renamed or dropped mid-stream would NULL its Feldera
+// field in every later upsert: refused, naming it. A type change re-plans
+// (or is refused if it has no encoding); an added column is delivered.
+func TestDecoder_SchemaChangeMidStream(t *testing.T) {
+	renamed := []col{{"id", decode.OIDInt8, true}, {"full_name", decode.OIDText, false}, {"big", decode.OIDText, false}}
+	dropped := []col{{"id", decode.OIDInt8, true}, {"big", decode.OIDText, false}}
+	for name, cols := range map[string][]col{"rename": renamed, "drop": dropped} {
+		err := run(t, newDecoder(t), bufs{}, relationMsg(10, "public", "users", 'd', usersCols...), insertMsg(10, "1", "a", "b"),
+			relationMsg(10, "public", "users", 'd', cols...))
+		if err == nil || !strings.Contains(err.Error(), "column name") || !strings.Contains(err.Error(), "users.name") || !strings.Contains(err.Error(), "mid-stream") {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+	// The same columns on a session's first RELATION plan (with a warning):
+	// there is no earlier plan in the stream to compare with.
+	var ev decode.Event
+	if err := newDecoder(t).Decode(relationMsg(10, "public", "users", 'd', renamed...), bufs{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(ev.Warnings, "\n"), "column name has no Postgres column") {
+		t.Fatalf("warnings = %q", ev.Warnings)
+	}
+	// Type change text → int8 into VARCHAR: re-planned.
+	b := bufs{}
+	err := run(t, newDecoder(t), b, relationMsg(10, "public", "users", 'd', usersCols...),
+		relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", decode.OIDInt8, false}, col{"big", decode.OIDText, false}),
+		insertMsg(10, "1", "42", "x"))
+	if err != nil || string(*b[0]) != `{"insert":{"id":1,"name":"42","big":"x"}}`+"\n" {
+		t.Fatalf("type change: %v %s", err, *b[0])
+	}
+	// Type change into one with no encoding: refused.
+	err = run(t, newDecoder(t), bufs{}, relationMsg(10, "public", "users", 'd', usersCols...),
+		relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", decode.OIDBytea, false}, col{"big", decode.OIDText, false}))
+	if err == nil || !strings.Contains(err.Error(), "column name") || !strings.Contains(err.Error(), "bytea") {
+		t.Fatalf("err = %v", err)
+	}
+}
