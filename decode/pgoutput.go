@@ -24,7 +24,28 @@ const (
 	MsgDelete   = 'D'
 	MsgTruncate = 'T'
 	MsgMessage  = 'M'
+
+	// Messages of streamed (protocol v2+) and two-phase (v3+) transactions.
+	// pgfeldera asks for neither.
+	MsgStreamStart      = 'S'
+	MsgStreamStop       = 'E'
+	MsgStreamCommit     = 'c'
+	MsgStreamAbort      = 'A'
+	MsgStreamPrepare    = 'p'
+	MsgBeginPrepare     = 'b'
+	MsgPrepare          = 'P'
+	MsgCommitPrepared   = 'K'
+	MsgRollbackPrepared = 'r'
 )
+
+// parseStreamAbort checks a STREAM ABORT: xid and subxid (int32 each),
+// then, from protocol v4, the abort LSN and time.
+func parseStreamAbort(wal []byte) error {
+	if len(wal) < 9 {
+		return &ParseError{Msg: MsgStreamAbort, Reason: fmt.Sprintf("%d bytes, want at least 9", len(wal))}
+	}
+	return nil
+}
 
 // Tuple column kinds.
 const (

@@ -101,6 +101,13 @@ func (d *Decoder) Decode(wal []byte, bufs Buffers, ev *Event) (err error) {
 	case MsgTruncate:
 		err = d.truncate(wal, ev)
 	case MsgOrigin, MsgMessage:
+	case MsgStreamAbort:
+		// PostgreSQL 18 was seen sending STREAM ABORT for an aborted
+		// subtransaction on protocol v1, which never streams: nothing of it
+		// was sent, so there is nothing to undo. Parsed, then ignored.
+		err = parseStreamAbort(wal)
+	case MsgStreamStart, MsgStreamStop, MsgStreamCommit, MsgStreamPrepare, MsgBeginPrepare, MsgPrepare, MsgCommitPrepared, MsgRollbackPrepared:
+		err = &RefusalError{Reason: fmt.Sprintf("pgoutput sent a %q message (a streamed or two-phase transaction), which protocol v1 without streaming never requests: refusing rather than guessing what it means", wal[0])}
 	default:
 		err = &ParseError{Msg: wal[0], Reason: "unknown message type"}
 	}
