@@ -187,6 +187,7 @@ type Connector struct {
 	probed          bool          // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs   bool
 	forceGate       *Gate // test hook: overrides the gate the model chooses
+	ignoreFilter    bool  // tests: read sources without the publication's row filter (the unsafe variant)
 }
 
 // New returns a connector. It does not connect.

@@ -31,3 +31,8 @@ func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn ui
 // SetGate forces the acknowledgement gate, whatever the pipeline's model:
 // tests use it to show the wrong gate losing data.
 func SetGate(c *Connector, g Gate) { c.forceGate = &g }
+
+// IgnoreRowFilter makes the connector read its sources without the
+// publication's row filter, as it did before it read rowfilter: tests use
+// it to show the snapshot copying rows the stream will never maintain.
+func IgnoreRowFilter(c *Connector) { c.ignoreFilter = true }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // pinnedGUCs fix the text output of values: the decoder parses text, so the
@@ -141,9 +142,17 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 			return nil, fatal(fmt.Errorf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows (declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that)", rel.Name))
 		}
 		target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: i, Dest: rel}
-		cols, ident, err := tableColumns(ctx, conn, t, c.cfg.Publication)
+		si, err := tableColumns(ctx, conn, t, c.cfg.Publication)
 		if err != nil {
 			return nil, err
+		}
+		cols, ident := si.cols, si.ident
+		target.Filter, target.Query = si.filter, si.partitioned || si.generated || si.filter != ""
+		if c.ignoreFilter {
+			target.Filter = ""
+		}
+		if si.filter != "" {
+			c.logger.Info("publication has a row filter for this table: the snapshot applies it too", "table", t.Schema+"."+t.Name, "filter", si.filter)
 		}
 		if len(rel.PrimaryKey) == 0 && ident != 'f' {
 			// A keyless Feldera table is a multiset: an UPDATE must delete
@@ -250,6 +259,11 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 	return nil
 }
 
+// copySource is how a target's rows are read from Postgres.
+func copySource(t *decode.Target) snapshot.Source {
+	return snapshot.Source{Table: t.Source(), Filter: t.Filter, Query: t.Query}
+}
+
 // quoteIfNeeded turns a canonical Feldera name into the form
 // ProgramSchema.Input expects.
 func quoteIfNeeded(canonical string) string {
@@ -268,49 +282,72 @@ func anyKey(cols []columnInfo) bool {
 	return false
 }
 
+// sourceInfo is what the catalog and the publication say about a table.
+type sourceInfo struct {
+	cols        []columnInfo
+	ident       byte   // relreplident
+	filter      string // the publication's row filter, "" for none
+	partitioned bool   // relkind 'p'
+	generated   bool   // a published generated column
+}
+
 // tableColumns reads a table's published columns in attnum order (the
-// order pgoutput and COPY use), their types, and which are in the replica
-// identity.
-func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication string) ([]columnInfo, byte, error) {
-	var ident string
+// order pgoutput and COPY use), their types, which are in the replica
+// identity, and the publication's row filter. The columns are those of
+// pg_publication_tables.attnames: a column list, or every column the
+// publication carries, which includes stored generated columns only when
+// PG 18's publish_generated_columns = stored (or the column list) says so.
+// Before PG 18 a generated column is never published (and some 15.x minors
+// listed them in attnames anyway), so it is left out there.
+func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication string) (sourceInfo, error) {
+	var si sourceInfo
+	var ident, kind string
 	var attnames []string
-	err := conn.QueryRow(ctx, `SELECT c.relreplident::text, pt.attnames
+	var filter *string
+	var version int
+	err := conn.QueryRow(ctx, `SELECT c.relreplident::text, c.relkind::text, pt.attnames, pt.rowfilter,
+			current_setting('server_version_num')::int
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_publication_tables pt ON pt.schemaname = n.nspname AND pt.tablename = c.relname AND pt.pubname = $3
-		WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name, publication).Scan(&ident, &attnames)
+		WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name, publication).Scan(&ident, &kind, &attnames, &filter, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, fatal(fmt.Errorf("table %s does not exist", t.Schema+"."+t.Name))
+		return si, fatal(fmt.Errorf("table %s does not exist", t.Schema+"."+t.Name))
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read table %s: %w", t.Schema+"."+t.Name, err)
+		return si, fmt.Errorf("read table %s: %w", t.Schema+"."+t.Name, err)
+	}
+	si.ident, si.partitioned = ident[0], kind == "p"
+	if filter != nil {
+		si.filter = *filter
 	}
 	inList := map[string]bool{}
 	for _, a := range attnames {
 		inList[a] = true
 	}
 	rows, err := conn.Query(ctx, `SELECT a.attname, a.atttypid, a.atttypmod,
-			COALESCE(a.attnum = ANY(ri.indkey::int2[]), false)
+			COALESCE(a.attnum = ANY(ri.indkey::int2[]), false), a.attgenerated <> ''
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 		LEFT JOIN LATERAL (SELECT i.indkey FROM pg_index i WHERE i.indrelid = c.oid
 			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)) LIMIT 1) ri ON true
 		WHERE n.nspname = $1 AND c.relname = $2 ORDER BY a.attnum`, t.Schema, t.Name)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read columns of %s: %w", t.Schema+"."+t.Name, err)
+		return si, fmt.Errorf("read columns of %s: %w", t.Schema+"."+t.Name, err)
 	}
 	defer rows.Close()
-	var cols []columnInfo
 	for rows.Next() {
 		var ci columnInfo
-		if err := rows.Scan(&ci.name, &ci.typeOID, &ci.typmod, &ci.inKey); err != nil {
-			return nil, 0, err
+		var generated bool
+		if err := rows.Scan(&ci.name, &ci.typeOID, &ci.typmod, &ci.inKey, &generated); err != nil {
+			return si, err
 		}
-		if len(inList) > 0 && !inList[ci.name] {
+		if len(inList) > 0 && !inList[ci.name] || generated && (version < 180000 || len(inList) == 0) {
 			continue
 		}
-		cols = append(cols, ci)
+		si.generated = si.generated || generated
+		si.cols = append(si.cols, ci)
 	}
-	return cols, ident[0], rows.Err()
+	return si, rows.Err()
 }
 
 // parsePGDuration reads a time GUC as SHOW prints it: "0", "500ms", "4s",

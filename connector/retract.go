@@ -136,6 +136,12 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		names = append(names, fmt.Sprintf("c%d", i))
 		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", quoteIdent(keyCols[i]), i, keyTypes[i]))
 	}
+	// A row the publication's filter excludes is not in the snapshot
+	// either: the stream will never maintain it, so Feldera must not hold
+	// it. (The filter's columns resolve to t, the innermost scope.)
+	if rel.Target.Filter != "" {
+		conds = append(conds, "("+rel.Target.Filter+")")
+	}
 	check := fmt.Sprintf("SELECT k.i FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE %s)",
 		strings.Join(args, ", "), strings.Join(names, ", "), rel.Target.Source(), strings.Join(conds, " AND "))
 

@@ -85,7 +85,7 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rel *decode.Rel
 	cr := decode.CopyRow{Rel: rel}
 	var line []byte
 	pass := func() error {
-		if _, err := snapshot.Copy(ctx, conn, t.Source(), cols, func(row []byte) error {
+		if _, err := snapshot.Copy(ctx, conn, copySource(t), cols, func(row []byte) error {
 			var err error
 			if line, err = cr.AppendInsert(line[:0], row); err != nil {
 				return err

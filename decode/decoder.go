@@ -16,6 +16,15 @@ type Target struct {
 	Name   string // Postgres table, canonical
 	Route  int
 	Dest   feldera.Relation
+
+	// Filter is the publication's row filter for this table (SQL, as
+	// pg_publication_tables.rowfilter prints it), "" when there is none:
+	// the stream carries only the rows it holds, so every read of the
+	// source (snapshot, resnapshot, verify) must apply it too.
+	Filter string
+	// Query is set when the table cannot be read by COPY table (cols): a
+	// partitioned table, a row filter, or a published generated column.
+	Query bool
 }
 
 // Qualified is schema.name, for messages.

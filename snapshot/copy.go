@@ -71,14 +71,38 @@ func Begin(ctx context.Context, conn *pgx.Conn, snapshotName string, settings []
 	return nil
 }
 
-// Copy runs COPY (cols) TO STDOUT in text format and calls fn with each
-// line, without its newline. It returns the number of lines.
-func Copy(ctx context.Context, conn *pgx.Conn, qualified string, cols []string, fn func(line []byte) error) (int64, error) {
+// Source is what a snapshot reads: a table, and how.
+type Source struct {
+	Table  string // the quoted "schema"."name"
+	Filter string // a publication row filter (SQL), "" for none
+	// Query reads through COPY (SELECT …) TO STDOUT, which a partitioned
+	// table, a row filter and a generated column need: COPY of a
+	// partitioned table fails, COPY cannot filter, and COPY refuses a
+	// generated column in its column list before PG 18.
+	Query bool
+}
+
+// SQL is the COPY statement that reads cols from s.
+func (s Source) SQL(cols []string) string {
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
 		quoted[i] = quoteIdent(c)
 	}
-	sql := fmt.Sprintf("COPY %s (%s) TO STDOUT", qualified, strings.Join(quoted, ", "))
+	if !s.Query && s.Filter == "" {
+		return fmt.Sprintf("COPY %s (%s) TO STDOUT", s.Table, strings.Join(quoted, ", "))
+	}
+	sel := fmt.Sprintf("SELECT %s FROM %s", strings.Join(quoted, ", "), s.Table)
+	if s.Filter != "" {
+		sel += " WHERE " + s.Filter
+	}
+	return "COPY (" + sel + ") TO STDOUT"
+}
+
+// Copy runs s's COPY of cols TO STDOUT in text format and calls fn with
+// each line, without its newline. It returns the number of lines.
+func Copy(ctx context.Context, conn *pgx.Conn, s Source, cols []string, fn func(line []byte) error) (int64, error) {
+	qualified := s.Table
+	sql := s.SQL(cols)
 	w := &lineWriter{fn: fn}
 	if _, err := conn.PgConn().CopyTo(ctx, w, sql); err != nil {
 		if w.err != nil {

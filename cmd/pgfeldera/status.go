@@ -154,7 +154,15 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	for _, t := range cfg.Tables {
 		ts := TableStatus{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 		var n int64
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t.Source()).Scan(&n); err == nil {
+		// A publication row filter: Feldera holds only the rows it passes.
+		var filter *string
+		_ = conn.QueryRow(ctx, "SELECT rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+			cfg.Publication, t.Schema, t.Name).Scan(&filter)
+		count := "SELECT count(*) FROM " + t.Source()
+		if filter != nil && *filter != "" {
+			count += " WHERE " + *filter
+		}
+		if err := conn.QueryRow(ctx, count).Scan(&n); err == nil {
 			ts.PostgresRows = &n
 		} else {
 			ts.Error = err.Error()
