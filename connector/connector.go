@@ -248,8 +248,14 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	if c.observer == nil {
 		c.observer = nopObserver{}
 	}
-	for _, t := range cfg.Tables {
-		c.tableStats = append(c.tableStats, &TableStats{Source: t.Schema + "." + t.Name, Dest: t.Dest})
+	routes, n := Routes(cfg.Tables)
+	c.tableStats = make([]*TableStats, n)
+	for i, t := range cfg.Tables {
+		if ts := c.tableStats[routes[i]]; ts != nil {
+			ts.Source += "," + t.Schema + "." + t.Name
+			continue
+		}
+		c.tableStats[routes[i]] = &TableStats{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
 	return c, nil
 }

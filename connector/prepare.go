@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -27,7 +28,9 @@ var pinnedGUCs = []string{
 // plan is what a session learned before streaming.
 type plan struct {
 	targets        []*decode.Target
-	rels           []*decode.Rel // per target: the catalog's columns, for COPY
+	rels           []*decode.Rel    // per target: the catalog's columns, for COPY
+	routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
+	groups         [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
 	deploymentID   string
 	model          feldera.FTModel // the pipeline's fault-tolerance model
 	faultTolerant  bool            // model keeps completed state across a Feldera restart
@@ -133,6 +136,8 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	if p.types, err = loadTypes(ctx, conn, c.cfg.DSN); err != nil {
 		return nil, err
 	}
+	routeOf, nroutes := Routes(c.cfg.Tables)
+	p.routes, p.groups = make([]*decode.Target, nroutes), make([][]int, nroutes)
 	for i, t := range c.cfg.Tables {
 		rel, ok := pipe.ProgramInfo.Schema.Input(quoteIfNeeded(t.Dest))
 		if !ok {
@@ -141,7 +146,11 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		if len(rel.PrimaryKey) == 0 && c.cfg.RequirePrimaryKey {
 			return nil, fatal(fmt.Errorf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows (declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that)", rel.Name))
 		}
-		target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: i, Dest: rel}
+		target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: routeOf[i], Dest: rel}
+		if p.routes[target.Route] == nil {
+			p.routes[target.Route] = target
+		}
+		p.groups[target.Route] = append(p.groups[target.Route], i)
 		si, err := tableColumns(ctx, conn, t, c.cfg.Publication)
 		if err != nil {
 			return nil, err
@@ -180,6 +189,9 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		}
 		p.targets = append(p.targets, target)
 		p.rels = append(p.rels, drel)
+	}
+	if err := checkShared(ctx, conn, c.cfg.Tables, p.groups); err != nil {
+		return nil, err
 	}
 	model, err := pipe.FaultToleranceModel()
 	if err != nil {
@@ -256,6 +268,45 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 	c.gate.Store(int32(p.gate))
 	c.logger.Info("ack gate chosen", "gate", p.gate.String(), "model", p.model, "why", why,
 		"deployment_id", p.deploymentID, "incarnation_uuid", p.incarnation)
+	return nil
+}
+
+// checkShared allows several sources for one Feldera table only when they
+// are partitions of one partitioned table (published without
+// publish_via_partition_root, so each leaf streams under its own name):
+// they then have the same columns, and a row is in exactly one of them, so
+// their union is the root's rows. Anything else would merge unrelated rows.
+func checkShared(ctx context.Context, conn *pgx.Conn, tables []Table, groups [][]int) error {
+	for _, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		var names []string
+		for _, i := range g {
+			names = append(names, tables[i].Schema+"."+tables[i].Name)
+		}
+		roots := map[string]bool{}
+		for _, i := range g {
+			t := tables[i]
+			var root *string
+			if err := conn.QueryRow(ctx, "SELECT pg_partition_root(c.oid)::text FROM pg_class c WHERE c.oid = $1::regclass AND c.relispartition",
+				t.Source()).Scan(&root); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("read partition root of %s: %w", t.Schema+"."+t.Name, err)
+			} else if root == nil {
+				return fatal(fmt.Errorf("tables %s all map to Feldera table %s, but %s is not a partition: several sources may share a Feldera table only when they are partitions of one partitioned table", strings.Join(names, ", "), t.Dest, t.Schema+"."+t.Name))
+			} else {
+				roots[*root] = true
+			}
+		}
+		if len(roots) > 1 {
+			var rs []string
+			for r := range roots {
+				rs = append(rs, r)
+			}
+			sort.Strings(rs)
+			return fatal(fmt.Errorf("tables %s all map to Feldera table %s, but they are partitions of different tables (%s): several sources may share a Feldera table only when they are partitions of one partitioned table", strings.Join(names, ", "), tables[g[0]].Dest, strings.Join(rs, ", ")))
+		}
+	}
 	return nil
 }
 

@@ -118,7 +118,12 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 // keys stream from Feldera and are checked against Postgres in chunks,
 // inside the snapshot transaction, so memory stays bounded and the answer
 // is exactly "not in this snapshot".
-func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel) error {
+//
+// rels are the sources of one Feldera table (one, or leaf partitions that
+// share it, which have the same columns): a key is missing when none of
+// them has it.
+func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
+	rel := rels[0]
 	dest := rel.Target.Dest
 	keyCols := make([]string, len(rel.KeyCols))
 	keyTypes := make([]string, len(rel.KeyCols))
@@ -136,14 +141,19 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		names = append(names, fmt.Sprintf("c%d", i))
 		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", quoteIdent(keyCols[i]), i, keyTypes[i]))
 	}
-	// A row the publication's filter excludes is not in the snapshot
-	// either: the stream will never maintain it, so Feldera must not hold
-	// it. (The filter's columns resolve to t, the innermost scope.)
-	if rel.Target.Filter != "" {
-		conds = append(conds, "("+rel.Target.Filter+")")
+	var absent []string
+	for _, r := range rels {
+		where := conds
+		// A row the publication's filter excludes is not in the snapshot
+		// either: the stream will never maintain it, so Feldera must not
+		// hold it. (The filter's columns resolve to t, the innermost scope.)
+		if r.Target.Filter != "" {
+			where = append(where[:len(where):len(where)], "("+r.Target.Filter+")")
+		}
+		absent = append(absent, fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s t WHERE %s)", r.Target.Source(), strings.Join(where, " AND ")))
 	}
-	check := fmt.Sprintf("SELECT k.i FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE %s)",
-		strings.Join(args, ", "), strings.Join(names, ", "), rel.Target.Source(), strings.Join(conds, " AND "))
+	check := fmt.Sprintf("SELECT k.i FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE %s",
+		strings.Join(args, ", "), strings.Join(names, ", "), strings.Join(absent, " AND "))
 
 	r := c.newRetractor(ctx, targets, rel.Target.Route)
 	var rows []json.RawMessage

@@ -26,7 +26,8 @@ type stream struct {
 	c        *Connector
 	conn     *pgconn.PgConn
 	dec      *decode.Decoder
-	targets  []*decode.Target
+	targets  []*decode.Target // per route: its Feldera table (see plan.routes)
+	groups   [][]int          // per route: how many sources share it (plan.groups)
 	interval time.Duration
 	logger   *slog.Logger
 
@@ -129,11 +130,11 @@ func (c *Connector) session(ctx context.Context) error {
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.types)
 	s := &stream{
-		c: c, conn: conn, dec: dec, targets: p.targets,
+		c: c, conn: conn, dec: dec, targets: p.routes, groups: p.groups,
 		interval:   statusInterval(p.walTimeout),
 		logger:     c.logger,
-		filling:    newBatch(len(p.targets)),
-		spare:      newBatch(len(p.targets)),
+		filling:    newBatch(len(p.routes)),
+		spare:      newBatch(len(p.routes)),
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
 		front:      newFrontier(p.gate, c.acked),
@@ -495,8 +496,35 @@ func (s *stream) event(ev *decode.Event) error {
 // in the filling batch are discarded: the source discarded them too.
 func (s *stream) truncate(rels []*decode.Rel) error {
 	names := make([]string, len(rels))
+	// Leaf partitions sharing a Feldera table: a TRUNCATE of all of them
+	// (of their root) empties the table; a TRUNCATE of only some cannot be
+	// retracted, because Feldera cannot tell which of its rows came from
+	// which leaf. That is refused rather than guessed.
+	truncated := map[int]map[*decode.Target]bool{}
+	for _, r := range rels {
+		if truncated[r.Target.Route] == nil {
+			truncated[r.Target.Route] = map[*decode.Target]bool{}
+		}
+		truncated[r.Target.Route][r.Target] = true
+	}
+	var once []*decode.Rel
+	seen := map[int]bool{}
+	for _, r := range rels {
+		route := r.Target.Route
+		if n := len(truncated[route]); n < len(s.groups[route]) {
+			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows (TRUNCATE the partitioned table, or map its root with publish_via_partition_root = true, then resnapshot)",
+				r.Target.Qualified(), len(s.groups[route]), r.Target.Dest.Name))
+		}
+		if !seen[route] {
+			once = append(once, r)
+			seen[route] = true
+		}
+	}
 	for i, r := range rels {
 		names[i] = r.Target.Qualified()
+	}
+	rels = once
+	for _, r := range rels {
 		route := r.Target.Route
 		s.filling.total -= s.filling.rows[route]
 		s.filling.rows[route] = 0

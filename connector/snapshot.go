@@ -136,7 +136,7 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 		return nil, err
 	}
 	counts := make([]int64, len(p.targets))
-	b := newBatch(len(p.targets))
+	b := newBatch(len(p.routes))
 	b.kind = batchSnapshot
 	if c.cfg.SnapshotTransaction && !retract {
 		return c.copyAllInTxn(ctx, conn, p, b, counts)
@@ -144,26 +144,36 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 	if c.cfg.SnapshotTransaction {
 		c.logger.Info("snapshot: SNAPSHOT_TRANSACTION applies to a first snapshot only; this resnapshot retracts, batch by batch")
 	}
-	for i, t := range p.targets {
-		rel := p.rels[i]
-		if retract && !rel.Keyed() {
+	// Per Feldera table: its sources (one, or the leaf partitions that
+	// share it) are copied, then what Feldera holds and none of them has
+	// is retracted, and the count is checked against their sum.
+	for route, g := range p.groups {
+		t, rels := p.routes[route], make([]*decode.Rel, len(g))
+		for j, i := range g {
+			rels[j] = p.rels[i]
+		}
+		if retract && !rels[0].Keyed() {
 			// A multiset cannot be diffed by key: retract every row first.
-			if err := c.retractAll(ctx, p.targets, rel); err != nil {
+			if err := c.retractAll(ctx, p.routes, rels[0]); err != nil {
 				return nil, err
 			}
 		}
-		n, err := c.copyTable(ctx, conn, p.targets, rel, b)
-		if err != nil {
-			return nil, err
+		var sum int64
+		for j, i := range g {
+			n, err := c.copyTable(ctx, conn, p.routes, rels[j], b)
+			if err != nil {
+				return nil, err
+			}
+			counts[i] = n
+			sum += n
 		}
-		counts[i] = n
-		if retract && rel.Keyed() {
-			if err := c.retractMissing(ctx, conn, p.targets, rel); err != nil {
+		if retract && rels[0].Keyed() {
+			if err := c.retractMissing(ctx, conn, p.routes, rels); err != nil {
 				return nil, err
 			}
 		}
-		if rel.Keyed() {
-			if err := c.verifyCount(ctx, t, n); err != nil {
+		if rels[0].Keyed() {
+			if err := c.verifyCount(ctx, t, sum); err != nil {
 				return nil, err
 			}
 		}
@@ -198,7 +208,7 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 		return nil, err
 	}
 	for i := range p.targets {
-		n, err := c.copyTable(ctx, conn, p.targets, p.rels[i], b)
+		n, err := c.copyTable(ctx, conn, p.routes, p.rels[i], b)
 		if err != nil {
 			return fail(err)
 		}
@@ -222,9 +232,13 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 		}
 		raise(&c.maxStep, step)
 	}
-	for i, t := range p.targets {
-		if p.rels[i].Keyed() {
-			if err := c.verifyCount(ctx, t, counts[i]); err != nil {
+	for route, g := range p.groups {
+		var sum int64
+		for _, i := range g {
+			sum += counts[i]
+		}
+		if p.rels[g[0]].Keyed() {
+			if err := c.verifyCount(ctx, p.routes[route], sum); err != nil {
 				return nil, err
 			}
 		}

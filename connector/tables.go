@@ -20,11 +20,12 @@ func (t Table) Source() string { return quoteIdent(t.Schema) + "." + quoteIdent(
 // ParseTables parses TABLES: comma-separated "pg name[:feldera name]" where
 // the Postgres name may be schema-qualified (default schema public) and
 // either name may be "quoted" to keep its case. Duplicate sources or
-// destinations are an error.
+// destinations are an error here only when both names are the same
+// table; several sources for one destination (leaf partitions of one root,
+// checked at startup against the catalog) are allowed.
 func ParseTables(spec string) ([]Table, error) {
 	var out []Table
 	seenSrc := map[string]bool{}
-	seenDst := map[string]bool{}
 	for _, item := range splitOutsideQuotes(spec, ',') {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -63,10 +64,7 @@ func ParseTables(spec string) ([]Table, error) {
 		if seenSrc[key] {
 			return nil, fmt.Errorf("Postgres table %s is listed twice", key)
 		}
-		if seenDst[t.Dest] {
-			return nil, fmt.Errorf("Feldera table %s is the destination of two entries", t.Dest)
-		}
-		seenSrc[key], seenDst[t.Dest] = true, true
+		seenSrc[key] = true
 		out = append(out, t)
 	}
 	if len(out) == 0 {
@@ -107,4 +105,22 @@ func splitOutsideQuotes(s string, sep byte) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// Routes numbers the destinations of tables in order of first appearance:
+// route r is the outbox buffer, and the POST stream, of one Feldera table.
+// Sources that share a destination share its route, so their changes keep
+// the stream's order (a row moving between two leaf partitions is a delete
+// in one and an insert in the other, and must arrive in that order).
+func Routes(tables []Table) (routes []int, n int) {
+	seen := map[string]int{}
+	for _, t := range tables {
+		r, ok := seen[t.Dest]
+		if !ok {
+			r = len(seen)
+			seen[t.Dest] = r
+		}
+		routes = append(routes, r)
+	}
+	return routes, len(seen)
 }

@@ -135,3 +135,44 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NUL
 	e.waitConfirmed(e.currentLSN(), 30*time.Second)
 	e.assertEqual("users", "users")
 }
+
+// A mapped column renamed, dropped or retyped while streaming: the
+// connector stops with a refusal naming the column, and Feldera keeps the
+// rows as they were before the change. It never sends the later rows with
+// the column NULLed: an update after the change would otherwise blank the
+// column of a row Feldera already holds, and the comparison would see it.
+func TestStream_MappedColumnChangesMidStream(t *testing.T) {
+	cases := []struct{ name, alter, column, before string }{
+		{"rename", "ALTER TABLE users RENAME COLUMN name TO full_name", "name", "(SELECT id, full_name AS name, score FROM users WHERE id <= 100)"},
+		{"drop", "ALTER TABLE users DROP COLUMN name", "name", ""},
+		{"retype", "ALTER TABLE users ALTER COLUMN score TYPE text", "score", "(SELECT id, name, score::int FROM users WHERE id <= 100)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text, score int);
+CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);`)
+			r := e.start(e.config("users"))
+			e.waitSlot()
+			e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 100) g")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("users", "users")
+			e.exec(c.alter)
+			e.exec("INSERT INTO users (id) VALUES (101)")
+			e.exec("UPDATE users SET id = id WHERE id <= 10")
+			select {
+			case err := <-r.done:
+				close(r.done)
+				if err == nil || !strings.Contains(err.Error(), "public.users") || !strings.Contains(err.Error(), c.column) {
+					t.Fatalf("err = %v, want a refusal naming public.users and column %s", err, c.column)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s of a mapped column was not refused", c.name)
+			}
+			if c.before != "" {
+				e.assertEqual(c.before, "users")
+				return
+			}
+			e.assertEqual("(SELECT id, 'u' || id AS name, score FROM users WHERE id <= 100)", "users")
+		})
+	}
+}

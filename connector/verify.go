@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,9 +51,16 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 		return nil, err
 	}
 	var out []Verdict
-	for i, t := range p.targets {
-		v := Verdict{Source: t.Qualified()}
-		res, err := verifyTable(ctx, conn, sink, p.rels[i], maxDiffs)
+	for route, g := range p.groups {
+		t := p.routes[route]
+		rels := make([]*decode.Rel, len(g))
+		var names []string
+		for j, i := range g {
+			rels[j] = p.rels[i]
+			names = append(names, p.targets[i].Qualified())
+		}
+		v := Verdict{Source: strings.Join(names, ",")}
+		res, err := verifyTable(ctx, conn, sink, rels, maxDiffs)
 		if err != nil {
 			v.Result.Dest = t.Dest.Name
 			v.Error = err.Error()
@@ -67,7 +75,10 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 	return out, nil
 }
 
-func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rel *decode.Rel, maxDiffs int) (verify.Result, error) {
+// verifyTable compares a Feldera table with its sources: one table, or the
+// leaf partitions that share it.
+func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rels []*decode.Rel, maxDiffs int) (verify.Result, error) {
+	rel := rels[0]
 	t := rel.Target
 	tab, err := verify.New(t.Dest)
 	if err != nil {
@@ -82,17 +93,19 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rel *decode.Rel
 		}
 	}
 	tab.Only(mapped)
-	cr := decode.CopyRow{Rel: rel}
 	var line []byte
 	pass := func() error {
-		if _, err := snapshot.Copy(ctx, conn, copySource(t), cols, func(row []byte) error {
-			var err error
-			if line, err = cr.AppendInsert(line[:0], row); err != nil {
-				return err
+		for _, r := range rels {
+			cr := decode.CopyRow{Rel: r}
+			if _, err := snapshot.Copy(ctx, conn, copySource(r.Target), cols, func(row []byte) error {
+				var err error
+				if line, err = cr.AppendInsert(line[:0], row); err != nil {
+					return err
+				}
+				return tab.AddPostgres(line[:len(line)-1])
+			}); err != nil {
+				return fmt.Errorf("read %s from postgres: %w", r.Target.Qualified(), err)
 			}
-			return tab.AddPostgres(line[:len(line)-1])
-		}); err != nil {
-			return fmt.Errorf("read %s from postgres: %w", t.Qualified(), err)
 		}
 		err := sink.Query(ctx, "SELECT * FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
 			return tab.AddFeldera(row)

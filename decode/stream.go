@@ -38,11 +38,12 @@ type Buffers interface {
 // Decoder decodes a pgoutput stream. It holds the relation cache; it is not
 // safe for concurrent use.
 type Decoder struct {
-	targets map[string]*Target
-	rels    map[uint32]*Rel
-	byRoute map[int]*Rel // the last plan per target, to see a column vanish mid-stream
-	types   map[uint32]string
-	change  Change
+	targets  map[string]*Target
+	rels     map[uint32]*Rel
+	byTarget map[*Target]*Rel  // the last plan per target, to see a column vanish mid-stream
+	unmapped map[uint32]string // RELATIONs of tables TABLES does not map, by OID
+	types    map[uint32]string
+	change   Change
 	// RequirePrimaryKey refuses Feldera tables without a PRIMARY KEY.
 	RequirePrimaryKey bool
 	// Options plan each RELATION; Types is consulted after the stream's
@@ -52,7 +53,7 @@ type Decoder struct {
 
 // NewDecoder returns a decoder for the mapped targets.
 func NewDecoder(targets []*Target) *Decoder {
-	d := &Decoder{targets: map[string]*Target{}, rels: map[uint32]*Rel{}, byRoute: map[int]*Rel{}, types: map[uint32]string{}, RequirePrimaryKey: true}
+	d := &Decoder{targets: map[string]*Target{}, rels: map[uint32]*Rel{}, byTarget: map[*Target]*Rel{}, unmapped: map[uint32]string{}, types: map[uint32]string{}, RequirePrimaryKey: true}
 	for _, t := range targets {
 		d.targets[t.Qualified()] = t
 	}
@@ -122,25 +123,35 @@ func (d *Decoder) relation(wal []byte, ev *Event) error {
 	qualified := m.Namespace + "." + m.Name
 	t, ok := d.targets[qualified]
 	if !ok {
-		return &RefusalError{Table: qualified, Reason: "the publication sends this table but TABLES does not map it (add it to TABLES or remove it from the publication)"}
+		// Not refused yet: with publish_via_partition_root, a change to a
+		// leaf partition is preceded by the RELATION of the root it is
+		// published as and then of the leaf itself, though its rows carry
+		// the root's OID. Only a change to an unmapped table is refused.
+		delete(d.rels, m.ID)
+		d.unmapped[m.ID] = qualified
+		return nil
 	}
+	delete(d.unmapped, m.ID)
 	if d.RequirePrimaryKey && len(t.Dest.PrimaryKey) == 0 {
 		return &RefusalError{Table: qualified, Reason: fmt.Sprintf("Feldera table %s has no PRIMARY KEY (replays would duplicate rows; FELDERA_REQUIRE_PRIMARY_KEY=false to allow)", t.Dest.Name)}
 	}
 	opts := d.Options
 	opts.Types = d.lookup
-	rel, warnings, err := NewRel(m.ID, t, m.ReplicaIdentity, m.Columns, &opts, d.byRoute[t.Route])
+	rel, warnings, err := NewRel(m.ID, t, m.ReplicaIdentity, m.Columns, &opts, d.byTarget[t])
 	if err != nil {
 		return err
 	}
 	d.rels[m.ID] = rel // replaces the cached relation (ALTER TABLE mid-stream)
-	d.byRoute[t.Route] = rel
+	d.byTarget[t] = rel
 	ev.Rel, ev.Warnings = rel, warnings
 	return nil
 }
 
 func (d *Decoder) rel(id uint32) (*Rel, error) {
 	r, ok := d.rels[id]
+	if !ok && d.unmapped[id] != "" {
+		return nil, &RefusalError{Table: d.unmapped[id], Reason: "the publication sends changes to this table but TABLES does not map it (add it to TABLES or remove it from the publication)"}
+	}
 	if !ok {
 		return nil, &RefusalError{Reason: fmt.Sprintf("change for relation OID %d before its RELATION message", id)}
 	}

@@ -89,7 +89,6 @@ func TestConfig_BadValuesExit2(t *testing.T) {
 		{"crashN", "CRASH_AFTER_BATCHES", "0", "CRASH_AFTER_BATCHES"},
 		{"slot", "PG_SLOT", "Bad-Slot", "PG_SLOT"},
 		{"dupSource", "TABLES", "users,USERS", "TABLES"},
-		{"dupDest", "TABLES", "a:x,b:X", "TABLES"},
 		{"url", "FELDERA_URL", "ftp://h", "FELDERA_URL"},
 		{"logLevel", "LOG_LEVEL", "loud", "LOG_LEVEL"},
 		{"logFormat", "LOG_FORMAT", "xml", "LOG_FORMAT"},
