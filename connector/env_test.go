@@ -65,6 +65,13 @@ func newEnv(t *testing.T, pgDDL, felderaDDL string) *env {
 
 func newEnvOn(t testing.TB, c *pgcluster.Cluster, pgDDL, felderaDDL string, mod func(*felderatest.Config)) *env {
 	t.Helper()
+	return newEnvGen(t, c, pgDDL, func(string) string { return felderaDDL }, mod)
+}
+
+// newEnvGen is newEnvOn with the Feldera program written from the new
+// database (by pgfeldera ddl, say) after pgDDL ran.
+func newEnvGen(t testing.TB, c *pgcluster.Cluster, pgDDL string, felderaDDL func(dsn string) string, mod func(*felderatest.Config)) *env {
+	t.Helper()
 	e := &env{t: t, pg: c, dsn: c.NewDB(t), logs: &syncBuffer{}}
 	slotN++
 	e.slot = fmt.Sprintf("s_%d_%d", os.Getpid(), slotN)
@@ -76,7 +83,7 @@ func newEnvOn(t testing.TB, c *pgcluster.Cluster, pgDDL, felderaDDL string, mod 
 	}
 	t.Cleanup(func() { e.db.Close(context.Background()) })
 	e.exec(pgDDL)
-	cfg := felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(felderaDDL)}
+	cfg := felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(felderaDDL(e.dsn))}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -43,6 +43,7 @@ commands:
   demo      run against a throwaway local Postgres and the built-in Feldera double
   status    show the slot, the state file and the pipeline
   verify    compare each mapped table in Postgres and Feldera
+  ddl       print Feldera CREATE TABLE statements for TABLES from the Postgres catalog
   version   print the version
 
 exit codes: 0 graceful stop, 2 configuration error, 70 crash point, 1 other fatal error
@@ -78,6 +79,8 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 		return runStatus(ctx, rest, getenv, stdout, stderr)
 	case "verify":
 		return runVerify(ctx, rest, getenv, stdout, stderr)
+	case "ddl":
+		return runDDL(ctx, rest, getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "pgfeldera: unknown command %q\n\n%s", cmd, topUsage)
 		return exitConfig

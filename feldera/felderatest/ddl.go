@@ -16,10 +16,11 @@ import (
 // Identifiers may be "quoted" (case-sensitive). Types: BOOLEAN, TINYINT,
 // SMALLINT, INT/INTEGER, BIGINT, REAL, DOUBLE, DECIMAL(p,s)/NUMERIC, VARCHAR,
 // CHAR, TEXT/STRING, BINARY/VARBINARY/BYTEA, DATE, TIME, TIMESTAMP,
-// TIMESTAMP_TZ, UUID, VARIANT, and T ARRAY / T[].
+// TIMESTAMP_TZ, UUID, VARIANT, and T ARRAY / T[]. Line comments (--) are
+// ignored, as Feldera's SQL compiler ignores them.
 func ParseDDL(ddl string) ([]feldera.Relation, error) {
 	var rels []feldera.Relation
-	for _, stmt := range splitTop(ddl, ';') {
+	for _, stmt := range splitTop(stripComments(ddl), ';') {
 		stmt = strings.TrimSpace(stmt)
 		if stmt == "" {
 			continue
@@ -244,4 +245,31 @@ func splitTop(s string, sep byte) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// stripComments removes -- line comments outside quoted text.
+func stripComments(s string) string {
+	var b strings.Builder
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && i+1 < len(s) && s[i+1] == '-':
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			if i < len(s) {
+				b.WriteByte('\n')
+			}
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
