@@ -365,3 +365,39 @@ func (e *env) assertBatchesBounded(max int) {
 		}
 	}
 }
+
+// deliver writes rows into table by path ("stream": inserted after the
+// connector started; "snapshot": before, and copied), waits until they are
+// acknowledged, checks which path carried all of them and that the double
+// took every request, and returns what Feldera holds.
+func (e *env) deliver(path, table string, want int, insert func()) []felderatest.Row {
+	e.t.Helper()
+	cfg := e.config(table)
+	if path == "snapshot" {
+		insert()
+		cfg = e.snapshotConfig(table)
+	}
+	c := e.newConnector(cfg, e.client)
+	e.run(c)
+	e.waitSlot()
+	if path == "stream" {
+		insert()
+	} else {
+		e.waitLog("snapshot: complete", 30*time.Second)
+	}
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	if st := c.Stats(); path == "snapshot" && (st.StreamRows.Load() != 0 || st.SnapshotRows.Load() != int64(want)) ||
+		path == "stream" && st.StreamRows.Load() != int64(want) {
+		e.t.Fatalf("%s: %d rows by the stream, %d by the snapshot", path, st.StreamRows.Load(), st.SnapshotRows.Load())
+	}
+	for _, r := range e.fel.Requests() {
+		if r.Errors != 0 || r.Status != 200 {
+			e.t.Fatalf("the double rejected a request: %+v", r)
+		}
+	}
+	rows := e.fel.Rows(table)
+	if len(rows) != want {
+		e.t.Fatalf("%d rows", len(rows))
+	}
+	return rows
+}

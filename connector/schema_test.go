@@ -44,33 +44,7 @@ func TestStream_SchemaMatrix(t *testing.T) {
 				  '[1.5,2.5]', '{[1,3),[5,7)}', '{{1,2},{3,4}}', '{{a,b},{c,NULL}}', 1.5, 12345.678, '{"k": [1, "x"]}')`)
 				e.exec(`INSERT INTO rich (id) VALUES (2)`)
 			}
-			cfg := e.config("rich")
-			if path == "snapshot" {
-				insert()
-				cfg = e.snapshotConfig("rich")
-			}
-			c := e.newConnector(cfg, e.client)
-			e.run(c)
-			e.waitSlot()
-			if path == "stream" {
-				insert()
-			} else {
-				e.waitLog("snapshot: complete", 30*time.Second)
-			}
-			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			if st := c.Stats(); path == "snapshot" && (st.StreamRows.Load() != 0 || st.SnapshotRows.Load() != 2) ||
-				path == "stream" && st.StreamRows.Load() != 2 {
-				t.Fatalf("%s: %d rows by the stream, %d by the snapshot", path, st.StreamRows.Load(), st.SnapshotRows.Load())
-			}
-			for _, r := range e.fel.Requests() {
-				if r.Errors != 0 || r.Status != 200 {
-					t.Fatalf("the double rejected a request: %+v", r)
-				}
-			}
-			rows := e.fel.Rows("rich")
-			if len(rows) != 2 {
-				t.Fatalf("%d rows", len(rows))
-			}
+			rows := e.deliver(path, "rich", 2, insert)
 			want := map[string]string{
 				"m": `"happy"`, "ms": `["sad","ok"]`, "p": "12.50", "pi": "7", "e": `"A@B.com"`, "ci": `"MiXeD"`,
 				"ip": `"192.168.1.5/24"`, "cn": `"10.1.0.0/16"`, "mac": `"08:00:2b:01:02:03"`, "mac8": `"08:00:2b:01:02:03:04:05"`,

@@ -38,33 +38,7 @@ CREATE TABLE typed (
 	  '{"b": 1, "a": [true, null]}', '{"b": 1, "a": [true, null]}', '{"x": 1}', '\xdead00ff', '{1,NULL,3}', '{"a b",NULL,"c\"d"}', '{1.5,NULL}')`)
 		e.exec(`INSERT INTO typed (id) VALUES (2)`)
 	}
-	cfg := e.config("typed")
-	if path == "snapshot" {
-		insert()
-		cfg = e.snapshotConfig("typed")
-	}
-	c := e.newConnector(cfg, e.client)
-	e.run(c)
-	e.waitSlot()
-	if path == "stream" {
-		insert()
-	} else {
-		e.waitLog("snapshot: complete", 30*time.Second)
-	}
-	e.waitConfirmed(e.currentLSN(), 30*time.Second)
-	if st := c.Stats(); path == "snapshot" && (st.StreamRows.Load() != 0 || st.SnapshotRows.Load() != 2) ||
-		path == "stream" && st.StreamRows.Load() != 2 {
-		t.Fatalf("%s: %d rows by the stream, %d by the snapshot", path, st.StreamRows.Load(), st.SnapshotRows.Load())
-	}
-	for _, r := range e.fel.Requests() {
-		if r.Errors != 0 || r.Status != 200 {
-			t.Fatalf("the double rejected a request: %+v", r)
-		}
-	}
-	rows := e.fel.Rows("typed")
-	if len(rows) != 2 {
-		t.Fatalf("%d rows", len(rows))
-	}
+	rows := e.deliver(path, "typed", 2, insert)
 	want := map[string]string{
 		"b": "true", "i2": "-32768", "i8": "9223372036854775807", "o": "4294967295", "f4": "1.5", "f8": "-2.25e-300", "f8nan": "null",
 		"n": "12345678901234.123456", "nnan": "null", "t": `"quote\" backslash\\ newline\n tab\t é 😀"`, "vc": `"short"`, "bp": `"ab  "`,
