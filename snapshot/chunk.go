@@ -1,0 +1,134 @@
+package snapshot
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Incremental snapshots (issue 17) read a keyed table in primary-key
+// chunks while the stream flows, each chunk in its own short transaction,
+// bracketed in the stream by a low and a high watermark (logical messages
+// the connector emits, so they are ordered with the data). This file holds
+// the two pure parts: the chunk's query, and the rule that reconciles a
+// chunk with the stream between its watermarks. The session wires them.
+//
+// The exactness argument, for a keyed Feldera table (an insert is an
+// upsert by key, a delete removes the key):
+//
+// Let L and H be the positions of the chunk's low and high watermarks and
+// T the moment its SELECT ran, L < T < H in commit order. The chunk's rows
+// enter the outbox at H, after every stream change before H, and before
+// every change after it.
+//
+//   - A key of the chunk the stream changed between L and H: its stream
+//     change(s) already entered the outbox; the chunk's value was read at T
+//     and may be older than the last of them. The chunk's row is dropped
+//     (Window.Keep is false), so Feldera holds the stream's last value,
+//     which is the value at H.
+//   - A key of the chunk the stream did not change between L and H: its
+//     value at T is its value at H; the chunk's upsert at H is exact.
+//   - A key in the chunk's range the chunk does not hold: it did not exist
+//     at T. If the stream inserted it after T, that insert is in the
+//     outbox; if it was deleted before T, the delete is (after L) or it was
+//     gone before L, and only a resnapshot's retraction has to remove it
+//     from Feldera (a later step).
+//   - A key beyond the chunks copied so far: a stream upsert or delete of
+//     it is an upsert or delete in Feldera, harmless, because the key's
+//     chunk, read later, carries its value then (or its absence).
+//   - A key of an earlier chunk: the stream maintains it as any row.
+//
+// On a keyless table none of this holds (Feldera cannot tell a row's
+// update from a second copy, and a stream change to a row not yet copied
+// would be counted twice), so incremental mode refuses keyless tables.
+
+// Window is the reconciliation of one chunk with the stream: keys the
+// stream touched between the chunk's low and high watermark. Keys are the
+// chunk table's Feldera key in one canonical text form, the same the
+// stream and the chunk use.
+type Window struct {
+	open    bool
+	touched map[string]struct{}
+}
+
+// Open starts the window at the low watermark, forgetting any earlier one.
+func (w *Window) Open() {
+	w.open = true
+	w.touched = map[string]struct{}{}
+}
+
+// Touch records a stream change (insert, update's old and new key, delete)
+// to key of the chunk's table. Outside a window it is a no-op.
+func (w *Window) Touch(key string) {
+	if w.open {
+		w.touched[key] = struct{}{}
+	}
+}
+
+// Close ends the window at the high watermark; Keep answers for the
+// chunk's rows until the next Open.
+func (w *Window) Close() { w.open = false }
+
+// Keep reports whether a chunk row with key enters the outbox: only a key
+// the stream did not change between the watermarks.
+func (w *Window) Keep(key string) bool {
+	_, touched := w.touched[key]
+	return !touched
+}
+
+// Touched is how many distinct keys the stream changed in the window.
+func (w *Window) Touched() int { return len(w.touched) }
+
+// KeyCol is a key column of a chunked table: its name and its type as
+// format_type prints it ("bigint", "text", "timestamp with time zone"),
+// for the typed literal of a chunk's lower bound.
+type KeyCol struct {
+	Name, Type string
+}
+
+// ChunkSQL is the COPY of one chunk: cols of the rows after the key
+// value after (nil for the first chunk), in key order, at most limit. COPY
+// takes no parameters, so the bound is written as typed literals from the
+// previous chunk's last key, in Postgres's text form; a row value
+// comparison (k1, k2) > (v1, v2) is the key order of the primary key's
+// btree, so the chunks partition the table without overlap or gap.
+func (s Source) ChunkSQL(cols []string, key []KeyCol, after []string, limit int) (string, error) {
+	if len(key) == 0 {
+		return "", fmt.Errorf("chunk of %s: the table has no key to chunk by", s.Table)
+	}
+	if after != nil && len(after) != len(key) {
+		return "", fmt.Errorf("chunk of %s: %d key values for %d key columns", s.Table, len(after), len(key))
+	}
+	if limit <= 0 {
+		return "", fmt.Errorf("chunk of %s: limit %d", s.Table, limit)
+	}
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = quoteIdent(c)
+	}
+	keys := make([]string, len(key))
+	for i, k := range key {
+		keys[i] = quoteIdent(k.Name)
+	}
+	var where []string
+	if s.Filter != "" {
+		where = append(where, "("+s.Filter+")")
+	}
+	if after != nil {
+		lits := make([]string, len(after))
+		for i, v := range after {
+			lits[i] = quoteLiteral(v) + "::" + key[i].Type
+		}
+		where = append(where, "("+strings.Join(keys, ", ")+") > ("+strings.Join(lits, ", ")+")")
+	}
+	sel := fmt.Sprintf("SELECT %s FROM %s", strings.Join(quoted, ", "), s.Table)
+	if len(where) > 0 {
+		sel += " WHERE " + strings.Join(where, " AND ")
+	}
+	sel += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(keys, ", "), limit)
+	return "COPY (" + sel + ") TO STDOUT", nil
+}
+
+// quoteLiteral writes s as a standard SQL string literal (the session
+// runs with standard_conforming_strings = on, the default since 9.1); a
+// NUL cannot occur in a Postgres text value.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
