@@ -197,6 +197,37 @@ type Truncate struct {
 	RelIDs  []uint32
 }
 
+// Message is a logical decoding message (pg_logical_emit_message), sent
+// only when START_REPLICATION asks for messages 'true'.
+type Message struct {
+	Transactional bool
+	LSN           pglogrepl.LSN
+	Prefix        string
+	Content       []byte // aliases the WAL buffer: copy to keep it
+}
+
+// ParseMessage parses a MESSAGE message: flags, LSN, prefix, content.
+func ParseMessage(b []byte) (Message, error) {
+	r := reader{msg: MsgMessage, b: b[1:]}
+	var m Message
+	flags := r.u8("flags")
+	if flags&^1 != 0 {
+		r.fail("unknown flags %#x", flags)
+	}
+	m.Transactional = flags&1 == 1
+	m.LSN = pglogrepl.LSN(r.u64("LSN"))
+	m.Prefix = r.cstring("prefix")
+	n := r.u32("content length")
+	if r.need(int(n), "content") {
+		m.Content = r.b[:n]
+		r.b = r.b[n:]
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("%d bytes after the content", len(r.b))
+	}
+	return m, r.err
+}
+
 // ParseBegin parses a BEGIN message (type byte included).
 func ParseBegin(b []byte) (Begin, error) {
 	r := reader{msg: MsgBegin, b: b[1:]}

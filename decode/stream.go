@@ -14,6 +14,7 @@ const (
 	KindRelation             // the relation cache changed; Warnings may say something
 	KindRows                 // Rows lines were appended to Route's buffer
 	KindTruncate             // Truncated tables must be retracted
+	KindMessage              // a logical message (pg_logical_emit_message): Message
 )
 
 // Event is the result of decoding one message.
@@ -28,6 +29,7 @@ type Event struct {
 	Truncated []*Rel
 	Cascade   bool
 	Warnings  []string
+	Message   Message
 }
 
 // Buffers gives the decoder the NDJSON buffer of a route to append to.
@@ -101,7 +103,10 @@ func (d *Decoder) Decode(wal []byte, bufs Buffers, ev *Event) (err error) {
 		err = d.rows(wal, bufs, ev)
 	case MsgTruncate:
 		err = d.truncate(wal, ev)
-	case MsgOrigin, MsgMessage:
+	case MsgMessage:
+		ev.Kind = KindMessage
+		ev.Message, err = ParseMessage(wal)
+	case MsgOrigin:
 	case MsgStreamAbort:
 		// PostgreSQL 18 was seen sending STREAM ABORT for an aborted
 		// subtransaction on protocol v1, which never streams: nothing of it

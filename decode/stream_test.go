@@ -290,6 +290,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(msg{'T'}.u32(1).u8(0).u32(10)))
 	f.Add([]byte(msg{'B'}.u64(1).u64(0).u32(7)))
 	f.Add([]byte(msg{'C'}.u8(0).u64(1).u64(2).u64(0)))
+	f.Add([]byte(msg{'M'}.u8(1).u64(5).str("pgfeldera").u32(2).append("{}")))
 	f.Add([]byte(msg{'Y'}.u32(16500).str("public").str("mood")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := newDecoder(t)
@@ -323,4 +324,31 @@ func FuzzCopyRow(f *testing.F) {
 			t.Fatalf("invalid JSON %q", out)
 		}
 	})
+}
+
+// Logical messages (pg_logical_emit_message, with messages 'true'): the
+// prefix and content, transactional or not; malformed ones are parse errors.
+func TestDecoder_LogicalMessage(t *testing.T) {
+	d := newDecoder(t)
+	var ev decode.Event
+	if err := d.Decode(msg{'M'}.u8(1).u64(0x16B3748).str("pgfeldera").u32(5).append(`{"a":`), bufs{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Kind != decode.KindMessage || !ev.Message.Transactional || ev.Message.LSN != 0x16B3748 || ev.Message.Prefix != "pgfeldera" || string(ev.Message.Content) != `{"a":` {
+		t.Fatalf("event = %+v", ev)
+	}
+	if err := d.Decode(msg{'M'}.u8(0).u64(1).str("other").u32(0), bufs{}, &ev); err != nil || ev.Message.Transactional || ev.Message.Prefix != "other" || len(ev.Message.Content) != 0 {
+		t.Fatalf("non-transactional: %+v, %v", ev, err)
+	}
+	for name, m := range map[string][]byte{
+		"short content": msg{'M'}.u8(1).u64(1).str("p").u32(9).append("abc"),
+		"trailing":      msg{'M'}.u8(1).u64(1).str("p").u32(1).append("ab"),
+		"flags":         msg{'M'}.u8(6).u64(1).str("p").u32(0),
+		"no prefix end": msg{'M'}.u8(1).u64(1).append("p"),
+	} {
+		var pe *decode.ParseError
+		if err := d.Decode(m, bufs{}, &ev); !errors.As(err, &pe) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
 }
