@@ -84,10 +84,8 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rels []*decode.
 	if err != nil {
 		return verify.Result{}, err
 	}
-	cols := make([]string, len(rel.Cols))
 	var mapped []string
-	for i, col := range rel.Cols {
-		cols[i] = col.Name
+	for _, col := range rel.Cols {
 		if col.Field != "" {
 			mapped = append(mapped, col.Field)
 		}
@@ -96,6 +94,12 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rels []*decode.
 	var line []byte
 	pass := func() error {
 		for _, r := range rels {
+			// Each leaf in its own column order (a partition attached
+			// from a table created apart may differ from its root).
+			cols := make([]string, len(r.Cols))
+			for i, col := range r.Cols {
+				cols[i] = col.Name
+			}
 			cr := decode.CopyRow{Rel: r}
 			if _, err := snapshot.Copy(ctx, conn, copySource(r.Target), cols, func(row []byte) error {
 				var err error
