@@ -500,24 +500,18 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	// (of their root) empties the table; a TRUNCATE of only some cannot be
 	// retracted, because Feldera cannot tell which of its rows came from
 	// which leaf. That is refused rather than guessed.
-	truncated := map[int]map[*decode.Target]bool{}
+	// A TRUNCATE message lists each relation once.
+	perRoute := map[int]int{}
+	var once []*decode.Rel // the first truncated source of each route
 	for _, r := range rels {
-		if truncated[r.Target.Route] == nil {
-			truncated[r.Target.Route] = map[*decode.Target]bool{}
-		}
-		truncated[r.Target.Route][r.Target] = true
-	}
-	var once []*decode.Rel
-	seen := map[int]bool{}
-	for _, r := range rels {
-		route := r.Target.Route
-		if n := len(truncated[route]); n < len(s.groups[route]) {
-			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows (TRUNCATE the partitioned table, or map its root with publish_via_partition_root = true, then resnapshot)",
-				r.Target.Qualified(), len(s.groups[route]), r.Target.Dest.Name))
-		}
-		if !seen[route] {
+		if perRoute[r.Target.Route]++; perRoute[r.Target.Route] == 1 {
 			once = append(once, r)
-			seen[route] = true
+		}
+	}
+	for _, r := range rels {
+		if n := len(s.groups[r.Target.Route]); perRoute[r.Target.Route] < n {
+			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows (TRUNCATE the partitioned table, or map its root with publish_via_partition_root = true, then resnapshot)",
+				r.Target.Qualified(), n, r.Target.Dest.Name))
 		}
 	}
 	for i, r := range rels {
