@@ -101,11 +101,9 @@ func suggest(oid uint32, typmod int32, dims int, types Types, depth int) (felder
 		case t.Kind == 'd':
 			c, err := suggest(t.Base, t.BaseMod, dims, types, depth+1)
 			if err != nil {
-				if te, isTE := err.(*TypeError); isTE {
-					return c, &TypeError{Type: t.Name, OID: oid, Reason: fmt.Sprintf("domain %s over %s: %s", t.Name, lookupName(t.Base, types), te.Reason)}
-				}
+				return c, domainError(t, types, err)
 			}
-			return c, err
+			return c, nil
 		case t.Kind == 'e', t.Kind == 'r', t.Kind == 'm', t.Kind == 'b' && t.TypName == "citext":
 			return ct("VARCHAR")
 		}

@@ -150,11 +150,7 @@ func plan(oid uint32, typmod int32, ft feldera.ColumnType, types Types, depth in
 	case t.Kind == 'd':
 		enc, err := plan(t.Base, t.BaseMod, ft, types, depth+1)
 		if err != nil {
-			var te *TypeError
-			if errors.As(err, &te) {
-				return nil, &TypeError{Type: t.Name, OID: oid, Reason: fmt.Sprintf("domain %s over %s: %s", t.Name, lookupName(t.Base, types), te.Reason)}
-			}
-			return nil, err
+			return nil, domainError(t, types, err)
 		}
 		return enc, nil
 	case t.Kind == 'e':
@@ -209,6 +205,15 @@ func planArray(oid, elem uint32, typmod int32, ft feldera.ColumnType, types Type
 		return nil, arrayError(oid, types, err)
 	}
 	return arrayEncoder(inner, dims), nil
+}
+
+// domainError names the domain around its base type's refusal.
+func domainError(t PGType, types Types, err error) error {
+	var te *TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	return &TypeError{Type: t.Name, OID: t.OID, Reason: fmt.Sprintf("domain %s over %s: %s", t.Name, lookupName(t.Base, types), te.Reason)}
 }
 
 // arrayError names the array type around its element's refusal.
