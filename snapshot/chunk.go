@@ -37,6 +37,23 @@ import (
 //     chunk, read later, carries its value then (or its absence).
 //   - A key of an earlier chunk: the stream maintains it as any row.
 //
+// A gap in "L < T < H in commit order", which the driver must close: a
+// transaction's commit record enters the WAL before it leaves the proc
+// array (RecordTransactionCommit writes and flushes it, updates the clog,
+// waits for a synchronous standby, and only then ProcArrayEndTransaction
+// makes it visible). So a transaction X can commit in the WAL before L,
+// reach the stream before the window opens, and still be invisible to the
+// chunk's snapshot: with synchronous replication and a watermark written
+// with synchronous_commit = local this is not rare. The chunk would then
+// carry the value before X, upserted at H over X's newer one: a wrong
+// row. The rule that closes it: the chunk transaction reads its snapshot
+// (pg_current_snapshot()), and after the COPY asks pg_xact_status for
+// each xid in its xip list; one that is already committed may have
+// committed before L, so the chunk is discarded and read again under new
+// watermarks (such a state lasts as long as a standby's acknowledgement).
+// An xid still in progress then commits after L (its commit record
+// precedes its clog update by two adjacent calls), so the window sees it.
+//
 // On a keyless table none of this holds (Feldera cannot tell a row's
 // update from a second copy, and a stream change to a row not yet copied
 // would be counted twice), so incremental mode refuses keyless tables.
