@@ -97,3 +97,7 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 	}
 	return dst, nil
 }
+
+// KeyText is the Feldera key of the row the last AppendInsert parsed, in
+// the form Rel.KeyText gives a stream tuple.
+func (c *CopyRow) KeyText() (string, bool) { return c.Rel.KeyText(c.cols) }

@@ -321,3 +321,27 @@ func (r *Rel) checkRetraction(kind byte, old []TupleCol) error {
 	}
 	return nil
 }
+
+// KeyText is a row's Feldera key in the one text form the stream and COPY
+// share (each key column's Postgres text output, the session's pinned
+// settings making it canonical, joined by NUL, which no text value holds),
+// for reconciling an incremental snapshot's chunk with the stream. ok is
+// false when a key column is NULL, missing or an unchanged TOAST value:
+// the key is then unknown, and a caller must assume the worst.
+func (r *Rel) KeyText(tup []TupleCol) (key string, ok bool) {
+	n := 0
+	for _, i := range r.KeyCols {
+		if i >= len(tup) || tup[i].Kind != ColText {
+			return "", false
+		}
+		n += len(tup[i].Data) + 1
+	}
+	b := make([]byte, 0, n)
+	for j, i := range r.KeyCols {
+		if j > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, tup[i].Data...)
+	}
+	return string(b), len(r.KeyCols) > 0
+}

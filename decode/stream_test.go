@@ -281,6 +281,38 @@ func TestCopyRow(t *testing.T) {
 	}
 }
 
+// The key an incremental snapshot reconciles by is the same text whether
+// the row came from COPY or from the stream, and unknown (never guessed)
+// when a key column is NULL or an unchanged TOAST value.
+func TestKeyText(t *testing.T) {
+	d := newDecoder(t)
+	var ev decode.Event
+	if err := d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), bufs{}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	rel := ev.Rel
+	c := decode.CopyRow{Rel: rel}
+	if _, err := c.AppendInsert(nil, []byte("7\tx\t\\N")); err != nil {
+		t.Fatal(err)
+	}
+	fromCopy, ok := c.KeyText()
+	if !ok || fromCopy != "7" {
+		t.Fatalf("copy key %q %v, want \"7\" true", fromCopy, ok)
+	}
+	fromStream, ok := rel.KeyText([]decode.TupleCol{{Kind: decode.ColText, Data: []byte("7")}, {Kind: decode.ColText, Data: []byte("y")}, {Kind: decode.ColNull}})
+	if !ok || fromStream != fromCopy {
+		t.Fatalf("stream key %q %v, want %q true", fromStream, ok, fromCopy)
+	}
+	for _, kind := range []byte{decode.ColNull, decode.ColUnchangedToast} {
+		if k, ok := rel.KeyText([]decode.TupleCol{{Kind: kind}}); ok {
+			t.Fatalf("key column of kind %q: got key %q, want unknown", kind, k)
+		}
+	}
+	if k, ok := rel.KeyText(nil); ok {
+		t.Fatalf("empty tuple: got key %q, want unknown", k)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(relationMsg(10, "public", "users", 'd', usersCols...))
 	f.Add(insertMsg(10, "1", "a", null))
