@@ -101,3 +101,12 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 // KeyText is the Feldera key of the row the last AppendInsert parsed, in
 // the form Rel.KeyText gives a stream tuple.
 func (c *CopyRow) KeyText() (string, bool) { return c.Rel.KeyText(c.cols) }
+
+// Col is column i of the row the last AppendInsert parsed, as Postgres
+// printed it (unescaped); ok is false for a NULL or a missing column.
+func (c *CopyRow) Col(i int) (string, bool) {
+	if i < 0 || i >= len(c.cols) || c.cols[i].Kind != ColText {
+		return "", false
+	}
+	return string(c.cols[i].Data), true
+}

@@ -30,6 +30,12 @@ type Event struct {
 	Cascade   bool
 	Warnings  []string
 	Message   Message
+	// Keys are the Feldera keys (Rel.KeyText) of the rows a KindRows
+	// event changed (an update's old and new key, a delete's old), set
+	// only for a route the decoder's WantKeys marks; KeyUnknown says one
+	// of them could not be known (a NULL or unchanged TOAST key column).
+	Keys       []string
+	KeyUnknown bool
 }
 
 // Buffers gives the decoder the NDJSON buffer of a route to append to.
@@ -51,6 +57,10 @@ type Decoder struct {
 	// Options plan each RELATION; Types is consulted after the stream's
 	// own TYPE messages.
 	Options Options
+	// WantKeys, indexed by route, asks for the Feldera keys of the rows
+	// each change touches (Event.Keys): the routes an incremental
+	// snapshot's window is open on. Nil asks for none.
+	WantKeys []bool
 }
 
 // NewDecoder returns a decoder for the mapped targets.
@@ -207,7 +217,30 @@ func (d *Decoder) rows(wal []byte, bufs Buffers, ev *Event) error {
 		return err
 	}
 	*buf = dst
+	if r.Target.Route < len(d.WantKeys) && d.WantKeys[r.Target.Route] {
+		d.keys(r, c, ev)
+	}
 	return nil
+}
+
+// keys fills ev.Keys with the Feldera keys c touches: the old key of an
+// update that carries one and of a delete, and the new key of an insert
+// or update (an update without an old tuple kept its key).
+func (d *Decoder) keys(r *Rel, c *Change, ev *Event) {
+	add := func(tup []TupleCol) {
+		k, ok := r.KeyText(tup)
+		if !ok {
+			ev.KeyUnknown = true
+			return
+		}
+		ev.Keys = append(ev.Keys, k)
+	}
+	if c.Op != MsgInsert && c.OldKind != 0 {
+		add(c.Old)
+	}
+	if c.Op != MsgDelete {
+		add(c.New)
+	}
 }
 
 func (d *Decoder) truncate(wal []byte, ev *Event) error {

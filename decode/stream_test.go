@@ -313,6 +313,50 @@ func TestKeyText(t *testing.T) {
 	}
 }
 
+// Event.Keys are the keys a change touches, only for routes WantKeys
+// marks: an insert's new key, an update's old and new, a delete's old; a
+// key the tuple cannot tell (unchanged TOAST) is KeyUnknown, never a guess.
+func TestEventKeys(t *testing.T) {
+	d := newDecoder(t)
+	b := bufs{}
+	var ev decode.Event
+	if err := d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), b, &ev); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		msg     []byte
+		want    string
+		unknown bool
+	}{
+		{"insert", insertMsg(10, "1", "a", null), "1", false},
+		{"updateSameKey", updateMsg(10, 0, nil, "2", "b", null), "2", false},
+		{"updateKeyChanged", updateMsg(10, 'K', []string{"3", null, null}, "4", "b", null), "3|4", false},
+		{"delete", deleteMsg(10, 'K', "5", null, null), "5", false},
+		{"toastKey", updateMsg(10, 'O', []string{"6", "a", null}, toast, "b", null), "6", true},
+	}
+	for _, want := range []bool{false, true} {
+		if want {
+			d.WantKeys = []bool{true}
+		}
+		for _, c := range cases {
+			if err := d.Decode(c.msg, b, &ev); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			got := strings.Join(ev.Keys, "|")
+			if !want {
+				if got != "" || ev.KeyUnknown {
+					t.Fatalf("%s without WantKeys: keys %q unknown %v, want none", c.name, got, ev.KeyUnknown)
+				}
+				continue
+			}
+			if got != c.want || ev.KeyUnknown != c.unknown {
+				t.Fatalf("%s: keys %q unknown %v, want %q %v", c.name, got, ev.KeyUnknown, c.want, c.unknown)
+			}
+		}
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(relationMsg(10, "public", "users", 'd', usersCols...))
 	f.Add(insertMsg(10, "1", "a", null))

@@ -67,7 +67,9 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 		return Plan{Resnapshot, fmt.Sprintf("slot %s exists but there is no state file: a slot is no proof the target was seeded", slotName)}
 	}
 	for _, t := range st.Tables {
-		if t.Status != state.Complete {
+		// An incremental table streams from the slot's creation: its
+		// chunks go on from the state's After (issue 17).
+		if t.Status != state.Complete && t.Status != state.Incremental {
 			return Plan{Resnapshot, fmt.Sprintf("the snapshot of %s did not complete", t.Source)}
 		}
 	}
@@ -91,6 +93,9 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 		return Plan{Resnapshot, fmt.Sprintf("slot %s is missing: WAL since the last acknowledgement may be gone", slotName)}
 	case slot.WalStatus == "lost":
 		return Plan{Resnapshot, fmt.Sprintf("slot %s has wal_status lost: the WAL it needed was removed", slotName)}
+	}
+	if st.Incremental() {
+		return Plan{Stream, "incremental snapshot under way and slot present: streaming, and the chunks go on"}
 	}
 	return Plan{Stream, "state complete and slot present"}
 }

@@ -29,6 +29,10 @@ const Version = 1
 const (
 	Pending  = "pending"
 	Complete = "complete"
+	// Incremental: an incremental snapshot (SNAPSHOT_MODE=incremental)
+	// is under way; the stream carries the table from the slot's creation,
+	// and chunks after After are still to be read.
+	Incremental = "incremental"
 )
 
 // ErrNotExist means there is no state file: start from scratch.
@@ -43,6 +47,13 @@ type Table struct {
 	// durable, to cross-check Feldera's answers during a retraction.
 	Rows      int64  `json:"rows,omitempty"`
 	KeyDigest string `json:"key_digest,omitempty"`
+	// After is, for an Incremental table, the chunk key (the primary key's
+	// columns, in its order, as Postgres prints them) of the last row of
+	// the last chunk complete and durable in Feldera; empty before the
+	// first. Chunks and Copied count those chunks and their rows.
+	After  []string `json:"after,omitempty"`
+	Chunks int64    `json:"chunks,omitempty"`
+	Copied int64    `json:"copied,omitempty"`
 }
 
 // State is the content of the state file.
@@ -61,6 +72,17 @@ type State struct {
 	// under: under exactly_once a program change discards the journal.
 	ProgramVersion int64   `json:"program_version,omitempty"`
 	Tables         []Table `json:"tables"`
+}
+
+// Incremental reports whether some table's incremental snapshot is under
+// way.
+func (s *State) Incremental() bool {
+	for _, t := range s.Tables {
+		if t.Status == Incremental {
+			return true
+		}
+	}
+	return false
 }
 
 // Complete reports whether every table's snapshot is complete.
@@ -90,7 +112,7 @@ func Load(path string) (*State, error) {
 		return nil, fmt.Errorf("state file %s has version %d, this pgfeldera reads version %d", path, s.Version, Version)
 	}
 	for _, t := range s.Tables {
-		if t.Status != Pending && t.Status != Complete {
+		if t.Status != Pending && t.Status != Complete && t.Status != Incremental {
 			return nil, fmt.Errorf("state file %s: table %s has unknown status %q", path, t.Source, t.Status)
 		}
 	}

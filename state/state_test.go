@@ -105,3 +105,29 @@ func TestRemoveStale(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An incremental table's progress survives a round trip: the after-key
+// (with a value holding a quote and a tab), chunks and rows.
+func TestSaveLoad_Incremental(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s.json")
+	in := &state.State{Slot: "s", Publication: "p", Tables: []state.Table{
+		{Source: "public.a", Dest: "a", Status: state.Incremental, After: []string{"42", "it's\ta"}, Chunks: 7, Copied: 70000},
+		{Source: "public.b", Dest: "b", Status: state.Complete}}}
+	if err := state.Save(p, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := state.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := out.Tables[0]
+	if a.Status != state.Incremental || len(a.After) != 2 || a.After[1] != "it's\ta" || a.Chunks != 7 || a.Copied != 70000 {
+		t.Fatalf("loaded %+v", a)
+	}
+	if out.Complete() || !out.Incremental() {
+		t.Fatalf("Complete = %v, Incremental = %v: want false, true", out.Complete(), out.Incremental())
+	}
+	if strings.Contains(readFile(t, p), `"after"`) != true || strings.Count(readFile(t, p), `"after"`) != 1 {
+		t.Fatal("only the incremental table records an after-key")
+	}
+}
