@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -43,16 +44,30 @@ import (
 // waits for a synchronous standby, and only then ProcArrayEndTransaction
 // makes it visible). So a transaction X can commit in the WAL before L,
 // reach the stream before the window opens, and still be invisible to the
-// chunk's snapshot: with synchronous replication and a watermark written
-// with synchronous_commit = local this is not rare. The chunk would then
-// carry the value before X, upserted at H over X's newer one: a wrong
-// row. The rule that closes it: the chunk transaction reads its snapshot
-// (pg_current_snapshot()), and after the COPY asks pg_xact_status for
-// each xid in its xip list; one that is already committed may have
-// committed before L, so the chunk is discarded and read again under new
-// watermarks (such a state lasts as long as a standby's acknowledgement).
-// An xid still in progress then commits after L (its commit record
-// precedes its clog update by two adjacent calls), so the window sees it.
+// chunk's snapshot, taken after L's commit returned. The chunk would then
+// carry the value before X, upserted at H over X's newer one: a wrong row.
+// X is then in the snapshot's xip list (in progress for it), and the
+// stream saw X's COMMIT before L. The rule that closes it: the chunk
+// transaction reads its snapshot (pg_current_snapshot()); the stream loop
+// remembers the xids of recent transactions that changed a chunked table,
+// with their commit positions (Recent); at H, a chunk whose xip holds one
+// that committed before L is discarded and read again under new
+// watermarks. An xip transaction that commits after L is in the window,
+// and its keys are dropped from the chunk as any other change's.
+//
+// (An earlier version of this rule asked pg_xact_status after the COPY
+// and discarded the chunk for any xip transaction already committed. That
+// is wrong the other way: under a steady writer nearly every snapshot has
+// a transaction in flight that commits while the chunk is read, after L,
+// harmlessly, and nearly every chunk would be read again, forever.)
+//
+// How long X can stay in the proc array after its commit record: L is
+// written with the server's own synchronous_commit, so a synchronous
+// standby releases X's wait no later than L's (waiters are released in
+// LSN order); what remains is the few instructions between X's release
+// and its ProcArrayEndTransaction, longer only when X's backend is
+// descheduled. Recent keeps the last RecentCap such commits, which covers
+// that by orders of magnitude at any commit rate Postgres sustains.
 //
 // On a keyless table none of this holds (Feldera cannot tell a row's
 // update from a second copy, and a stream change to a row not yet copied
@@ -63,14 +78,16 @@ import (
 // chunk table's Feldera key in one canonical text form, the same the
 // stream and the chunk use.
 type Window struct {
-	open    bool
-	touched map[string]struct{}
+	open     bool
+	touched  map[string]struct{}
+	poisoned string
 }
 
 // Open starts the window at the low watermark, forgetting any earlier one.
 func (w *Window) Open() {
 	w.open = true
 	w.touched = map[string]struct{}{}
+	w.poisoned = ""
 }
 
 // Touch records a stream change (insert, update's old and new key, delete)
@@ -94,6 +111,79 @@ func (w *Window) Keep(key string) bool {
 
 // Touched is how many distinct keys the stream changed in the window.
 func (w *Window) Touched() int { return len(w.touched) }
+
+// Poison marks the window as unusable: the stream changed the chunk's
+// table in a way keys cannot describe (a TRUNCATE, a key it could not
+// read). The chunk is then read again under new watermarks. The first
+// reason is kept.
+func (w *Window) Poison(reason string) {
+	if w.open && w.poisoned == "" {
+		w.poisoned = reason
+	}
+}
+
+// Poisoned is why the window cannot be used, "" when it can.
+func (w *Window) Poisoned() string { return w.poisoned }
+
+// RecentCap is how many commits Recent remembers.
+const RecentCap = 1 << 16
+
+// Recent remembers the commit position of the last RecentCap transactions
+// that changed a chunked table, by xid (the 32-bit xid of the stream's
+// BEGIN), for the xip rule above.
+type Recent struct {
+	at   map[uint32]uint64
+	ring []uint32
+	next int
+}
+
+// Add records that transaction xid committed at lsn.
+func (r *Recent) Add(xid uint32, lsn uint64) {
+	if r.at == nil {
+		r.at = map[uint32]uint64{}
+	}
+	if len(r.ring) < RecentCap {
+		r.ring = append(r.ring, xid)
+	} else {
+		delete(r.at, r.ring[r.next])
+		r.ring[r.next] = xid
+		r.next = (r.next + 1) % RecentCap
+	}
+	r.at[xid] = lsn
+}
+
+// CommittedBefore returns an xid of xip that committed at a position
+// before lsn, and whether there is one.
+func (r *Recent) CommittedBefore(xip []uint32, lsn uint64) (uint32, bool) {
+	for _, x := range xip {
+		if at, ok := r.at[x]; ok && at < lsn {
+			return x, true
+		}
+	}
+	return 0, false
+}
+
+// Xip parses the in-progress list of a pg_snapshot's text form
+// ("xmin:xmax:xip,..."), each xid8 cut to the 32-bit xid the stream's
+// BEGIN carries.
+func Xip(snap string) ([]uint32, error) {
+	parts := strings.Split(snap, ":")
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("snapshot %q: want xmin:xmax:xip", snap)
+	}
+	if parts[2] == "" {
+		return nil, nil
+	}
+	var xip []uint32
+	for _, f := range strings.Split(parts[2], ",") {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %q: xid %q: %v", snap, f, err)
+		}
+		xip = append(xip, uint32(v))
+	}
+	return xip, nil
+}
 
 // KeyCol is a key column of a chunked table: its name and its type as
 // format_type prints it ("bigint", "text", "timestamp with time zone"),

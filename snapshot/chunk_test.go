@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -35,6 +36,72 @@ func TestWindow(t *testing.T) {
 	w.Open()
 	if !w.Keep("k2") || w.Touched() != 0 {
 		t.Error("Open did not forget the previous window")
+	}
+}
+
+// A poisoned window says why until the next Open; outside a window
+// nothing poisons it.
+func TestWindow_Poison(t *testing.T) {
+	var w snapshot.Window
+	w.Poison("before")
+	w.Open()
+	if w.Poisoned() != "" {
+		t.Fatalf("poisoned before the window: %q", w.Poisoned())
+	}
+	w.Poison("truncate")
+	w.Poison("unknown key")
+	w.Close()
+	if w.Poisoned() != "truncate" {
+		t.Fatalf("Poisoned = %q, want the first reason", w.Poisoned())
+	}
+	w.Open()
+	if w.Poisoned() != "" {
+		t.Fatal("Open did not clear the poison")
+	}
+}
+
+// Recent finds an xip transaction that committed before the low
+// watermark, not one that committed after it, and forgets the oldest
+// commits past its capacity.
+func TestRecent(t *testing.T) {
+	var r snapshot.Recent
+	r.Add(100, 10)
+	r.Add(101, 30)
+	if x, ok := r.CommittedBefore([]uint32{7, 101, 100}, 20); !ok || x != 100 {
+		t.Fatalf("CommittedBefore = %d %v, want 100 true", x, ok)
+	}
+	if _, ok := r.CommittedBefore([]uint32{101, 7}, 20); ok {
+		t.Fatal("a commit after the watermark is harmless")
+	}
+	for i := 0; i < snapshot.RecentCap; i++ {
+		r.Add(uint32(1000+i), uint64(40+i))
+	}
+	if _, ok := r.CommittedBefore([]uint32{100, 101}, 1<<40); ok {
+		t.Fatal("commits past the capacity are still remembered")
+	}
+	if x, ok := r.CommittedBefore([]uint32{1000 + snapshot.RecentCap - 1}, 1<<40); !ok || x != 1000+snapshot.RecentCap-1 {
+		t.Fatal("the newest commit is forgotten")
+	}
+}
+
+func TestXip(t *testing.T) {
+	for in, want := range map[string]string{"5:9:": "", "5:9:5,7": "5,7", "4294967301:4294967310:4294967301": "5"} {
+		xip, err := snapshot.Xip(in)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var got []string
+		for _, x := range xip {
+			got = append(got, strconv.FormatUint(uint64(x), 10))
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("Xip(%s) = %v, want %s", in, got, want)
+		}
+	}
+	for _, bad := range []string{"", "1:2", "1:2:x"} {
+		if _, err := snapshot.Xip(bad); err == nil {
+			t.Errorf("Xip(%q) accepted", bad)
+		}
 	}
 }
 
