@@ -56,6 +56,7 @@ const (
 const (
 	SnapshotInitial      = "initial"
 	SnapshotNever        = "never"
+	SnapshotIncremental  = "incremental"
 	SnapshotInconsistent = "inconsistent"
 )
 

@@ -27,6 +27,7 @@ const (
 	evPosted    eventKind = iota // a POST ended: its batch's buffers are free again
 	evComplete                   // a batch in flight completed, or the completer failed
 	evRetracted                  // a retraction job ended
+	evChunk                      // the incremental snapshot's worker failed
 )
 
 type event struct {

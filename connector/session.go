@@ -60,6 +60,7 @@ type stream struct {
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
 	front      *frontier       // the acknowledgement rule
+	inc        *incremental    // the incremental snapshot under way, nil when none
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -119,9 +120,16 @@ func (c *Connector) session(ctx context.Context) error {
 		c.acked = confirmed
 		c.stats.Acked.Store(uint64(confirmed))
 	}
+	inc, err := c.newIncremental(ctx, p)
+	if err != nil {
+		return err
+	}
+	// messages: the incremental snapshot's watermarks are logical
+	// messages (others are ignored).
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
 		"publication_names " + quoteLiteral(quoteIdent(c.cfg.Publication)),
+		"messages 'true'",
 	}}
 	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {
 		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
@@ -138,6 +146,10 @@ func (c *Connector) session(ctx context.Context) error {
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
 		front:      newFrontier(p.gate, c.acked),
+		inc:        inc,
+	}
+	if inc != nil {
+		dec.WantKeys = make([]bool, len(p.routes))
 	}
 	// Each batch sends at most two events (posted, completed), at most
 	// maxTxnFlight batches are in flight (inside a Feldera transaction;
@@ -153,6 +165,13 @@ func (c *Connector) session(ctx context.Context) error {
 		defer s.wg.Done()
 		k.run(s.flushCtx)
 	}()
+	if inc != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.worker(s.flushCtx)
+		}()
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	var alert context.CancelFunc
@@ -309,6 +328,11 @@ func (s *stream) run(ctx context.Context) error {
 		if err := s.collect(); err != nil {
 			return err
 		}
+		if s.inc != nil {
+			if err := s.saveChunks(); err != nil {
+				return err
+			}
+		}
 		select {
 		case err := <-s.lost:
 			return err
@@ -449,6 +473,11 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 }
 
 func (s *stream) event(ev *decode.Event) error {
+	if s.inc != nil {
+		if err := s.incEvent(ev); err != nil {
+			return err
+		}
+	}
 	switch ev.Kind {
 	case decode.KindBegin:
 		s.open = true
@@ -715,7 +744,9 @@ func (s *stream) drain() error {
 // drops everything in flight: the next one replays it from the slot.
 func (s *stream) apply(ev event) error {
 	if ev.err != nil {
-		s.c.health.flushFailed.Store(true)
+		if ev.kind != evChunk {
+			s.c.health.flushFailed.Store(true)
+		}
 		return ev.err
 	}
 	before := s.c.acked
@@ -869,6 +900,11 @@ func (s *stream) shutdown() error {
 	}
 	if err := s.status(); err != nil {
 		return err
+	}
+	if s.inc != nil {
+		if err := s.saveChunks(); err != nil {
+			return err
+		}
 	}
 	if s.c.acked == 0 {
 		return nil

@@ -44,6 +44,12 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 		return nil
 	}
 	c.logger.Warn("startup: "+decision.Action.String(), "reason", decision.Reason)
+	if c.cfg.SnapshotMode == SnapshotIncremental {
+		if decision.Action == snapshot.Snapshot {
+			return c.startIncremental(ctx, p, rconn, mappings)
+		}
+		c.logger.Warn("startup: SNAPSHOT_MODE=incremental: a resnapshot with retraction reads every table under one exported snapshot (the initial mode's way) until chunked retraction exists")
+	}
 	return c.snapshot(ctx, p, rconn, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
 }
 

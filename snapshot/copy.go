@@ -101,8 +101,12 @@ func (s Source) SQL(cols []string) string {
 // Copy runs s's COPY of cols TO STDOUT in text format and calls fn with
 // each line, without its newline. It returns the number of lines.
 func Copy(ctx context.Context, conn *pgx.Conn, s Source, cols []string, fn func(line []byte) error) (int64, error) {
-	qualified := s.Table
-	sql := s.SQL(cols)
+	return CopySQL(ctx, conn, s.Table, s.SQL(cols), fn)
+}
+
+// CopySQL runs one COPY … TO STDOUT statement (a chunk's, from ChunkSQL)
+// and calls fn with each line; errors name qualified.
+func CopySQL(ctx context.Context, conn *pgx.Conn, qualified, sql string, fn func(line []byte) error) (int64, error) {
 	w := &lineWriter{fn: fn}
 	if _, err := conn.PgConn().CopyTo(ctx, w, sql); err != nil {
 		if w.err != nil {

@@ -1,0 +1,574 @@
+package connector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// Incremental snapshots (SNAPSHOT_MODE=incremental, issue 17): the slot
+// is created without an exported snapshot, the stream starts at once, and
+// a worker on its own connection reads each table in primary-key chunks,
+// each in its own short REPEATABLE READ transaction bracketed by a low and
+// a high watermark it writes into the stream (pg_logical_emit_message, so
+// they are ordered with the data and need no table on the source). The
+// stream loop reconciles each chunk with the changes between its
+// watermarks (snapshot.Window: the exactness argument is in
+// snapshot/chunk.go) and appends the chunk's kept rows to the outbox at
+// the high watermark, inside its transaction; the state file records the
+// chunk once the acknowledged position passes that transaction's end,
+// that is once Feldera made the chunk durable. A crash resumes at the next
+// chunk. No backend holds a snapshot for longer than one chunk's COPY.
+
+// watermarkPrefix is the logical message prefix of the watermarks.
+const watermarkPrefix = "pgfeldera"
+
+// watermark is a logical message's content. Slot and Run tell this
+// session's watermarks from another connector's on the same database and
+// from an earlier session's, which a replay sends again.
+type watermark struct {
+	Slot  string `json:"slot"`
+	Run   string `json:"run"`
+	Chunk uint64 `json:"chunk"`
+	W     string `json:"w"` // "low" or "high"
+}
+
+// chunkTable is one table an incremental snapshot reads.
+type chunkTable struct {
+	idx   int // into the plan's targets and the state's tables
+	rel   *decode.Rel
+	key   []snapshot.KeyCol // the primary key, in its order
+	keyAt []int             // per key column: its index in rel.Cols
+	after []string          // where the next chunk starts (nil: at the beginning); the worker's
+	// readAll: the loop took the table's last chunk (the state may not
+	// say so yet); the loop's.
+	readAll bool
+}
+
+// chunk is what the worker read between two watermarks.
+type chunk struct {
+	seq   uint64
+	table *chunkTable
+	buf   []byte   // NDJSON insert lines
+	ends  []int    // end offset of each line in buf
+	keys  []string // each line's Feldera key (decode.KeyText)
+	last  []string // chunk key of the last row; nil when the chunk is empty
+	done  bool     // fewer rows than the limit: the table's last chunk
+	xip   []uint32 // transactions in progress for the chunk's snapshot
+}
+
+// chunkSave is a chunk in the outbox: the state records it once the
+// acknowledged position reaches lsn (the end of its high watermark's
+// transaction).
+type chunkSave struct {
+	lsn   pglogrepl.LSN
+	table *chunkTable
+	rows  int64
+	last  []string
+	done  bool
+}
+
+// incremental is a session's incremental snapshot: the worker's side
+// (ready, next) and the stream loop's (everything else, which only the
+// loop touches).
+type incremental struct {
+	run    string
+	st     *state.State
+	tables []*chunkTable
+	limit  int
+	ready  chan *chunk // worker → loop, sent before the high watermark is written
+	next   chan bool   // loop → worker: true reads the same chunk again
+
+	win      snapshot.Window
+	winOpen  bool
+	winSeq   uint64
+	winRoute int
+	winLow   pglogrepl.LSN // the commit position of the low watermark
+	recent   snapshot.Recent
+	routes   map[int]bool // routes with a table still to read
+	xid      uint32       // of the source transaction being read
+	final    pglogrepl.LSN
+	touched  bool // it changed a route in routes
+	pending  *chunkSave
+	saves    []chunkSave
+	retries  int
+	lastLog  time.Time
+	started  time.Time
+	copiedAt map[int]int64 // rows copied per table this session, for the rate
+}
+
+// chunkKey reads a table's primary key (its columns in index order and
+// their types) and checks that it is the Feldera table's key: chunks are
+// key ranges of the primary key's btree, and the reconciliation is by the
+// Feldera key, so the two must be the same columns.
+func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.KeyCol, []int, error) {
+	t := rel.Target
+	if !rel.Keyed() {
+		return nil, nil, fatal(fmt.Errorf("SNAPSHOT_MODE=incremental: Feldera table %s (from %s) has no PRIMARY KEY: a keyless table cannot be read in chunks exactly (a stream change to a row not yet copied would count it twice); declare a key or use SNAPSHOT_MODE=initial", t.Dest.Name, t.Qualified()))
+	}
+	rows, err := conn.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1::regclass AND i.indisprimary
+		ORDER BY array_position(i.indkey::int2[], a.attnum)`, t.Source())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read primary key of %s: %w", t.Qualified(), err)
+	}
+	var key []snapshot.KeyCol
+	for rows.Next() {
+		var k snapshot.KeyCol
+		if err := rows.Scan(&k.Name, &k.Type); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		key = append(key, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read primary key of %s: %w", t.Qualified(), err)
+	}
+	var fel []string
+	for _, i := range rel.KeyCols {
+		fel = append(fel, rel.Cols[i].Name)
+	}
+	var pg []string
+	for _, k := range key {
+		pg = append(pg, k.Name)
+	}
+	at := make([]int, len(key))
+	same := len(key) == len(rel.KeyCols)
+	for j, k := range key {
+		at[j] = -1
+		for _, i := range rel.KeyCols {
+			if rel.Cols[i].Name == k.Name {
+				at[j] = i
+			}
+		}
+		same = same && at[j] >= 0
+	}
+	if !same {
+		pk := "none"
+		if len(pg) > 0 {
+			pk = "(" + strings.Join(pg, ", ") + ")"
+		}
+		return nil, nil, fatal(fmt.Errorf("SNAPSHOT_MODE=incremental: table %s has primary key %s in Postgres, but Feldera table %s is keyed by (%s): chunks are ranges of the Postgres primary key and are reconciled by the Feldera key, so they must be the same columns (use SNAPSHOT_MODE=initial for this mapping)",
+			t.Qualified(), pk, t.Dest.Name, strings.Join(fel, ", ")))
+	}
+	return key, at, nil
+}
+
+// startIncremental writes the first run of an incremental snapshot: the
+// slot without an exported snapshot (nothing pins xmin), then the state
+// with every table incremental from its beginning. Tables that cannot be
+// chunked are refused before anything is created.
+func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping) error {
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("incremental snapshot: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, rel := range p.rels {
+		if _, _, err := chunkKey(ctx, conn, rel); err != nil {
+			return err
+		}
+	}
+	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false)
+	if err != nil {
+		return err
+	}
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
+	for _, m := range mappings {
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Incremental})
+	}
+	if err := state.Save(c.cfg.StateFile, st); err != nil {
+		return fatal(err)
+	}
+	c.logger.Info("snapshot: incremental: created the slot without an exported snapshot; streaming, and reading the tables in chunks meanwhile",
+		"consistent_point", created.ConsistentPoint, "chunk_rows", c.chunkRows())
+	return nil
+}
+
+// chunkRows is how many rows a chunk reads: BATCH_MAX_ROWS.
+func (c *Connector) chunkRows() int {
+	if c.cfg.BatchMaxRows > 0 {
+		return c.cfg.BatchMaxRows
+	}
+	return 10000
+}
+
+// newIncremental plans the session's incremental snapshot from the state
+// file: nil when no table is incremental.
+func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, error) {
+	if c.cfg.SnapshotMode == SnapshotNever {
+		return nil, nil
+	}
+	st, err := state.Load(c.cfg.StateFile)
+	if errors.Is(err, state.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fatal(err)
+	}
+	if !st.Incremental() {
+		return nil, nil
+	}
+	if len(st.Tables) != len(p.rels) {
+		return nil, fatal(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.rels)))
+	}
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("incremental snapshot: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	inc := &incremental{
+		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
+		ready: make(chan *chunk, 1), next: make(chan bool, 1), routes: map[int]bool{},
+		started: time.Now(), lastLog: time.Now(), copiedAt: map[int]int64{},
+	}
+	for i, t := range st.Tables {
+		if t.Status != state.Incremental {
+			continue
+		}
+		rel := p.rels[i]
+		key, at, err := chunkKey(ctx, conn, rel)
+		if err != nil {
+			return nil, err
+		}
+		if t.After != nil && len(t.After) != len(key) {
+			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(key)))
+		}
+		var estimate float64
+		_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", rel.Target.Source()).Scan(&estimate)
+		c.tableStats[rel.Target.Route].Estimate.Store(int64(estimate))
+		inc.tables = append(inc.tables, &chunkTable{idx: i, rel: rel, key: key, keyAt: at, after: t.After})
+		inc.routes[rel.Target.Route] = true
+		c.logger.Info("snapshot: incremental: table to read", "table", t.Source, "chunks_done", t.Chunks, "rows_copied", t.Copied,
+			"estimate", int64(estimate), "resume_after", strings.Join(t.After, ","))
+	}
+	return inc, nil
+}
+
+// worker reads the chunks, one at a time, until every table is read or
+// ctx ends; an error ends the session through emit.
+func (s *stream) worker(ctx context.Context) {
+	err := s.readChunks(ctx)
+	if err != nil && ctx.Err() == nil {
+		s.emit(event{kind: evChunk, err: fmt.Errorf("incremental snapshot: %w", err)})
+	}
+}
+
+func (s *stream) readChunks(ctx context.Context) error {
+	inc := s.inc
+	conn, err := pgx.Connect(ctx, s.c.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range pinnedGUCs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	var seq uint64
+	for _, t := range inc.tables {
+		for {
+			seq++
+			if err := s.emitWatermark(ctx, conn, seq, "low"); err != nil {
+				return err
+			}
+			ch, err := s.readChunk(ctx, conn, t, seq)
+			if err != nil {
+				return err
+			}
+			inc.ready <- ch // the loop takes it at the high watermark
+			if err := s.emitWatermark(ctx, conn, seq, "high"); err != nil {
+				return err
+			}
+			var again bool
+			select {
+			case again = <-inc.next:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if again {
+				continue
+			}
+			if ch.done {
+				break
+			}
+			t.after = ch.last
+		}
+	}
+	return nil
+}
+
+func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, seq uint64, w string) error {
+	b, _ := json.Marshal(watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, W: w})
+	if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+watermarkPrefix+"', $1::text)", string(b)); err != nil {
+		return fmt.Errorf("write the %s watermark of chunk %d: %w", w, seq, err)
+	}
+	return nil
+}
+
+// readChunk reads one chunk in its own REPEATABLE READ transaction: its
+// snapshot (for the xip rule), then the rows, encoded as the snapshot
+// encodes them, with their keys.
+func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64) (*chunk, error) {
+	rel := t.rel
+	cols := make([]string, len(rel.Cols))
+	for i, col := range rel.Cols {
+		cols[i] = col.Name
+	}
+	sql, err := copySource(rel.Target).ChunkSQL(cols, t.key, t.after, s.inc.limit)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return nil, fmt.Errorf("begin chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	var snap string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+		return nil, fmt.Errorf("chunk %d of %s: read its snapshot: %w", seq, rel.Target.Qualified(), err)
+	}
+	ch := &chunk{seq: seq, table: t}
+	if ch.xip, err = snapshot.Xip(snap); err != nil {
+		return nil, err
+	}
+	cr := decode.CopyRow{Rel: rel}
+	n, err := snapshot.CopySQL(ctx, conn, rel.Target.Qualified(), sql, func(line []byte) error {
+		var err error
+		if ch.buf, err = cr.AppendInsert(ch.buf, line); err != nil {
+			return err
+		}
+		ch.ends = append(ch.ends, len(ch.buf))
+		k, ok := cr.KeyText()
+		if !ok {
+			return &decode.RefusalError{Table: rel.Target.Qualified(), Reason: "a row of the chunk has a NULL key column"}
+		}
+		ch.keys = append(ch.keys, k)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return nil, fmt.Errorf("chunk %d of %s: commit: %w", seq, rel.Target.Qualified(), err)
+	}
+	committed = true
+	if n > 0 {
+		ch.last = make([]string, len(t.keyAt))
+		for j, i := range t.keyAt {
+			v, ok := cr.Col(i)
+			if !ok {
+				return nil, &decode.RefusalError{Table: rel.Target.Qualified(), Column: rel.Cols[i].Name, Reason: "the chunk's last row has a NULL primary key column"}
+			}
+			ch.last[j] = v
+		}
+	}
+	ch.done = n < int64(s.inc.limit)
+	return ch, nil
+}
+
+// incEvent is the loop's side of every decoded event while an incremental
+// snapshot runs: it remembers which transactions changed a table still to
+// read (for the xip rule), feeds the open window the keys of its table,
+// poisons it on a TRUNCATE of that table, and handles the watermarks.
+func (s *stream) incEvent(ev *decode.Event) error {
+	inc := s.inc
+	switch ev.Kind {
+	case decode.KindBegin:
+		inc.xid, inc.final, inc.touched = ev.Begin.Xid, ev.Begin.FinalLSN, false
+	case decode.KindRows:
+		if inc.routes[ev.Route] {
+			inc.touched = true
+		}
+		if inc.winOpen && ev.Route == inc.winRoute {
+			for _, k := range ev.Keys {
+				inc.win.Touch(k)
+			}
+			if ev.KeyUnknown {
+				inc.win.Poison("a change to a row whose key the stream does not carry (a NULL or unchanged TOAST key column)")
+			}
+		}
+	case decode.KindTruncate:
+		for _, r := range ev.Truncated {
+			if inc.winOpen && r.Target.Route == inc.winRoute {
+				inc.win.Poison("a TRUNCATE of the table")
+			}
+		}
+	case decode.KindCommit:
+		if inc.touched {
+			inc.recent.Add(inc.xid, uint64(ev.Commit.CommitLSN))
+		}
+		if inc.pending != nil {
+			inc.pending.lsn = ev.Commit.EndLSN
+			inc.saves = append(inc.saves, *inc.pending)
+			inc.pending = nil
+		}
+	case decode.KindMessage:
+		if ev.Message.Prefix == watermarkPrefix {
+			return s.watermark(ev.Message)
+		}
+	}
+	return nil
+}
+
+func (s *stream) watermark(m decode.Message) error {
+	inc := s.inc
+	var w watermark
+	if err := json.Unmarshal(m.Content, &w); err != nil {
+		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+watermarkPrefix+" that is not a watermark", "lsn", m.LSN, "err", err)
+		return nil
+	}
+	if w.Slot != s.c.cfg.Slot || w.Run != inc.run {
+		return nil // another connector's, or an earlier session's, replayed
+	}
+	switch w.W {
+	case "low":
+		if inc.winOpen {
+			return fmt.Errorf("incremental snapshot: low watermark of chunk %d while chunk %d's window is open", w.Chunk, inc.winSeq)
+		}
+		t := inc.worked(w.Chunk)
+		if t == nil {
+			return nil
+		}
+		inc.win.Open()
+		inc.winOpen, inc.winSeq, inc.winRoute, inc.winLow = true, w.Chunk, t.rel.Target.Route, inc.final
+		s.dec.WantKeys[inc.winRoute] = true
+	case "high":
+		if !inc.winOpen || inc.winSeq != w.Chunk {
+			return fmt.Errorf("incremental snapshot: high watermark of chunk %d without its low watermark", w.Chunk)
+		}
+		return s.highWatermark()
+	}
+	return nil
+}
+
+// worked is the table the worker reads now (chunk numbers only grow).
+func (inc *incremental) worked(uint64) *chunkTable {
+	for _, t := range inc.tables {
+		if inc.routes[t.rel.Target.Route] && !inc.doneTable(t) {
+			return t
+		}
+	}
+	return nil
+}
+
+func (inc *incremental) doneTable(t *chunkTable) bool {
+	return inc.st.Tables[t.idx].Status == state.Complete || t.readAll
+}
+
+// highWatermark closes the window: the chunk is read again when the
+// window cannot be trusted, else its rows whose key the stream did not
+// change enter the outbox now, after every change before the watermark.
+func (s *stream) highWatermark() error {
+	inc := s.inc
+	var ch *chunk
+	select {
+	case ch = <-inc.ready:
+	default:
+		return fmt.Errorf("incremental snapshot: high watermark of chunk %d before its rows", inc.winSeq)
+	}
+	inc.win.Close()
+	inc.winOpen = false
+	s.dec.WantKeys[inc.winRoute] = false
+	if ch.seq != inc.winSeq {
+		return fmt.Errorf("incremental snapshot: the rows of chunk %d arrived at the high watermark of chunk %d", ch.seq, inc.winSeq)
+	}
+	t := ch.table
+	why := inc.win.Poisoned()
+	if x, ok := inc.recent.CommittedBefore(ch.xip, uint64(inc.winLow)); why == "" && ok {
+		why = fmt.Sprintf("transaction %d committed before the low watermark but was still in progress for the chunk's snapshot", x)
+	}
+	if why != "" {
+		inc.retries++
+		s.logger.Info("snapshot: incremental: reading a chunk again", "table", t.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
+		inc.next <- true
+		return nil
+	}
+	route := t.rel.Target.Route
+	kept, start := 0, 0
+	for i, end := range ch.ends {
+		if inc.win.Keep(ch.keys[i]) {
+			s.filling.bufs[route] = append(s.filling.bufs[route], ch.buf[start:end]...)
+			kept++
+		}
+		start = end
+	}
+	s.filling.added(route, kept, time.Now())
+	s.c.stats.SnapshotRows.Add(int64(kept))
+	s.c.tableStats[route].Copied.Add(int64(kept))
+	inc.copiedAt[t.idx] += int64(kept)
+	inc.pending = &chunkSave{table: t, rows: int64(kept), last: ch.last, done: ch.done}
+	if ch.done {
+		t.readAll = true
+	}
+	inc.next <- false
+	return nil
+}
+
+// saveChunks records in the state file each chunk the acknowledged
+// position passed, in order, and logs the progress.
+func (s *stream) saveChunks() error {
+	inc := s.inc
+	for len(inc.saves) > 0 && inc.saves[0].lsn <= s.c.acked {
+		sv := inc.saves[0]
+		inc.saves = inc.saves[1:]
+		t := &inc.st.Tables[sv.table.idx]
+		t.Chunks++
+		t.Copied += sv.rows
+		if sv.last != nil {
+			t.After = sv.last
+		}
+		if sv.done {
+			t.Status, t.After, t.Rows = state.Complete, nil, t.Copied
+			delete(inc.routes, sv.table.rel.Target.Route)
+		}
+		if err := state.Save(s.c.cfg.StateFile, inc.st); err != nil {
+			return fatal(err)
+		}
+		crashtest.Point("snapshot_after_chunk")
+		s.progress(sv, t)
+	}
+	return nil
+}
+
+func (s *stream) progress(sv chunkSave, t *state.Table) {
+	inc := s.inc
+	route := sv.table.rel.Target.Route
+	if sv.done {
+		s.logger.Info("snapshot: incremental: table read", "table", t.Source, "chunks", t.Chunks, "rows", t.Copied, "chunks_read_again", inc.retries)
+		if !inc.st.Incremental() {
+			s.logger.Info("snapshot: incremental: complete; every table is exact in Feldera", "seconds", time.Since(inc.started).Round(time.Millisecond).Seconds())
+		}
+		return
+	}
+	if time.Since(inc.lastLog) < 5*time.Second {
+		return
+	}
+	inc.lastLog = time.Now()
+	estimate := s.c.tableStats[route].Estimate.Load()
+	rate := float64(inc.copiedAt[sv.table.idx]) / time.Since(inc.started).Seconds()
+	args := []any{"table", t.Source, "chunks", t.Chunks, "rows", t.Copied, "estimate", estimate, "rows_per_sec", int64(rate)}
+	if rate > 0 && estimate > t.Copied {
+		args = append(args, "eta", (time.Duration(float64(estimate-t.Copied)/rate) * time.Second).Round(time.Second).String())
+	}
+	s.logger.Info("snapshot: incremental: copying", args...)
+}
