@@ -12,6 +12,17 @@ import (
 // commit rows in exactly that window.
 func SetAfterCopyHook(c *Connector, f func()) { c.afterCopy = f }
 
+// SetChunkReadHook runs f with each incremental chunk's table and keys
+// (decode.KeyText) after its transaction committed, before its high
+// watermark is written: tests change rows of the chunk in exactly that
+// window.
+func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.chunkRead = f }
+
+// DisableChunkWindow makes the incremental snapshot keep every chunk row,
+// the stream's changes between the watermarks notwithstanding: the unsafe
+// variant that shows the window is what keeps the copy exact.
+func DisableChunkWindow(c *Connector) { c.noWindow = true }
+
 // SetSessionHook replaces the replication session with fake(ctx, ack),
 // where ack moves the acknowledged position like a completed flush would.
 // onBackoff sees every backoff interval the supervisor computes.

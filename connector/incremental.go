@@ -249,7 +249,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(key)))
 		}
 		var estimate float64
-		_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", rel.Target.Source()).Scan(&estimate)
+		_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", rel.Target.Source()).Scan(&estimate)
 		c.tableStats[rel.Target.Route].Estimate.Store(int64(estimate))
 		inc.tables = append(inc.tables, &chunkTable{idx: i, rel: rel, key: key, keyAt: at, after: t.After})
 		inc.routes[rel.Target.Route] = true
@@ -290,6 +290,9 @@ func (s *stream) readChunks(ctx context.Context) error {
 			ch, err := s.readChunk(ctx, conn, t, seq)
 			if err != nil {
 				return err
+			}
+			if s.c.chunkRead != nil {
+				s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
 			}
 			inc.ready <- ch // the loop takes it at the high watermark
 			if err := s.emitWatermark(ctx, conn, seq, "high"); err != nil {
@@ -506,7 +509,7 @@ func (s *stream) highWatermark() error {
 	route := t.rel.Target.Route
 	kept, start := 0, 0
 	for i, end := range ch.ends {
-		if inc.win.Keep(ch.keys[i]) {
+		if inc.win.Keep(ch.keys[i]) || s.c.noWindow {
 			s.filling.bufs[route] = append(s.filling.bufs[route], ch.buf[start:end]...)
 			kept++
 		}

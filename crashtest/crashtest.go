@@ -31,6 +31,7 @@ var Points = []string{
 	"retract_after_batch",   // one batch of a retraction's deletes complete, more may follow
 	"after_begin",           // a Feldera transaction was started (FELDERA_TRANSACTIONS), nothing of it sent
 	"before_commit",         // every POST of a Feldera transaction answered and taken, the commit not yet asked
+	"snapshot_after_chunk",  // an incremental snapshot's chunk is durable in Feldera and recorded in the state file
 }
 
 var (

@@ -229,10 +229,10 @@ var settings = []setting{
 			c.BatchLinger = time.Duration(n) * time.Millisecond
 			return nil
 		}},
-	{Env: "SNAPSHOT_MODE", Default: "initial", Help: "initial: snapshot under the slot's exported snapshot; never: stream only; inconsistent: copy then slot (UNSAFE, demonstrates loss)",
+	{Env: "SNAPSHOT_MODE", Default: "initial", Help: "initial: snapshot under the slot's exported snapshot; incremental: stream at once and read each table in primary-key chunks of BATCH_MAX_ROWS, resumable, no long-held snapshot; never: stream only; inconsistent: copy then slot (UNSAFE, demonstrates loss)",
 		parse: func(c *Config, v string) error {
-			if v != "initial" && v != "never" && v != "inconsistent" {
-				return badValue("SNAPSHOT_MODE", v, "initial, never or inconsistent")
+			if v != "initial" && v != "incremental" && v != "never" && v != "inconsistent" {
+				return badValue("SNAPSHOT_MODE", v, "initial, incremental, never or inconsistent")
 			}
 			c.SnapshotMode = v
 			return nil

@@ -1,0 +1,155 @@
+package connector_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// mutator commits random inserts, updates and deletes of keys in [1, n]
+// until stopped.
+type mutator struct {
+	stop atomic.Bool
+	ops  atomic.Int64
+	wg   sync.WaitGroup
+}
+
+func (e *env) startMutator(table string, n int, seed int64) *mutator {
+	m := &mutator{}
+	conn, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer conn.Close(context.Background())
+		rng := rand.New(rand.NewSource(seed))
+		for !m.stop.Load() {
+			id := rng.Intn(n) + 1
+			var sql string
+			switch rng.Intn(3) {
+			case 0:
+				sql = fmt.Sprintf("INSERT INTO %s VALUES (%d, 'ins', %d) ON CONFLICT (id) DO UPDATE SET name = 'reins', score = excluded.score", table, id, rng.Intn(1000))
+			case 1:
+				sql = fmt.Sprintf("UPDATE %s SET name = 'upd', score = score + 1 WHERE id = %d", table, id)
+			default:
+				sql = fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, id)
+			}
+			if _, err := conn.Exec(context.Background(), sql); err != nil {
+				e.t.Errorf("mutator: %v", err)
+				return
+			}
+			m.ops.Add(1)
+		}
+	}()
+	return m
+}
+
+func (m *mutator) halt() int64 {
+	m.stop.Store(true)
+	m.wg.Wait()
+	return m.ops.Load()
+}
+
+// An incremental snapshot under a writer that inserts, updates and
+// deletes random keys during the whole copy, and that changes rows of
+// each chunk after the chunk was read and before its high watermark:
+// Feldera ends exact. With the window disabled (every chunk row kept) the
+// same history leaves stale and ghost rows, so the test sees a loss.
+func TestIncremental_ExactUnderWrites(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		name := "window"
+		if unsafe {
+			name = "noWindow"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			const rows = 20000
+			e.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", rows))
+			e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
+			e.fel.SetCompletionDelay(5 * time.Millisecond)
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.SnapshotMode = connector.SnapshotIncremental
+			cfg.BatchMaxRows = 1000
+			c := e.newConnector(cfg, e.client)
+			var planted atomic.Int64
+			connector.SetChunkReadHook(c, func(table string, keys []string) {
+				if table != "public.users" || len(keys) < 2 {
+					return
+				}
+				// Between the chunk's read and its high watermark: the
+				// stream's changes must win over the rows read.
+				e.execOwn(fmt.Sprintf("UPDATE users SET name = 'in window' WHERE id = %s", keys[0]))
+				e.execOwn(fmt.Sprintf("DELETE FROM users WHERE id = %s", keys[1]))
+				planted.Add(1)
+			})
+			if unsafe {
+				connector.DisableChunkWindow(c)
+			}
+			m := e.startMutator("users", rows+2000, 7)
+			e.run(c)
+			e.waitLog("snapshot: incremental: complete", 120*time.Second)
+			ops := m.halt()
+			e.waitConfirmed(e.currentLSN(), 60*time.Second)
+			d := e.diff("users", "users")
+			if unsafe {
+				if d == "" {
+					t.Fatal("with every chunk row kept, the chunks' stale rows should have overwritten the stream's changes: the test cannot see a loss")
+				}
+				t.Logf("without the window: %d lines of difference, e.g. %s", strings.Count(d, "\n"), firstLine(d))
+				return
+			}
+			if d != "" {
+				t.Fatal(d)
+			}
+			e.assertEqual("items", "catalog_items")
+			st, err := state.Load(cfg.StateFile)
+			if err != nil || !st.Complete() || st.Tables[0].Chunks < rows/1000 {
+				t.Fatalf("state = %+v, %v", st, err)
+			}
+			if planted.Load() < 10 {
+				t.Fatalf("only %d chunks had rows changed in their window", planted.Load())
+			}
+			if strings.Contains(e.logs.String(), "created slot with exported snapshot") {
+				t.Fatal("incremental mode exported a snapshot")
+			}
+			t.Logf("%d concurrent writes, %d chunks with changes planted in the window; users in %d chunks", ops, planted.Load(), st.Tables[0].Chunks)
+		})
+	}
+}
+
+// A table that cannot be chunked exactly is refused before a slot exists,
+// naming the table: a Postgres primary key that differs from Feldera's.
+func TestIncremental_RefusesMismatchedKey(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE users (id bigint, name text, score int, PRIMARY KEY (name));
+CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);`)
+	cfg := e.config("users")
+	cfg.SnapshotMode = connector.SnapshotIncremental
+	c := e.newConnector(cfg, e.client)
+	r := e.run(c)
+	var err error
+	select {
+	case err = <-r.done:
+		r.done <- err // for the cleanup's stop
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connector did not refuse the table")
+	}
+	if err == nil || !strings.Contains(err.Error(), "public.users") || !strings.Contains(err.Error(), "primary key (name)") {
+		t.Fatalf("err = %v, want a refusal naming public.users and its primary key", err)
+	}
+	var n int
+	if err := e.db.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a slot was created (%d, %v)", n, err)
+	}
+}
