@@ -250,7 +250,11 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		}
 		var estimate float64
 		_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", rel.Target.Source()).Scan(&estimate)
-		c.tableStats[rel.Target.Route].Estimate.Store(int64(estimate))
+		ts := c.tableStats[rel.Target.Route]
+		ts.Estimate.Store(int64(estimate))
+		left := (int64(estimate) - t.Copied + int64(inc.limit) - 1) / int64(inc.limit)
+		ts.ChunksDone.Add(t.Chunks)
+		ts.ChunksTotal.Add(t.Chunks + max(left, 1))
 		inc.tables = append(inc.tables, &chunkTable{idx: i, rel: rel, key: key, keyAt: at, after: t.After})
 		inc.routes[rel.Target.Route] = true
 		c.logger.Info("snapshot: incremental: table to read", "table", t.Source, "chunks_done", t.Chunks, "rows_copied", t.Copied,
@@ -537,6 +541,10 @@ func (s *stream) saveChunks() error {
 		t := &inc.st.Tables[sv.table.idx]
 		t.Chunks++
 		t.Copied += sv.rows
+		ts := s.c.tableStats[sv.table.rel.Target.Route]
+		if ts.ChunksDone.Add(1) >= ts.ChunksTotal.Load() && !sv.done {
+			ts.ChunksTotal.Add(1) // more rows than the estimate
+		}
 		if sv.last != nil {
 			t.After = sv.last
 		}

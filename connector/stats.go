@@ -31,6 +31,9 @@ type TableStats struct {
 	Copied       atomic.Int64 // rows copied by snapshots
 	Estimate     atomic.Int64 // pg_class.reltuples at the last snapshot
 	Nulled       atomic.Int64 // values delivered as NULL: NaN, or unrepresentable with UNREPRESENTABLE_VALUES=null
+	// An incremental snapshot's chunks: done (durable, recorded), and
+	// done plus the estimate of those left; 0 when none runs.
+	ChunksDone, ChunksTotal atomic.Int64
 }
 
 // Stats returns the connector's live counters.

@@ -194,11 +194,12 @@ var (
 	descReady     = prometheus.NewDesc("pgfeldera_ready", "1 when /readyz is ready.", nil, nil)
 	descGate      = prometheus.NewDesc("pgfeldera_ack_gate", "1 for the acknowledgement gate in use: complete (at completion: no fault tolerance, or exactly_once) or checkpoint (once a checkpoint covers the batch: at_least_once).", []string{"gate"}, nil)
 	descCkptWait  = prometheus.NewDesc("pgfeldera_checkpoint_wait_seconds", "How long completed work has waited for a Feldera checkpoint to cover it (checkpoint gate); 0 when nothing waits.", nil, nil)
+	descChunks    = prometheus.NewDesc("pgfeldera_snapshot_chunks", "An incremental snapshot's chunks per table: done (durable in Feldera and recorded in the state file) and total (done plus the estimate of those left, from pg_class.reltuples).", []string{"table", "state"}, nil)
 	descFence     = prometheus.NewDesc("pgfeldera_ingress_fence_seconds", "Seconds before ingress may send again: an earlier request got no clear answer and Feldera may still apply it (FELDERA_INGRESS_FENCE); 0 when not fenced.", nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait} {
+	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descChunks} {
 		ch <- d
 	}
 }
@@ -217,6 +218,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Copied.Load()), t.Dest, "snapshot")
 		ch <- prometheus.MustNewConstMetric(descEstimate, prometheus.GaugeValue, float64(t.Estimate.Load()), t.Dest)
 		ch <- prometheus.MustNewConstMetric(descNulled, prometheus.CounterValue, float64(t.Nulled.Load()), t.Dest)
+		if total := t.ChunksTotal.Load(); total > 0 {
+			ch <- prometheus.MustNewConstMetric(descChunks, prometheus.GaugeValue, float64(t.ChunksDone.Load()), t.Dest, "done")
+			ch <- prometheus.MustNewConstMetric(descChunks, prometheus.GaugeValue, float64(total), t.Dest, "total")
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.Batches.Load()))
 	ch <- prometheus.MustNewConstMetric(descRetracted, prometheus.CounterValue, float64(st.Retracted.Load()))

@@ -208,7 +208,15 @@ func printStatus(w io.Writer, st *Status) {
 		str(s.ConfirmedFlushLSN), str(s.RestartLSN), num(s.RetainedWALBytes), str(s.WalStatus))
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
 	for _, t := range st.State.Tables {
-		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, t.Status)
+		line := t.Status
+		if t.Status == state.Incremental {
+			// A resumable snapshot: where it stands.
+			line += fmt.Sprintf(": %d chunks, %d rows copied, durable in Feldera", t.Chunks, t.Copied)
+			if len(t.After) > 0 {
+				line += fmt.Sprintf("; resumes after key (%s)", strings.Join(t.After, ", "))
+			}
+		}
+		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, line)
 	}
 	if f := st.State.Fence; f != nil {
 		line := "no process running"
