@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -117,7 +118,36 @@ func exitedNow(p *proc) bool {
 
 func stateComplete(w *world) bool {
 	b, err := os.ReadFile(w.dir + "/state.json")
-	return err == nil && !strings.Contains(string(b), `"pending"`)
+	return err == nil && !strings.Contains(string(b), `"pending"`) && !strings.Contains(string(b), `"incremental"`)
+}
+
+// mutateDuring inserts, updates and deletes random keys of users (those
+// the setup wrote and more) on its own connection until the snapshot
+// completed (or the process died), and 30 more after that.
+func mutateDuring(w *world, p *proc, keys int, seed uint64) {
+	conn, err := pgx.Connect(context.Background(), w.dsn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	r := rand.New(rand.NewPCG(seed, seed))
+	for after := -1; after != 0; {
+		id := 1 + r.IntN(keys)
+		q := []string{
+			"INSERT INTO users VALUES ($1, 'ins', 0) ON CONFLICT (id) DO UPDATE SET name = 'reins'",
+			"UPDATE users SET name = 'upd', score = score + 1 WHERE id = $1",
+			"DELETE FROM users WHERE id = $1",
+		}[r.IntN(3)]
+		if _, err := conn.Exec(context.Background(), q, id); err != nil {
+			w.t.Fatal(err)
+		}
+		if after > 0 {
+			after--
+		} else if after < 0 && (stateComplete(w) || exitedNow(p)) {
+			after = 30
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 var workloads = []workload{
@@ -190,6 +220,18 @@ var workloads = []workload{
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
 		},
 		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
+	},
+	{
+		// an incremental snapshot (chunks of BATCH_MAX_ROWS=100) under a
+		// writer changing random keys of the table being read
+		name:   "incremental",
+		env:    []string{"SNAPSHOT_MODE=incremental"},
+		points: with(stream(1, 3), "snapshot_after_chunk", 1, 2, 5),
+		setup: func(w *world) {
+			w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
+			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
+		},
+		run: func(w *world, p *proc, snap bool) { mutateDuring(w, p, 3300, 17) },
 	},
 	{
 		name: "resnapshot_after_dropped_slot",

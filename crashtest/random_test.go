@@ -134,10 +134,17 @@ func TestCrashRandom(t *testing.T) {
 			if slow {
 				w.fel.SetCompletionDelay(20 * time.Millisecond)
 			}
-			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow)
-			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight)
+			// Half of those that start from pre-existing rows read them
+			// incrementally, the history running during the chunks (drawn
+			// last, so that earlier seeds keep their histories).
+			mode := "SNAPSHOT_MODE=initial"
+			if pre > 0 && r.IntN(2) == 0 {
+				mode, point, n = "SNAPSHOT_MODE=incremental", "snapshot_after_chunk", 1+r.IntN(5)
+			}
+			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode
+			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode)
 			seeded(w, p, pre > 0)
-			if pre > 0 {
+			if pre > 0 && point != "snapshot_after_chunk" {
 				// Let the snapshot reach its point first: a TRUNCATE in the
 				// history would otherwise empty the table under the copy
 				// (TRUNCATE is not MVCC-safe), leaving no batch to crash in.
@@ -156,7 +163,7 @@ func TestCrashRandom(t *testing.T) {
 			}
 			w.fel.Restart() // Feldera restarts too, losing what no step took
 			restart := time.Now()
-			p2 := w.start(bytesBound, inFlight)
+			p2 := w.start(bytesBound, inFlight, mode)
 			if msg := w.caughtUp(p2, 60*time.Second); msg != "" {
 				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d, %d rows before, %s): %s\nhistory:\n%s", s, how, point, n, pre, settings, msg, strings.Join(stmts, ";\n"))
 			}
