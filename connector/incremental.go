@@ -43,7 +43,8 @@ type watermark struct {
 	Slot  string `json:"slot"`
 	Run   string `json:"run"`
 	Chunk uint64 `json:"chunk"`
-	W     string `json:"w"` // "low" or "high"
+	Table int    `json:"table"` // index into TABLES
+	W     string `json:"w"`     // "low" or "high"
 }
 
 // chunkTable is one table an incremental snapshot reads.
@@ -53,9 +54,6 @@ type chunkTable struct {
 	key   []snapshot.KeyCol // the primary key, in its order
 	keyAt []int             // per key column: its index in rel.Cols
 	after []string          // where the next chunk starts (nil: at the beginning); the worker's
-	// readAll: the loop took the table's last chunk (the state may not
-	// say so yet); the loop's.
-	readAll bool
 }
 
 // chunk is what the worker read between two watermarks.
@@ -102,6 +100,7 @@ type incremental struct {
 	xid      uint32       // of the source transaction being read
 	final    pglogrepl.LSN
 	touched  bool // it changed a route in routes
+	holding  *chunk // the kept rows of the chunk whose high watermark's transaction is being read
 	pending  *chunkSave
 	saves    []chunkSave
 	retries  int
@@ -288,7 +287,7 @@ func (s *stream) readChunks(ctx context.Context) error {
 	for _, t := range inc.tables {
 		for {
 			seq++
-			if err := s.emitWatermark(ctx, conn, seq, "low"); err != nil {
+			if err := s.emitWatermark(ctx, conn, t, seq, "low"); err != nil {
 				return err
 			}
 			ch, err := s.readChunk(ctx, conn, t, seq)
@@ -299,7 +298,7 @@ func (s *stream) readChunks(ctx context.Context) error {
 				s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
 			}
 			inc.ready <- ch // the loop takes it at the high watermark
-			if err := s.emitWatermark(ctx, conn, seq, "high"); err != nil {
+			if err := s.emitWatermark(ctx, conn, t, seq, "high"); err != nil {
 				return err
 			}
 			var again bool
@@ -320,8 +319,8 @@ func (s *stream) readChunks(ctx context.Context) error {
 	return nil
 }
 
-func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, seq uint64, w string) error {
-	b, _ := json.Marshal(watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, W: w})
+func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64, w string) error {
+	b, _ := json.Marshal(watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, Table: t.idx, W: w})
 	if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+watermarkPrefix+"', $1::text)", string(b)); err != nil {
 		return fmt.Errorf("write the %s watermark of chunk %d: %w", w, seq, err)
 	}
@@ -421,6 +420,12 @@ func (s *stream) incEvent(ev *decode.Event) error {
 			}
 		}
 	case decode.KindCommit:
+		if inc.holding != nil {
+			if err := s.appendChunk(inc.holding); err != nil {
+				return err
+			}
+			inc.holding = nil
+		}
 		if inc.touched {
 			inc.recent.Add(inc.xid, uint64(ev.Commit.CommitLSN))
 		}
@@ -452,9 +457,9 @@ func (s *stream) watermark(m decode.Message) error {
 		if inc.winOpen {
 			return fmt.Errorf("incremental snapshot: low watermark of chunk %d while chunk %d's window is open", w.Chunk, inc.winSeq)
 		}
-		t := inc.worked(w.Chunk)
+		t := inc.table(w.Table)
 		if t == nil {
-			return nil
+			return fmt.Errorf("incremental snapshot: low watermark of chunk %d names table %d, which this snapshot does not read", w.Chunk, w.Table)
 		}
 		inc.win.Open()
 		inc.winOpen, inc.winSeq, inc.winRoute, inc.winLow = true, w.Chunk, t.rel.Target.Route, inc.final
@@ -468,18 +473,14 @@ func (s *stream) watermark(m decode.Message) error {
 	return nil
 }
 
-// worked is the table the worker reads now (chunk numbers only grow).
-func (inc *incremental) worked(uint64) *chunkTable {
+// table is the table TABLES lists at idx, if this snapshot reads it.
+func (inc *incremental) table(idx int) *chunkTable {
 	for _, t := range inc.tables {
-		if inc.routes[t.rel.Target.Route] && !inc.doneTable(t) {
+		if t.idx == idx {
 			return t
 		}
 	}
 	return nil
-}
-
-func (inc *incremental) doneTable(t *chunkTable) bool {
-	return inc.st.Tables[t.idx].Status == state.Complete || t.readAll
 }
 
 // highWatermark closes the window: the chunk is read again when the
@@ -510,24 +511,50 @@ func (s *stream) highWatermark() error {
 		inc.next <- true
 		return nil
 	}
-	route := t.rel.Target.Route
-	kept, start := 0, 0
+	// The kept rows wait for the watermark's COMMIT (appendChunk), so
+	// that the batches they fill end between source transactions.
+	kept := &chunk{seq: ch.seq, table: t, last: ch.last, done: ch.done}
+	start := 0
 	for i, end := range ch.ends {
 		if inc.win.Keep(ch.keys[i]) || s.c.noWindow {
-			s.filling.bufs[route] = append(s.filling.bufs[route], ch.buf[start:end]...)
-			kept++
+			kept.buf = append(kept.buf, ch.buf[start:end]...)
+			kept.ends = append(kept.ends, len(kept.buf))
 		}
 		start = end
 	}
-	s.filling.added(route, kept, time.Now())
-	s.c.stats.SnapshotRows.Add(int64(kept))
-	s.c.tableStats[route].Copied.Add(int64(kept))
-	inc.copiedAt[t.idx] += int64(kept)
-	inc.pending = &chunkSave{table: t, rows: int64(kept), last: ch.last, done: ch.done}
-	if ch.done {
-		t.readAll = true
-	}
+	inc.holding = kept
+	inc.pending = &chunkSave{table: t, rows: int64(len(kept.ends)), last: ch.last, done: ch.done}
 	inc.next <- false
+	return nil
+}
+
+// appendChunk adds a chunk's kept rows to the outbox at its high
+// watermark's COMMIT, after every change before it. The watermark's
+// transaction holds nothing else, so the batches the rows fill are sealed
+// at the usual bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES) as between source
+// transactions; only the last one carries the COMMIT's position.
+func (s *stream) appendChunk(ch *chunk) error {
+	s.open = false
+	route := ch.table.rel.Target.Route
+	now := time.Now()
+	start := 0
+	for _, end := range ch.ends {
+		if s.c.full(s.filling) {
+			for !s.canPost() {
+				if err := s.waitEvent(); err != nil {
+					return err
+				}
+			}
+			s.startFlush(false)
+		}
+		s.filling.bufs[route] = append(s.filling.bufs[route], ch.buf[start:end]...)
+		s.filling.added(route, 1, now)
+		start = end
+	}
+	kept := int64(len(ch.ends))
+	s.c.stats.SnapshotRows.Add(kept)
+	s.c.tableStats[route].Copied.Add(kept)
+	s.inc.copiedAt[ch.table.idx] += kept
 	return nil
 }
 
