@@ -99,7 +99,7 @@ type incremental struct {
 	routes   map[int]bool // routes with a table still to read
 	xid      uint32       // of the source transaction being read
 	final    pglogrepl.LSN
-	touched  bool // it changed a route in routes
+	touched  bool   // it changed a route in routes
 	holding  *chunk // the kept rows of the chunk whose high watermark's transaction is being read
 	pending  *chunkSave
 	saves    []chunkSave
