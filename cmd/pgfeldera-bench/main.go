@@ -81,7 +81,7 @@ func run() int {
 	txns := flag.Int("txns", 100_000, "single-row transactions")
 	rate := flag.Int("live-rate", 10_000, "live workload: rows per second")
 	liveFor := flag.Duration("live-duration", 20*time.Second, "live workload: how long pgbench runs")
-	only := flag.String("only", "abcdefghij", "workloads to run (h runs with a)")
+	only := flag.String("only", "abcdefghijk", "workloads to run (h runs with a)")
 	out := flag.String("out", "bench-result.json", "JSON result file")
 	flag.Parse()
 
@@ -109,6 +109,7 @@ func run() int {
 		{"a", func() (Result, error) { return b.bulk(*rounds, *rows) }},
 		{"b", func() (Result, error) { return b.singleRow(*rounds, *txns) }},
 		{"c", func() (Result, error) { return b.snapshot(*rounds, *rows) }},
+		{"k", func() (Result, error) { return b.incremental(*rounds, *rows) }},
 		{"d", func() (Result, error) { return b.live(*rate, *liveFor) }},
 		{"e", func() (Result, error) { return b.peakRSS(*rounds, *rows) }},
 		{"f", func() (Result, error) { return b.slowCompletion(*rounds, *rows) }},
@@ -537,6 +538,64 @@ func (b *bench) singleRow(rounds, txns int) (Result, error) {
 	}
 	res := ratioResult("b", fmt.Sprintf("%d single-row transactions", txns), "rows/s", "pg_recvlogical", ref, pgf, 0.7)
 	res.Extra = cpuExtra(cpu, txns)
+	return res, nil
+}
+
+// incremental is SNAPSHOT_MODE=incremental against initial, side by
+// side, each from process start to the last row in Feldera, and both
+// against COPY to /dev/null (issue 17: target ≥ 0.8 × initial).
+func (b *bench) incremental(rounds, rows int) (Result, error) {
+	fmt.Printf("k: incremental snapshot of %d rows against initial\n", rows)
+	for _, q := range []string{"TRUNCATE t", rowsSQL(1, rows), "VACUUM ANALYZE t"} {
+		if err := b.exec(q); err != nil {
+			return Result{}, err
+		}
+	}
+	copyStart := time.Now()
+	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "psql"), "-X", "-q", "-d", b.dsn, "-c", "COPY t TO STDOUT")
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	cmd.Stdout = devnull
+	err = cmd.Run()
+	devnull.Close()
+	if err != nil {
+		return Result{}, fmt.Errorf("psql COPY: %w", err)
+	}
+	copyRate := float64(rows) / time.Since(copyStart).Seconds()
+	load := func(mode string, r int) (float64, error) {
+		slot := fmt.Sprintf("inc_%s_%d", mode, r)
+		p, err := b.startPGF(slot, "t", "pub", mode, nil, nil)
+		if err != nil {
+			return 0, err
+		}
+		d, err := p.waitFor("the "+mode+" snapshot", 10*time.Minute, func() (bool, error) { return p.fel.CountedRows("t") >= rows, nil })
+		if _, _, serr := p.stop(); err == nil {
+			err = serr
+		}
+		b.dropSlot(slot)
+		return float64(rows) / d.Seconds(), err
+	}
+	var ref, inc []float64
+	for r := 0; r < rounds; r++ {
+		runRef := func() error {
+			v, err := load("initial", r)
+			ref = append(ref, v)
+			return err
+		}
+		runInc := func() error {
+			v, err := load("incremental", r)
+			inc = append(inc, v)
+			return err
+		}
+		if err := alternate(r, runRef, runInc); err != nil {
+			return Result{}, err
+		}
+		fmt.Printf("    round %d: initial %.0f rows/s, incremental %.0f rows/s\n", r+1, ref[r], inc[r])
+	}
+	res := ratioResult("k", fmt.Sprintf("incremental snapshot of %d rows, SNAPSHOT_PARALLELISM 1 (chunks of BATCH_MAX_ROWS), against initial; COPY to /dev/null %.0f rows/s, incremental ÷ COPY %.2f", rows, copyRate, median(inc)/copyRate),
+		"rows/s", "SNAPSHOT_MODE=initial", ref, inc, 0.8)
 	return res, nil
 }
 
