@@ -252,8 +252,8 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		ts := c.tableStats[rel.Target.Route]
 		ts.Estimate.Store(int64(estimate))
 		left := (int64(estimate) - t.Copied + int64(inc.limit) - 1) / int64(inc.limit)
-		ts.ChunksDone.Add(t.Chunks)
-		ts.ChunksTotal.Add(t.Chunks + max(left, 1))
+		ts.ChunksDone.Store(t.Chunks) // from the state: a new session starts over
+		ts.ChunksTotal.Store(t.Chunks + max(left, 1))
 		inc.tables = append(inc.tables, &chunkTable{idx: i, rel: rel, key: key, keyAt: at, after: t.After})
 		inc.routes[rel.Target.Route] = true
 		c.logger.Info("snapshot: incremental: table to read", "table", t.Source, "chunks_done", t.Chunks, "rows_copied", t.Copied,
