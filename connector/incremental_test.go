@@ -118,6 +118,9 @@ func TestIncremental_ExactUnderWrites(t *testing.T) {
 			if err != nil || !st.Complete() || st.Tables[0].Chunks < rows/1000 {
 				t.Fatalf("state = %+v, %v", st, err)
 			}
+			if ts := c.Tables()[0]; ts.ChunksDone.Load() != st.Tables[0].Chunks || ts.ChunksTotal.Load() < ts.ChunksDone.Load() {
+				t.Fatalf("chunk gauges: done %d, total %d; the state says %d chunks", ts.ChunksDone.Load(), ts.ChunksTotal.Load(), st.Tables[0].Chunks)
+			}
 			if planted.Load() < 10 {
 				t.Fatalf("only %d chunks had rows changed in their window", planted.Load())
 			}
