@@ -534,8 +534,14 @@ func (s *stream) highWatermark() error {
 	// The kept rows wait for the watermark's COMMIT (appendChunk), so
 	// that the batches they fill end between source transactions.
 	kept := &chunk{seq: ch.seq, table: t, last: ch.last, done: ch.done}
+	if inc.win.Touched() == 0 || s.c.noWindow {
+		kept = ch // nothing to drop: no copy
+	}
 	start := 0
 	for i, end := range ch.ends {
+		if kept == ch {
+			break
+		}
 		if inc.win.Keep(ch.keys[i]) || s.c.noWindow {
 			kept.buf = append(kept.buf, ch.buf[start:end]...)
 			kept.ends = append(kept.ends, len(kept.buf))
