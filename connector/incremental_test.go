@@ -156,3 +156,29 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NUL
 		t.Fatalf("a slot was created (%d, %v)", n, err)
 	}
 }
+
+// A TRUNCATE between a chunk's read and its high watermark: the chunk is
+// read again (its rows are gone), the rows of earlier chunks are
+// retracted, the snapshot goes on, and Feldera ends exact.
+func TestIncremental_TruncateInWindow(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 5000) g")
+	cfg := e.config("users,public.items:catalog_items")
+	cfg.SnapshotMode = connector.SnapshotIncremental
+	cfg.BatchMaxRows = 500
+	c := e.newConnector(cfg, e.client)
+	var chunks atomic.Int64
+	connector.SetChunkReadHook(c, func(table string, keys []string) {
+		if table == "public.users" && chunks.Add(1) == 3 {
+			e.execOwn("BEGIN; TRUNCATE users; INSERT INTO users SELECT g, 'after truncate', g FROM generate_series(4000, 6000) g; COMMIT")
+		}
+	})
+	e.run(c)
+	e.waitLog("snapshot: incremental: complete", 60*time.Second)
+	e.exec("INSERT INTO users VALUES (7000, 'later', 0)")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	if !strings.Contains(e.logs.String(), "why=\"a TRUNCATE of the table\"") {
+		t.Fatal("the chunk read before the TRUNCATE was not read again")
+	}
+}
