@@ -84,6 +84,9 @@ type Config struct {
 	RequirePrimaryKey bool
 	CompletionTimeout time.Duration
 	BatchMaxRows      int
+	// SnapshotChunkRows is an incremental snapshot's chunk size in rows
+	// (0: BatchMaxRows).
+	SnapshotChunkRows int
 	// BatchMaxBytes seals a batch once its NDJSON reaches this many bytes
 	// (a row larger than it goes alone): with BatchMaxRows, the memory
 	// bound whatever the row width. Default DefaultBatchMaxBytes.

@@ -53,7 +53,7 @@ type chunkTable struct {
 	rel   *decode.Rel
 	key   []snapshot.KeyCol // the primary key, in its order
 	keyAt []int             // per key column: its index in rel.Cols
-	after []string          // where the next chunk starts (nil: at the beginning); the worker's
+	after []string          // where the first chunk of this session starts (nil: at the beginning)
 }
 
 // chunk is what the worker read between two watermarks.
@@ -63,9 +63,12 @@ type chunk struct {
 	buf   []byte   // NDJSON insert lines
 	ends  []int    // end offset of each line in buf
 	keys  []string // each line's Feldera key (decode.KeyText)
+	from  []string // chunk key it was read after (nil: the table's beginning)
 	last  []string // chunk key of the last row; nil when the chunk is empty
 	done  bool     // fewer rows than the limit: the table's last chunk
 	xip   []uint32 // transactions in progress for the chunk's snapshot
+	// discard: read ahead of a chunk that is read again; the loop drops it.
+	discard bool
 }
 
 // chunkSave is a chunk in the outbox: the state records it once the
@@ -90,19 +93,7 @@ type incremental struct {
 	ready  chan *chunk // worker → loop, sent before the high watermark is written
 	next   chan bool   // loop → worker: true reads the same chunk again
 
-	win      snapshot.Window
-	winOpen  bool
-	winSeq   uint64
-	winRoute int
-	winLow   pglogrepl.LSN // the commit position of the low watermark
-	recent   snapshot.Recent
-	routes   map[int]bool // routes with a table still to read
-	xid      uint32       // of the source transaction being read
-	final    pglogrepl.LSN
-	touched  bool   // it changed a route in routes
-	holding  *chunk // the kept rows of the chunk whose high watermark's transaction is being read
-	pending  *chunkSave
-	saves    []chunkSave
+	loop     *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
 	retries  int
 	lastLog  time.Time
 	started  time.Time
@@ -198,8 +189,12 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	return nil
 }
 
-// chunkRows is how many rows a chunk reads: BATCH_MAX_ROWS.
+// chunkRows is how many rows a chunk reads: SNAPSHOT_CHUNK_ROWS, else
+// BATCH_MAX_ROWS.
 func (c *Connector) chunkRows() int {
+	if c.cfg.SnapshotChunkRows > 0 {
+		return c.cfg.SnapshotChunkRows
+	}
 	if c.cfg.BatchMaxRows > 0 {
 		return c.cfg.BatchMaxRows
 	}
@@ -232,7 +227,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 	defer conn.Close(context.WithoutCancel(ctx))
 	inc := &incremental{
 		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
-		ready: make(chan *chunk, 1), next: make(chan bool, 1), routes: map[int]bool{},
+		ready: make(chan *chunk, 1), next: make(chan bool, 1), loop: newChunkLoop(),
 		started: time.Now(), lastLog: time.Now(), copiedAt: map[int]int64{},
 	}
 	for i, t := range st.Tables {
@@ -255,7 +250,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		ts.ChunksDone.Store(t.Chunks) // from the state: a new session starts over
 		ts.ChunksTotal.Store(t.Chunks + max(left, 1))
 		inc.tables = append(inc.tables, &chunkTable{idx: i, rel: rel, key: key, keyAt: at, after: t.After})
-		inc.routes[rel.Target.Route] = true
+		inc.loop.routes[rel.Target.Route] = true
 		c.logger.Info("snapshot: incremental: table to read", "table", t.Source, "chunks_done", t.Chunks, "rows_copied", t.Copied,
 			"estimate", int64(estimate), "resume_after", strings.Join(t.After, ","))
 	}
@@ -297,43 +292,84 @@ func (s *stream) readChunks(ctx context.Context) error {
 			return fmt.Errorf("SET synchronous_commit = local: %w", err)
 		}
 	}
+	// The next chunk is read while the loop takes the one before
+	// (exactness does not depend on the order chunks are read in, each
+	// having its own watermarks); if that one must be read again, the
+	// chunk read ahead is handed over marked discard (its watermarks are
+	// in the stream), and reading resumes where the rejected chunk began,
+	// so the chunks of a table stay one contiguous sequence of ranges and
+	// the state never records a range past one still to be read. The last
+	// chunk of a table is never read ahead of.
 	var seq uint64
+	var prev *chunk // handed to the loop, its answer not yet taken
+	answer := func() (bool, error) {
+		select {
+		case again := <-inc.next:
+			return again, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	read := func(t *chunkTable, after []string) (*chunk, error) {
+		seq++
+		t0 := time.Now()
+		if err := s.emitWatermark(ctx, conn, t, seq, "low"); err != nil {
+			return nil, err
+		}
+		ch, err := s.readChunk(ctx, conn, t, seq, after)
+		if err != nil {
+			return nil, err
+		}
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "rows", len(ch.ends), "took", time.Since(t0))
+		if s.c.chunkRead != nil {
+			s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
+		}
+		return ch, nil
+	}
+	hand := func(ch *chunk) error {
+		inc.ready <- ch // the loop takes it at the high watermark
+		return s.emitWatermark(ctx, conn, ch.table, ch.seq, "high")
+	}
 	for _, t := range inc.tables {
+		after := t.after
 		for {
-			seq++
-			t0 := time.Now()
-			if err := s.emitWatermark(ctx, conn, t, seq, "low"); err != nil {
-				return err
-			}
-			t1 := time.Now()
-			ch, err := s.readChunk(ctx, conn, t, seq)
+			ch, err := read(t, after)
 			if err != nil {
 				return err
 			}
-			t2 := time.Now()
-			if s.c.chunkRead != nil {
-				s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
+			if prev != nil {
+				again, err := answer()
+				if err != nil {
+					return err
+				}
+				if again && !prev.discard {
+					redo := prev.from
+					ch.discard = true
+					if err := hand(ch); err != nil {
+						return err
+					}
+					prev, after = ch, redo
+					continue
+				}
 			}
-			inc.ready <- ch // the loop takes it at the high watermark
-			if err := s.emitWatermark(ctx, conn, t, seq, "high"); err != nil {
+			if err := hand(ch); err != nil {
 				return err
 			}
-			t3 := time.Now()
-			var again bool
-			select {
-			case again = <-inc.next:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			s.logger.Debug("snapshot: incremental: chunk timings", "chunk", seq, "rows", len(ch.ends),
-				"low", t1.Sub(t0), "read", t2.Sub(t1), "high", t3.Sub(t2), "taken", time.Since(t3))
-			if again {
+			prev = ch
+			if !ch.done {
+				after = ch.last
 				continue
 			}
-			if ch.done {
-				break
+			again, err := answer()
+			if err != nil {
+				return err
 			}
-			t.after = ch.last
+			prev = nil
+			if again {
+				after = ch.from
+				continue
+			}
+			break
 		}
 	}
 	return nil
@@ -350,13 +386,13 @@ func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, t *chunkTabl
 // readChunk reads one chunk in its own REPEATABLE READ transaction: its
 // snapshot (for the xip rule), then the rows, encoded as the snapshot
 // encodes them, with their keys.
-func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64) (*chunk, error) {
+func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64, after []string) (*chunk, error) {
 	rel := t.rel
 	cols := make([]string, len(rel.Cols))
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
 	}
-	sql, err := copySource(rel.Target).ChunkSQL(cols, t.key, t.after, s.inc.limit)
+	sql, err := copySource(rel.Target).ChunkSQL(cols, t.key, after, s.inc.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +409,7 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, s
 	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
 		return nil, fmt.Errorf("chunk %d of %s: read its snapshot: %w", seq, rel.Target.Qualified(), err)
 	}
-	ch := &chunk{seq: seq, table: t}
+	ch := &chunk{seq: seq, table: t, from: after}
 	if ch.xip, err = snapshot.Xip(snap); err != nil {
 		return nil, err
 	}
@@ -417,42 +453,19 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, s
 // read (for the xip rule), feeds the open window the keys of its table,
 // poisons it on a TRUNCATE of that table, and handles the watermarks.
 func (s *stream) incEvent(ev *decode.Event) error {
-	inc := s.inc
+	l := s.inc.loop
 	switch ev.Kind {
 	case decode.KindBegin:
-		inc.xid, inc.final, inc.touched = ev.Begin.Xid, ev.Begin.FinalLSN, false
+		l.begin(ev.Begin.Xid, ev.Begin.FinalLSN)
 	case decode.KindRows:
-		if inc.routes[ev.Route] {
-			inc.touched = true
-		}
-		if inc.winOpen && ev.Route == inc.winRoute {
-			for _, k := range ev.Keys {
-				inc.win.Touch(k)
-			}
-			if ev.KeyUnknown {
-				inc.win.Poison("a change to a row whose key the stream does not carry (a NULL or unchanged TOAST key column)")
-			}
-		}
+		l.rows(ev.Route, ev.Keys, ev.KeyUnknown)
 	case decode.KindTruncate:
 		for _, r := range ev.Truncated {
-			if inc.winOpen && r.Target.Route == inc.winRoute {
-				inc.win.Poison("a TRUNCATE of the table")
-			}
+			l.truncated(r.Target.Route)
 		}
 	case decode.KindCommit:
-		if inc.holding != nil {
-			if err := s.appendChunk(inc.holding); err != nil {
-				return err
-			}
-			inc.holding = nil
-		}
-		if inc.touched {
-			inc.recent.Add(inc.xid, uint64(ev.Commit.CommitLSN))
-		}
-		if inc.pending != nil {
-			inc.pending.lsn = ev.Commit.EndLSN
-			inc.saves = append(inc.saves, *inc.pending)
-			inc.pending = nil
+		if ch := l.commit(ev.Commit.CommitLSN, ev.Commit.EndLSN); ch != nil {
+			return s.appendChunk(ch)
 		}
 	case decode.KindMessage:
 		if ev.Message.Prefix == watermarkPrefix {
@@ -474,21 +487,16 @@ func (s *stream) watermark(m decode.Message) error {
 	}
 	switch w.W {
 	case "low":
-		if inc.winOpen {
-			return fmt.Errorf("incremental snapshot: low watermark of chunk %d while chunk %d's window is open", w.Chunk, inc.winSeq)
-		}
 		t := inc.table(w.Table)
 		if t == nil {
 			return fmt.Errorf("incremental snapshot: low watermark of chunk %d names table %d, which this snapshot does not read", w.Chunk, w.Table)
 		}
-		inc.win.Open()
-		inc.winOpen, inc.winSeq, inc.winRoute, inc.winLow = true, w.Chunk, t.rel.Target.Route, inc.final
-		s.dec.WantKeys[inc.winRoute] = true
-	case "high":
-		if !inc.winOpen || inc.winSeq != w.Chunk {
-			return fmt.Errorf("incremental snapshot: high watermark of chunk %d without its low watermark", w.Chunk)
+		if err := inc.loop.low(w.Chunk, t.rel.Target.Route); err != nil {
+			return err
 		}
-		return s.highWatermark()
+		s.dec.WantKeys[t.rel.Target.Route] = true
+	case "high":
+		return s.highWatermark(w.Chunk)
 	}
 	return nil
 }
@@ -504,53 +512,26 @@ func (inc *incremental) table(idx int) *chunkTable {
 }
 
 // highWatermark closes the window: the chunk is read again when the
-// window cannot be trusted, else its rows whose key the stream did not
-// change enter the outbox now, after every change before the watermark.
-func (s *stream) highWatermark() error {
+// window cannot be trusted, else its kept rows enter the outbox at the
+// watermark's COMMIT (incEvent), so that the batches they fill end
+// between source transactions.
+func (s *stream) highWatermark(seq uint64) error {
 	inc := s.inc
 	var ch *chunk
 	select {
 	case ch = <-inc.ready:
 	default:
-		return fmt.Errorf("incremental snapshot: high watermark of chunk %d before its rows", inc.winSeq)
 	}
-	inc.win.Close()
-	inc.winOpen = false
-	s.dec.WantKeys[inc.winRoute] = false
-	if ch.seq != inc.winSeq {
-		return fmt.Errorf("incremental snapshot: the rows of chunk %d arrived at the high watermark of chunk %d", ch.seq, inc.winSeq)
+	s.dec.WantKeys[inc.loop.winRoute] = false
+	why, err := inc.loop.high(seq, ch, s.c.noWindow)
+	if err != nil {
+		return err
 	}
-	t := ch.table
-	why := inc.win.Poisoned()
-	if x, ok := inc.recent.CommittedBefore(ch.xip, uint64(inc.winLow)); why == "" && ok {
-		why = fmt.Sprintf("transaction %d committed before the low watermark but was still in progress for the chunk's snapshot", x)
-	}
-	if why != "" {
+	if why != "" && !ch.discard {
 		inc.retries++
-		s.logger.Info("snapshot: incremental: reading a chunk again", "table", t.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
-		inc.next <- true
-		return nil
+		s.logger.Info("snapshot: incremental: reading a chunk again", "table", ch.table.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
 	}
-	// The kept rows wait for the watermark's COMMIT (appendChunk), so
-	// that the batches they fill end between source transactions.
-	kept := &chunk{seq: ch.seq, table: t, last: ch.last, done: ch.done}
-	if inc.win.Touched() == 0 || s.c.noWindow {
-		kept = ch // nothing to drop: no copy
-	}
-	start := 0
-	for i, end := range ch.ends {
-		if kept == ch {
-			break
-		}
-		if inc.win.Keep(ch.keys[i]) || s.c.noWindow {
-			kept.buf = append(kept.buf, ch.buf[start:end]...)
-			kept.ends = append(kept.ends, len(kept.buf))
-		}
-		start = end
-	}
-	inc.holding = kept
-	inc.pending = &chunkSave{table: t, rows: int64(len(kept.ends)), last: ch.last, done: ch.done}
-	inc.next <- false
+	inc.next <- why != ""
 	return nil
 }
 
@@ -588,9 +569,7 @@ func (s *stream) appendChunk(ch *chunk) error {
 // position passed, in order, and logs the progress.
 func (s *stream) saveChunks() error {
 	inc := s.inc
-	for len(inc.saves) > 0 && inc.saves[0].lsn <= s.c.acked {
-		sv := inc.saves[0]
-		inc.saves = inc.saves[1:]
+	for _, sv := range inc.loop.due(s.c.acked) {
 		t := &inc.st.Tables[sv.table.idx]
 		t.Chunks++
 		t.Copied += sv.rows
@@ -603,7 +582,7 @@ func (s *stream) saveChunks() error {
 		}
 		if sv.done {
 			t.Status, t.After, t.Rows = state.Complete, nil, t.Copied
-			delete(inc.routes, sv.table.rel.Target.Route)
+			delete(inc.loop.routes, sv.table.rel.Target.Route)
 		}
 		if err := state.Save(s.c.cfg.StateFile, inc.st); err != nil {
 			return fatal(err)

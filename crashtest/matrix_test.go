@@ -296,7 +296,9 @@ const (
 	ingressFence        = 4 * time.Second
 )
 
-var concurrentPoints = map[string]bool{"after_complete": true, "after_ack": true}
+// snapshot_after_chunk too: a chunk is recorded once the acknowledged
+// position passes it, while the stream goes on posting.
+var concurrentPoints = map[string]bool{"after_complete": true, "after_ack": true, "snapshot_after_chunk": true}
 
 // checkFirstPost says what is wrong with a restart's first POST, if
 // anything.

@@ -33,6 +33,7 @@ type Config struct {
 	StopTimeout         time.Duration
 	CheckpointAfter     time.Duration
 	BatchMaxRows        int
+	SnapshotChunkRows   int
 	BatchMaxBytes       int
 	BatchMaxInFlight    int
 	Transactions        string
@@ -175,6 +176,18 @@ var settings = []setting{
 				return badValue("BATCH_MAX_ROWS", v, "an integer from 1 to 10000000")
 			}
 			c.BatchMaxRows = n
+			return nil
+		}},
+	{Env: "SNAPSHOT_CHUNK_ROWS", Default: "", Help: "SNAPSHOT_MODE=incremental: rows per chunk, each read in its own short transaction and held in memory once (empty: BATCH_MAX_ROWS)",
+		parse: func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10_000_000 {
+				return badValue("SNAPSHOT_CHUNK_ROWS", v, "an integer from 1 to 10000000")
+			}
+			c.SnapshotChunkRows = n
 			return nil
 		}},
 	{Env: "BATCH_MAX_BYTES", Default: "4MiB", Help: "outbox flush size in bytes of NDJSON (sealed after the row that reaches it): the memory bound for wide rows; plain bytes or with KiB/MiB/GiB",

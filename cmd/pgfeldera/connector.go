@@ -64,6 +64,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		StopTimeout:         c.StopTimeout,
 		CheckpointAfter:     c.CheckpointAfter,
 		BatchMaxRows:        c.BatchMaxRows,
+		SnapshotChunkRows:   c.SnapshotChunkRows,
 		BatchMaxBytes:       c.BatchMaxBytes,
 		BatchMaxInFlight:    c.BatchMaxInFlight,
 		Transactions:        c.Transactions,
