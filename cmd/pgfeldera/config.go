@@ -178,7 +178,7 @@ var settings = []setting{
 			c.BatchMaxRows = n
 			return nil
 		}},
-	{Env: "SNAPSHOT_CHUNK_ROWS", Default: "", Help: "SNAPSHOT_MODE=incremental: rows per chunk, each read in its own short transaction and held in memory once (empty: BATCH_MAX_ROWS)",
+	{Env: "SNAPSHOT_CHUNK_ROWS", Default: "", Help: "SNAPSHOT_MODE=incremental: rows per chunk, each read in its own short transaction and held in memory whole, two at a time (empty: BATCH_MAX_ROWS)",
 		parse: func(c *Config, v string) error {
 			if v == "" {
 				return nil
