@@ -88,14 +88,24 @@ func mixedRun(w *world, p *proc, snap bool) {
 // writeDuring commits single-row transactions on its own connection until
 // the snapshot completed (or the process died) and 30 more after that.
 func writeDuring(w *world, p *proc, from int) {
+	id := from
+	during(w, p, func(conn *pgx.Conn) error {
+		id++
+		_, err := conn.Exec(context.Background(), "INSERT INTO users VALUES ($1, 'live', 0)", id-1)
+		return err
+	})
+}
+
+// during runs one statement after another on its own connection until the
+// snapshot completed (or the process died), and 30 more after that.
+func during(w *world, p *proc, stmt func(conn *pgx.Conn) error) {
 	conn, err := pgx.Connect(context.Background(), w.dsn)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	after := -1
-	for id := from; after != 0; id++ {
-		if _, err := conn.Exec(context.Background(), "INSERT INTO users VALUES ($1, 'live', 0)", id); err != nil {
+	for after := -1; after != 0; {
+		if err := stmt(conn); err != nil {
 			w.t.Fatal(err)
 		}
 		if after > 0 {
@@ -122,32 +132,18 @@ func stateComplete(w *world) bool {
 }
 
 // mutateDuring inserts, updates and deletes random keys of users (those
-// the setup wrote and more) on its own connection until the snapshot
-// completed (or the process died), and 30 more after that.
+// the setup wrote and more), as during does.
 func mutateDuring(w *world, p *proc, keys int, seed uint64) {
-	conn, err := pgx.Connect(context.Background(), w.dsn)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	r := rand.New(rand.NewPCG(seed, seed))
-	for after := -1; after != 0; {
-		id := 1 + r.IntN(keys)
+	during(w, p, func(conn *pgx.Conn) error {
 		q := []string{
 			"INSERT INTO users VALUES ($1, 'ins', 0) ON CONFLICT (id) DO UPDATE SET name = 'reins'",
 			"UPDATE users SET name = 'upd', score = score + 1 WHERE id = $1",
 			"DELETE FROM users WHERE id = $1",
 		}[r.IntN(3)]
-		if _, err := conn.Exec(context.Background(), q, id); err != nil {
-			w.t.Fatal(err)
-		}
-		if after > 0 {
-			after--
-		} else if after < 0 && (stateComplete(w) || exitedNow(p)) {
-			after = 30
-		}
-		time.Sleep(time.Millisecond)
-	}
+		_, err := conn.Exec(context.Background(), q, 1+r.IntN(keys))
+		return err
+	})
 }
 
 var workloads = []workload{
