@@ -26,6 +26,12 @@ type workload struct {
 	// a later TRUNCATE discards, so its changes are not all sent again
 	// (the oracle still sees a loss).
 	truncates bool
+	// timed: the history depends on timing (a writer running until the
+	// snapshot completes), so the crashed batch's changes cannot be
+	// matched with a clean run's, and an incremental chunk read again may
+	// rightly drop a row the stream then carries; the oracle still sees
+	// a loss.
+	timed bool
 	// keepFeldera: Feldera is not restarted after the crash, so a Feldera
 	// transaction the crashed process left open is still open when the
 	// next one starts (see txnPoints).
@@ -221,6 +227,7 @@ var workloads = []workload{
 		// an incremental snapshot (chunks of BATCH_MAX_ROWS=100) under a
 		// writer changing random keys of the table being read
 		name:   "incremental",
+		timed:  true,
 		env:    []string{"SNAPSHOT_MODE=incremental"},
 		points: with(stream(1, 3), "snapshot_after_chunk", 1, 2, 5),
 		setup: func(w *world) {
@@ -433,7 +440,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 		o.err = fmt.Sprintf("Feldera transaction %d is still open after the restart caught up (the crashed one: %d)\n%s", w.fel.OpenTransaction(), open, w.log())
 	case replayRequired[point] && len(run1) == 0:
 		o.err = "the crashed batch was never posted"
-	case replayRequired[point] && !wl.truncates:
+	case replayRequired[point] && !wl.truncates && !wl.timed:
 		if missing := w.notReplayed(run1[len(run1)-1], clean); len(missing) > 0 {
 			o.err = fmt.Sprintf("the restart did not send the unacknowledged batch again: %d of its changes missing (%s …)", len(missing), missing[0])
 		}
