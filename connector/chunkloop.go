@@ -18,8 +18,7 @@ import (
 type chunkLoop struct {
 	routes map[int]bool // routes with a table still to read
 
-	win      snapshot.Window
-	winOpen  bool
+	win      snapshot.Window // open between a chunk's watermarks
 	winSeq   uint64
 	winRoute int
 	winLow   pglogrepl.LSN // the commit position of the low watermark's transaction
@@ -47,7 +46,7 @@ func (l *chunkLoop) rows(route int, keys []string, unknown bool) {
 	if l.routes[route] {
 		l.touched = true
 	}
-	if !l.winOpen || route != l.winRoute {
+	if !l.win.Active() || route != l.winRoute {
 		return
 	}
 	for _, k := range keys {
@@ -63,7 +62,7 @@ func (l *chunkLoop) truncated(route int) {
 	if l.routes[route] {
 		l.touched = true
 	}
-	if l.winOpen && route == l.winRoute {
+	if l.win.Active() && route == l.winRoute {
 		l.win.Poison("a TRUNCATE of the table")
 	}
 }
@@ -90,11 +89,11 @@ func (l *chunkLoop) commit(commit, end pglogrepl.LSN) *chunk {
 // low opens the window of chunk seq on route, at the low watermark of the
 // transaction being read.
 func (l *chunkLoop) low(seq uint64, route int) error {
-	if l.winOpen {
+	if l.win.Active() {
 		return fmt.Errorf("incremental snapshot: low watermark of chunk %d while chunk %d's window is open", seq, l.winSeq)
 	}
 	l.win.Open()
-	l.winOpen, l.winSeq, l.winRoute, l.winLow = true, seq, route, l.final
+	l.winSeq, l.winRoute, l.winLow = seq, route, l.final
 	return nil
 }
 
@@ -104,11 +103,10 @@ func (l *chunkLoop) low(seq uint64, route int) error {
 // watermarks are held for the transaction's commit. keepAll keeps every
 // row (the unsafe variant the tests show losing).
 func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err error) {
-	if !l.winOpen || l.winSeq != seq {
+	if !l.win.Active() || l.winSeq != seq {
 		return "", fmt.Errorf("incremental snapshot: high watermark of chunk %d without its low watermark", seq)
 	}
 	l.win.Close()
-	l.winOpen = false
 	if ch == nil {
 		return "", fmt.Errorf("incremental snapshot: high watermark of chunk %d before its rows", seq)
 	}

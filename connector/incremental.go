@@ -49,11 +49,12 @@ type watermark struct {
 
 // chunkTable is one table an incremental snapshot reads.
 type chunkTable struct {
-	idx   int // into the plan's targets and the state's tables
-	rel   *decode.Rel
-	key   []snapshot.KeyCol // the primary key, in its order
-	keyAt []int             // per key column: its index in rel.Cols
-	after []string          // where the first chunk of this session starts (nil: at the beginning)
+	idx    int // into the plan's targets and the state's tables
+	rel    *decode.Rel
+	key    []snapshot.KeyCol // the primary key, in its order
+	keyAt  []int             // per key column: its index in rel.Cols
+	after  []string          // where the first chunk of this session starts (nil: at the beginning)
+	copied int64             // rows this session put in the outbox, for the rate; the loop's
 }
 
 // chunk is what the worker read between two watermarks.
@@ -93,11 +94,10 @@ type incremental struct {
 	ready  chan *chunk // worker → loop, sent before the high watermark is written
 	next   chan bool   // loop → worker: true reads the same chunk again
 
-	loop     *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
-	retries  int
-	lastLog  time.Time
-	started  time.Time
-	copiedAt map[int]int64 // rows copied per table this session, for the rate
+	loop    *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
+	retries int
+	lastLog time.Time
+	started time.Time
 }
 
 // chunkKey reads a table's primary key (its columns in index order and
@@ -228,7 +228,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 	inc := &incremental{
 		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
 		ready: make(chan *chunk, 1), next: make(chan bool, 1), loop: newChunkLoop(),
-		started: time.Now(), lastLog: time.Now(), copiedAt: map[int]int64{},
+		started: time.Now(), lastLog: time.Now(),
 	}
 	for i, t := range st.Tables {
 		if t.Status != state.Incremental {
@@ -561,7 +561,7 @@ func (s *stream) appendChunk(ch *chunk) error {
 	kept := int64(len(ch.ends))
 	s.c.stats.SnapshotRows.Add(kept)
 	s.c.tableStats[route].Copied.Add(kept)
-	s.inc.copiedAt[ch.table.idx] += kept
+	ch.table.copied += kept
 	return nil
 }
 
@@ -608,7 +608,7 @@ func (s *stream) progress(sv chunkSave, t *state.Table) {
 	}
 	inc.lastLog = time.Now()
 	estimate := s.c.tableStats[route].Estimate.Load()
-	rate := float64(inc.copiedAt[sv.table.idx]) / time.Since(inc.started).Seconds()
+	rate := float64(sv.table.copied) / time.Since(inc.started).Seconds()
 	args := []any{"table", t.Source, "chunks", t.Chunks, "rows", t.Copied, "estimate", estimate, "rows_per_sec", int64(rate)}
 	if rate > 0 && estimate > t.Copied {
 		args = append(args, "eta", (time.Duration(float64(estimate-t.Copied)/rate) * time.Second).Round(time.Second).String())

@@ -98,6 +98,9 @@ func (w *Window) Touch(key string) {
 	}
 }
 
+// Active reports whether the window is open (between Open and Close).
+func (w *Window) Active() bool { return w.open }
+
 // Close ends the window at the high watermark; Keep answers for the
 // chunk's rows until the next Open.
 func (w *Window) Close() { w.open = false }
