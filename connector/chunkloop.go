@@ -16,8 +16,6 @@ import (
 // into the outbox, the worker's next step and the state file. The
 // argument it implements is in snapshot/chunk.go.
 type chunkLoop struct {
-	routes map[int]bool // routes with a table still to read
-
 	win      snapshot.Window // open between a chunk's watermarks
 	winSeq   uint64
 	winRoute int
@@ -26,14 +24,14 @@ type chunkLoop struct {
 	recent  snapshot.Recent
 	xid     uint32        // the source transaction being read
 	final   pglogrepl.LSN // its commit position, from its BEGIN
-	touched bool          // it changed a route in routes
+	touched bool          // it changed a mapped table
 
 	holding *chunk     // kept rows of the chunk whose high watermark's transaction is being read
 	pending *chunkSave // that chunk's record, waiting for the transaction's end
 	saves   []chunkSave
 }
 
-func newChunkLoop() *chunkLoop { return &chunkLoop{routes: map[int]bool{}} }
+func newChunkLoop() *chunkLoop { return &chunkLoop{} }
 
 // begin is a source transaction's BEGIN.
 func (l *chunkLoop) begin(xid uint32, final pglogrepl.LSN) {
@@ -43,9 +41,7 @@ func (l *chunkLoop) begin(xid uint32, final pglogrepl.LSN) {
 // rows is a change to route: the keys it touched, and whether one could
 // not be known.
 func (l *chunkLoop) rows(route int, keys []string, unknown bool) {
-	if l.routes[route] {
-		l.touched = true
-	}
+	l.touched = true
 	if !l.win.Active() || route != l.winRoute {
 		return
 	}
@@ -59,9 +55,7 @@ func (l *chunkLoop) rows(route int, keys []string, unknown bool) {
 
 // truncated is a TRUNCATE of route.
 func (l *chunkLoop) truncated(route int) {
-	if l.routes[route] {
-		l.touched = true
-	}
+	l.touched = true
 	if l.win.Active() && route == l.winRoute {
 		l.win.Poison("a TRUNCATE of the table")
 	}
@@ -124,7 +118,7 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 	}
 	kept := ch
 	if l.win.Touched() > 0 && !keepAll {
-		kept = &chunk{seq: ch.seq, table: ch.table, last: ch.last, done: ch.done}
+		kept = &chunk{seq: ch.seq, table: ch.table, last: ch.last, done: ch.done, retract: ch.retract}
 		start := 0
 		for i, end := range ch.ends {
 			if l.win.Keep(ch.keys[i]) {
@@ -136,7 +130,7 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 		}
 	}
 	l.holding = kept
-	l.pending = &chunkSave{table: ch.table, rows: int64(len(kept.ends)), last: ch.last, done: ch.done}
+	l.pending = &chunkSave{table: ch.table, rows: int64(len(kept.ends)), last: ch.last, done: ch.done, retract: ch.retract}
 	return "", nil
 }
 

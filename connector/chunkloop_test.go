@@ -40,7 +40,6 @@ func txn(l *chunkLoop, xid uint32, final pglogrepl.LSN, keys ...string) *chunk {
 // the chunk is due once the acknowledged position reaches its end.
 func TestChunkLoop_Window(t *testing.T) {
 	l := newChunkLoop()
-	l.routes[0] = true
 	txn(l, 10, 100, "2") // before L: the chunk read after it is newer
 	l.begin(11, 200)
 	if err := l.low(1, 0); err != nil {
@@ -83,7 +82,6 @@ func TestChunkLoop_Window(t *testing.T) {
 func TestChunkLoop_KeepWholeAndKeepAll(t *testing.T) {
 	for _, keepAll := range []bool{false, true} {
 		l := newChunkLoop()
-		l.routes[0] = true
 		l.begin(1, 100)
 		l.low(1, 0)
 		l.commit(100, 108)
@@ -125,7 +123,6 @@ func TestChunkLoop_ReadAgain(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			l := newChunkLoop()
-			l.routes[0], l.routes[1] = true, true
 			txn(l, 10, 100, "7") // committed before L
 			l.begin(11, 200)
 			l.low(1, 0)
@@ -158,20 +155,30 @@ func TestChunkLoop_ReadAgain(t *testing.T) {
 	}
 }
 
-// Commits to a table no longer read are not remembered: an xip holding
-// one does not make a chunk of another table be read again.
-func TestChunkLoop_RecentOnlyForTablesBeingRead(t *testing.T) {
+// Commits to any mapped table are remembered (a resnapshot request may
+// start reading any of them at any moment), and only those: a
+// transaction that changed no table (a watermark's) is not.
+func TestChunkLoop_RecentForEveryTable(t *testing.T) {
 	l := newChunkLoop()
-	l.routes[0] = true
 	l.begin(10, 100)
-	l.rows(1, []string{"x"}, false) // route 1 is complete
+	l.rows(1, []string{"x"}, false) // another route than the chunk's
 	l.commit(100, 108)
+	l.begin(9, 150) // changed nothing
+	l.commit(150, 158)
 	l.begin(11, 200)
 	l.low(1, 0)
 	l.commit(200, 208)
 	l.begin(12, 300)
-	if why, _ := l.high(1, testChunk(1, []uint32{10}, "1"), false); why != "" {
-		t.Fatalf("read again for a commit to a table no longer read: %q", why)
+	if why, _ := l.high(1, testChunk(1, []uint32{9}, "1"), false); why != "" {
+		t.Fatalf("read again for a transaction that changed no table: %q", why)
+	}
+	l.commit(300, 308)
+	l.begin(13, 400)
+	l.low(2, 0)
+	l.commit(400, 408)
+	l.begin(14, 500)
+	if why, _ := l.high(2, testChunk(2, []uint32{10}, "1"), false); !strings.Contains(why, "transaction 10") {
+		t.Fatalf("a commit to another table before L, in the xip, was not caught: %q", why)
 	}
 }
 
@@ -202,7 +209,6 @@ func TestChunkLoop_OutOfOrder(t *testing.T) {
 // held, nothing recorded.
 func TestChunkLoop_Discard(t *testing.T) {
 	l := newChunkLoop()
-	l.routes[0] = true
 	l.begin(1, 100)
 	l.low(1, 0)
 	l.commit(100, 108)

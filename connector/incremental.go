@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -36,25 +38,40 @@ import (
 // watermarkPrefix is the logical message prefix of the watermarks.
 const watermarkPrefix = "pgfeldera"
 
-// watermark is a logical message's content. Slot and Run tell this
-// session's watermarks from another connector's on the same database and
-// from an earlier session's, which a replay sends again.
+// watermark is a logical message's content: a chunk's watermark, or a
+// resnapshot request (Resnapshot set). Slot and Run tell this session's
+// watermarks from another connector's on the same database and from an
+// earlier session's, which a replay sends again.
 type watermark struct {
 	Slot  string `json:"slot"`
-	Run   string `json:"run"`
-	Chunk uint64 `json:"chunk"`
-	Table int    `json:"table"` // index into TABLES
-	W     string `json:"w"`     // "low" or "high"
+	Run   string `json:"run,omitempty"`
+	Chunk uint64 `json:"chunk,omitempty"`
+	Table int    `json:"table,omitempty"` // index into TABLES
+	W     string `json:"w,omitempty"`     // "low" or "high"
+	// A resnapshot request (`pgfeldera resnapshot`): its id, and the
+	// Postgres tables (schema.table, as the state file names them).
+	Resnapshot string   `json:"resnapshot,omitempty"`
+	Tables     []string `json:"tables,omitempty"`
 }
 
 // chunkTable is one table an incremental snapshot reads.
 type chunkTable struct {
-	idx    int // into the plan's targets and the state's tables
-	rel    *decode.Rel
-	key    []snapshot.KeyCol // the primary key, in its order
-	keyAt  []int             // per key column: its index in rel.Cols
-	after  []string          // where the first chunk of this session starts (nil: at the beginning)
-	copied int64             // rows this session put in the outbox, for the rate; the loop's
+	idx     int // into the plan's targets and the state's tables
+	rel     *decode.Rel
+	key     []snapshot.KeyCol // the primary key, in its order
+	keyAt   []int             // per key column: its index in rel.Cols
+	after   []string          // where the first chunk of this session starts (nil: at the beginning)
+	retract bool              // first delete what Feldera holds and Postgres lacks (a resnapshot)
+	copied  int64             // rows this session put in the outbox, for the rate; the loop's
+	start   state.Table       // the state's entry when it was queued (the worker's copy)
+}
+
+// keyInfo is what chunkKey found for one table: its primary key, or why
+// it cannot be read in chunks.
+type keyInfo struct {
+	key []snapshot.KeyCol
+	at  []int
+	err error
 }
 
 // chunk is what the worker read between two watermarks.
@@ -70,6 +87,10 @@ type chunk struct {
 	xip   []uint32 // transactions in progress for the chunk's snapshot
 	// discard: read ahead of a chunk that is read again; the loop drops it.
 	discard bool
+	// retract: a batch of a resnapshot's retraction. Its lines are
+	// deletes of keys Feldera holds and the batch's snapshot does not,
+	// keys their Postgres text; done marks the last batch.
+	retract bool
 }
 
 // chunkSave is a chunk in the outbox: the state records it once the
@@ -78,21 +99,32 @@ type chunk struct {
 type chunkSave struct {
 	lsn   pglogrepl.LSN
 	table *chunkTable
-	rows  int64
-	last  []string
-	done  bool
+	rows    int64
+	last    []string
+	done    bool
+	retract bool
 }
 
-// incremental is a session's incremental snapshot: the worker's side
-// (ready, next) and the stream loop's (everything else, which only the
-// loop touches).
+// incremental is a session's incremental snapshots: the tables the state
+// leaves incremental, and those resnapshot requests add while it streams.
+// The worker's side is ready, next, the queue and seq; the stream loop's
+// is everything else, which only the loop touches.
 type incremental struct {
 	run    string
 	st     *state.State
-	tables []*chunkTable
+	never  bool      // SNAPSHOT_MODE=never: requests are refused
+	rels   []*decode.Rel
+	groups [][]int   // per route: the indexes of its sources
+	keys   []keyInfo // per table in TABLES
+	tables []*chunkTable // being read, or queued; the loop's
 	limit  int
 	ready  chan *chunk // worker → loop, sent before the high watermark is written
 	next   chan bool   // loop → worker: true reads the same chunk again
+
+	mu      sync.Mutex
+	queue   []*chunkTable // for the worker
+	running bool          // a worker runs (it exits when the queue is empty)
+	seq     uint64        // the last chunk's number; the running worker's
 
 	loop    *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
 	retries int
@@ -201,12 +233,11 @@ func (c *Connector) chunkRows() int {
 	return 10000
 }
 
-// newIncremental plans the session's incremental snapshot from the state
-// file: nil when no table is incremental.
+// newIncremental plans the session's incremental snapshots from the state
+// file: the tables it leaves incremental are queued for the worker.
+// It is nil only without a state file (a first run under
+// SNAPSHOT_MODE=never, which no request can change).
 func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, error) {
-	if c.cfg.SnapshotMode == SnapshotNever {
-		return nil, nil
-	}
 	st, err := state.Load(c.cfg.StateFile)
 	if errors.Is(err, state.ErrNotExist) {
 		return nil, nil
@@ -214,47 +245,89 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 	if err != nil {
 		return nil, fatal(err)
 	}
-	if !st.Incremental() {
-		return nil, nil
-	}
 	if len(st.Tables) != len(p.rels) {
 		return nil, fatal(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.rels)))
 	}
+	inc := &incremental{
+		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
+		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.rels, groups: p.groups,
+		ready: make(chan *chunk, 1), next: make(chan bool, 1), loop: newChunkLoop(),
+		started: time.Now(), lastLog: time.Now(),
+	}
+	// Every table's key is read now, so that a resnapshot request is
+	// answered at once, in the stream loop, without a query.
 	conn, err := pgx.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("incremental snapshot: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	inc := &incremental{
-		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
-		ready: make(chan *chunk, 1), next: make(chan bool, 1), loop: newChunkLoop(),
-		started: time.Now(), lastLog: time.Now(),
+	inc.keys = make([]keyInfo, len(p.rels))
+	for i, rel := range p.rels {
+		k := &inc.keys[i]
+		k.key, k.at, k.err = chunkKey(ctx, conn, rel)
+		if k.err != nil && !isFatal(k.err) {
+			return nil, k.err // the query failed
+		}
+	}
+	if inc.never {
+		return inc, nil
 	}
 	for i, t := range st.Tables {
 		if t.Status != state.Incremental {
 			continue
 		}
-		rel := p.rels[i]
-		key, at, err := chunkKey(ctx, conn, rel)
-		if err != nil {
-			return nil, err
+		k := inc.keys[i]
+		if k.err != nil {
+			return nil, k.err
 		}
-		if t.After != nil && len(t.After) != len(key) {
-			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(key)))
+		if t.After != nil && len(t.After) != len(k.key) {
+			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.key)))
 		}
-		var estimate float64
-		_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", rel.Target.Source()).Scan(&estimate)
-		ts := c.tableStats[rel.Target.Route]
-		ts.Estimate.Store(int64(estimate))
-		left := (int64(estimate) - t.Copied + int64(inc.limit) - 1) / int64(inc.limit)
-		ts.ChunksDone.Store(t.Chunks) // from the state: a new session starts over
-		ts.ChunksTotal.Store(t.Chunks + max(left, 1))
-		inc.tables = append(inc.tables, &chunkTable{idx: i, rel: rel, key: key, keyAt: at, after: t.After})
-		inc.loop.routes[rel.Target.Route] = true
-		c.logger.Info("snapshot: incremental: table to read", "table", t.Source, "chunks_done", t.Chunks, "rows_copied", t.Copied,
-			"estimate", int64(estimate), "resume_after", strings.Join(t.After, ","))
+		inc.add(&chunkTable{idx: i, rel: p.rels[i], key: k.key, keyAt: k.at, after: t.After, retract: t.Retract})
 	}
 	return inc, nil
+}
+
+// add queues a table for the worker (the loop's call).
+func (inc *incremental) add(t *chunkTable) {
+	t.start = inc.st.Tables[t.idx]
+	inc.tables = append(inc.tables, t)
+	inc.mu.Lock()
+	inc.queue = append(inc.queue, t)
+	inc.mu.Unlock()
+}
+
+// take is the worker's next table; nil (and the worker stops) when the
+// queue is empty.
+func (inc *incremental) take() *chunkTable {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	if len(inc.queue) == 0 {
+		inc.running = false
+		return nil
+	}
+	t := inc.queue[0]
+	inc.queue = inc.queue[1:]
+	return t
+}
+
+// startWorker starts a worker when tables are queued and none runs.
+func (s *stream) startWorker() {
+	inc := s.inc
+	inc.mu.Lock()
+	start := !inc.running && len(inc.queue) > 0
+	if start {
+		inc.running = true
+	}
+	inc.mu.Unlock()
+	if !start {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.worker(s.flushCtx)
+	}()
 }
 
 // worker reads the chunks, one at a time, until every table is read or
@@ -292,7 +365,57 @@ func (s *stream) readChunks(ctx context.Context) error {
 			return fmt.Errorf("SET synchronous_commit = local: %w", err)
 		}
 	}
-	// The next chunk is read while the loop takes the one before
+	for t := inc.take(); t != nil; t = inc.take() {
+		s.tableStarts(ctx, conn, t)
+		if t.retract {
+			if err := s.retractTable(ctx, conn, t); err != nil {
+				return err
+			}
+		}
+		if err := s.readTable(ctx, conn, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tableStarts sets a table's progress metrics from the state and logs it.
+func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable) {
+	inc := s.inc
+	st := t.start
+	var estimate float64
+	_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", t.rel.Target.Source()).Scan(&estimate)
+	ts := s.c.tableStats[t.rel.Target.Route]
+	ts.Estimate.Store(int64(estimate))
+	left := (int64(estimate) - st.Copied + int64(inc.limit) - 1) / int64(inc.limit)
+	ts.ChunksDone.Store(st.Chunks)
+	ts.ChunksTotal.Store(st.Chunks + max(left, 1))
+	s.logger.Info("snapshot: incremental: table to read", "table", st.Source, "chunks_done", st.Chunks, "rows_copied", st.Copied,
+		"estimate", int64(estimate), "resume_after", strings.Join(st.After, ","), "retract_first", t.retract)
+}
+
+// answer is the loop's verdict on the chunk handed before: true reads it
+// again.
+func (s *stream) answer(ctx context.Context) (bool, error) {
+	select {
+	case again := <-s.inc.next:
+		return again, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// hand gives the loop a chunk, then writes its high watermark: the loop
+// takes the chunk there.
+func (s *stream) hand(ctx context.Context, conn *pgx.Conn, ch *chunk) error {
+	s.inc.ready <- ch
+	return s.emitWatermark(ctx, conn, ch.table, ch.seq, "high")
+}
+
+// readTable reads one table's chunks, from t.after to its end.
+func (s *stream) readTable(ctx context.Context, conn *pgx.Conn, t *chunkTable) error {
+	inc := s.inc
+	// The next chunk is read while the loop takes the previous one
 	// (exactness does not depend on the order chunks are read in, each
 	// having its own watermarks); if that one must be read again, the
 	// chunk read ahead is handed over marked discard (its watermarks are
@@ -300,79 +423,63 @@ func (s *stream) readChunks(ctx context.Context) error {
 	// so the chunks of a table stay one contiguous sequence of ranges and
 	// the state never records a range past one still to be read. The last
 	// chunk of a table is never read ahead of.
-	var seq uint64
 	var prev *chunk // handed to the loop, its answer not yet taken
-	answer := func() (bool, error) {
-		select {
-		case again := <-inc.next:
-			return again, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}
-	read := func(t *chunkTable, after []string) (*chunk, error) {
-		seq++
+	read := func(after []string) (*chunk, error) {
+		inc.seq++
 		t0 := time.Now()
-		if err := s.emitWatermark(ctx, conn, t, seq, "low"); err != nil {
+		if err := s.emitWatermark(ctx, conn, t, inc.seq, "low"); err != nil {
 			return nil, err
 		}
-		ch, err := s.readChunk(ctx, conn, t, seq, after)
+		ch, err := s.readChunk(ctx, conn, t, inc.seq, after)
 		if err != nil {
 			return nil, err
 		}
-		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "rows", len(ch.ends), "took", time.Since(t0))
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", inc.seq, "rows", len(ch.ends), "took", time.Since(t0))
 		if s.c.chunkRead != nil {
 			s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
 		}
 		return ch, nil
 	}
-	hand := func(ch *chunk) error {
-		inc.ready <- ch // the loop takes it at the high watermark
-		return s.emitWatermark(ctx, conn, ch.table, ch.seq, "high")
-	}
-	for _, t := range inc.tables {
-		after := t.after
-		for {
-			ch, err := read(t, after)
+	after := t.after
+	for {
+		ch, err := read(after)
+		if err != nil {
+			return err
+		}
+		if prev != nil {
+			again, err := s.answer(ctx)
 			if err != nil {
 				return err
 			}
-			if prev != nil {
-				again, err := answer()
-				if err != nil {
+			if again && !prev.discard {
+				redo := prev.from
+				ch.discard = true
+				if err := s.hand(ctx, conn, ch); err != nil {
 					return err
 				}
-				if again && !prev.discard {
-					redo := prev.from
-					ch.discard = true
-					if err := hand(ch); err != nil {
-						return err
-					}
-					prev, after = ch, redo
-					continue
-				}
-			}
-			if err := hand(ch); err != nil {
-				return err
-			}
-			prev = ch
-			if !ch.done {
-				after = ch.last
+				prev, after = ch, redo
 				continue
 			}
-			again, err := answer()
-			if err != nil {
-				return err
-			}
-			prev = nil
-			if again {
-				after = ch.from
-				continue
-			}
-			break
 		}
+		if err := s.hand(ctx, conn, ch); err != nil {
+			return err
+		}
+		prev = ch
+		if !ch.done {
+			after = ch.last
+			continue
+		}
+		again, err := s.answer(ctx)
+		if err != nil {
+			return err
+		}
+		prev = nil
+		if again {
+			after = ch.from
+			continue
+		}
+		return nil
 	}
-	return nil
 }
 
 func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64, w string) error {
@@ -469,21 +576,27 @@ func (s *stream) incEvent(ev *decode.Event) error {
 		}
 	case decode.KindMessage:
 		if ev.Message.Prefix == watermarkPrefix {
-			return s.watermark(ev.Message)
+			return s.message(ev.Message)
 		}
 	}
 	return nil
 }
 
-func (s *stream) watermark(m decode.Message) error {
+func (s *stream) message(m decode.Message) error {
 	inc := s.inc
 	var w watermark
 	if err := json.Unmarshal(m.Content, &w); err != nil {
-		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+watermarkPrefix+" that is not a watermark", "lsn", m.LSN, "err", err)
+		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+watermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
 		return nil
 	}
-	if w.Slot != s.c.cfg.Slot || w.Run != inc.run {
-		return nil // another connector's, or an earlier session's, replayed
+	if w.Slot != s.c.cfg.Slot {
+		return nil // another connector's
+	}
+	if w.Resnapshot != "" {
+		return s.request(w, m.LSN)
+	}
+	if w.Run != inc.run {
+		return nil // an earlier session's, replayed
 	}
 	switch w.W {
 	case "low":
@@ -529,7 +642,11 @@ func (s *stream) highWatermark(seq uint64) error {
 	}
 	if why != "" && !ch.discard {
 		inc.retries++
-		s.logger.Info("snapshot: incremental: reading a chunk again", "table", ch.table.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
+		what := "chunk"
+		if ch.retract {
+			what = "retraction batch"
+		}
+		s.logger.Info("snapshot: incremental: reading a "+what+" again", "table", ch.table.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
 	}
 	inc.next <- why != ""
 	return nil
@@ -559,6 +676,10 @@ func (s *stream) appendChunk(ch *chunk) error {
 		start = end
 	}
 	kept := int64(len(ch.ends))
+	if ch.retract {
+		s.c.stats.Retracted.Add(kept)
+		return nil
+	}
 	s.c.stats.SnapshotRows.Add(kept)
 	s.c.tableStats[route].Copied.Add(kept)
 	ch.table.copied += kept
@@ -571,6 +692,18 @@ func (s *stream) saveChunks() error {
 	inc := s.inc
 	for _, sv := range inc.loop.due(s.c.acked) {
 		t := &inc.st.Tables[sv.table.idx]
+		if sv.retract {
+			t.Retracted += sv.rows
+			if !sv.done {
+				continue
+			}
+			t.Retract = false
+			if err := state.Save(s.c.cfg.StateFile, inc.st); err != nil {
+				return fatal(err)
+			}
+			s.logger.Info("resnapshot: retraction done; reading the chunks", "table", t.Source, "deleted", t.Retracted)
+			continue
+		}
 		t.Chunks++
 		t.Copied += sv.rows
 		ts := s.c.tableStats[sv.table.rel.Target.Route]
@@ -582,7 +715,14 @@ func (s *stream) saveChunks() error {
 		}
 		if sv.done {
 			t.Status, t.After, t.Rows = state.Complete, nil, t.Copied
-			delete(inc.loop.routes, sv.table.rel.Target.Route)
+			inc.tables = slices.DeleteFunc(inc.tables, func(x *chunkTable) bool { return x == sv.table })
+			before := doneRequests(inc.st)
+			inc.st.SettleRequests()
+			for _, r := range inc.st.Requests {
+				if r.Done && !before[r.ID] {
+					s.logger.Info("resnapshot: request done; its tables are exact in Feldera", "id", r.ID, "tables", strings.Join(r.Tables, ","))
+				}
+			}
 		}
 		if err := state.Save(s.c.cfg.StateFile, inc.st); err != nil {
 			return fatal(err)
@@ -591,6 +731,16 @@ func (s *stream) saveChunks() error {
 		s.progress(sv, t)
 	}
 	return nil
+}
+
+func doneRequests(st *state.State) map[string]bool {
+	m := map[string]bool{}
+	for _, r := range st.Requests {
+		if r.Done {
+			m[r.ID] = true
+		}
+	}
+	return m
 }
 
 func (s *stream) progress(sv chunkSave, t *state.Table) {

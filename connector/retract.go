@@ -125,39 +125,13 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
 	rel := rels[0]
 	dest := rel.Target.Dest
-	keyCols := make([]string, len(rel.KeyCols))
-	keyTypes := make([]string, len(rel.KeyCols))
-	for i, ci := range rel.KeyCols {
-		keyCols[i] = rel.Cols[ci].Name
-		if err := conn.QueryRow(ctx, "SELECT format_type($1::oid, NULL)", rel.Cols[ci].TypeOID).Scan(&keyTypes[i]); err != nil {
-			return err
-		}
+	check, err := absentCheck(ctx, conn, rels, false)
+	if err != nil {
+		return err
 	}
-	// SELECT k.i FROM unnest($1::text[], …) WITH ORDINALITY AS k(c0, …, i)
-	// WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.a = k.c0::type AND …)
-	var args, names, conds []string
-	for i := range keyCols {
-		args = append(args, fmt.Sprintf("$%d::text[]", i+1))
-		names = append(names, fmt.Sprintf("c%d", i))
-		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", quoteIdent(keyCols[i]), i, keyTypes[i]))
-	}
-	var absent []string
-	for _, r := range rels {
-		where := conds
-		// A row the publication's filter excludes is not in the snapshot
-		// either: the stream will never maintain it, so Feldera must not
-		// hold it. (The filter's columns resolve to t, the innermost scope.)
-		if r.Target.Filter != "" {
-			where = append(where[:len(where):len(where)], "("+r.Target.Filter+")")
-		}
-		absent = append(absent, fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s t WHERE %s)", r.Target.Source(), strings.Join(where, " AND ")))
-	}
-	check := fmt.Sprintf("SELECT k.i FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE %s",
-		strings.Join(args, ", "), strings.Join(names, ", "), strings.Join(absent, " AND "))
-
 	r := c.newRetractor(ctx, targets, rel.Target.Route)
 	var rows []json.RawMessage
-	vals := make([][]string, len(keyCols))
+	vals := make([][]string, len(rel.KeyCols))
 	run := func() error {
 		if len(rows) == 0 {
 			return nil
@@ -185,21 +159,9 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		}
 		return nil
 	}
-	err := c.query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(row, &m); err != nil {
-			return fmt.Errorf("feldera query row %s: %w", row, err)
-		}
-		for i, k := range dest.PrimaryKey {
-			v, ok := lookupField(m, k)
-			if !ok {
-				return fmt.Errorf("feldera query row %s lacks key field %s", row, k)
-			}
-			s, err := jsonText(v)
-			if err != nil {
-				return fmt.Errorf("key field %s of %s: %w", k, dest.Name, err)
-			}
-			vals[i] = append(vals[i], s)
+	err = c.query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
+		if err := keyVals(dest, row, vals); err != nil {
+			return err
 		}
 		rows = append(rows, append(json.RawMessage(nil), row...))
 		if len(rows) >= retractChunk {
@@ -214,6 +176,67 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		return err
 	}
 	return r.done("keys the snapshot does not have")
+}
+
+// absentCheck is the query that finds which of a batch of Feldera keys
+// none of rels (the sources of one Feldera table) has: its parameters
+// are one text array per key column (rels[0].KeyCols order), and it
+// returns each absent key's ordinal (from 1), and with withKeys also the
+// key columns, cast to their types, for the caller to read as Postgres
+// prints them.
+func absentCheck(ctx context.Context, conn *pgx.Conn, rels []*decode.Rel, withKeys bool) (string, error) {
+	rel := rels[0]
+	// SELECT k.i FROM unnest($1::text[], …) WITH ORDINALITY AS k(c0, …, i)
+	// WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.a = k.c0::type AND …)
+	var args, names, conds, out []string
+	out = append(out, "k.i")
+	for i, ci := range rel.KeyCols {
+		var typ string
+		if err := conn.QueryRow(ctx, "SELECT format_type($1::oid, NULL)", rel.Cols[ci].TypeOID).Scan(&typ); err != nil {
+			return "", fmt.Errorf("type of key column %s of %s (OID %d): %w", rel.Cols[ci].Name, rel.Target.Qualified(), rel.Cols[ci].TypeOID, err)
+		}
+		args = append(args, fmt.Sprintf("$%d::text[]", i+1))
+		names = append(names, fmt.Sprintf("c%d", i))
+		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", quoteIdent(rel.Cols[ci].Name), i, typ))
+		out = append(out, fmt.Sprintf("k.c%d::%s", i, typ))
+	}
+	if !withKeys {
+		out = out[:1]
+	}
+	var absent []string
+	for _, r := range rels {
+		where := conds
+		// A row the publication's filter excludes is not in the snapshot
+		// either: the stream will never maintain it, so Feldera must not
+		// hold it. (The filter's columns resolve to t, the innermost scope.)
+		if r.Target.Filter != "" {
+			where = append(where[:len(where):len(where)], "("+r.Target.Filter+")")
+		}
+		absent = append(absent, fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s t WHERE %s)", r.Target.Source(), strings.Join(where, " AND ")))
+	}
+	return fmt.Sprintf("SELECT %s FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE %s",
+		strings.Join(out, ", "), strings.Join(args, ", "), strings.Join(names, ", "), strings.Join(absent, " AND ")), nil
+}
+
+// keyVals appends a Feldera query row's key fields, as text Postgres can
+// cast, to vals (one slice per key column).
+func keyVals(dest feldera.Relation, row json.RawMessage, vals [][]string) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(row, &m); err != nil {
+		return fmt.Errorf("feldera query row %s: %w", row, err)
+	}
+	for i, k := range dest.PrimaryKey {
+		v, ok := lookupField(m, k)
+		if !ok {
+			return fmt.Errorf("feldera query row %s lacks key field %s", row, k)
+		}
+		s, err := jsonText(v)
+		if err != nil {
+			return fmt.Errorf("key field %s of %s: %w", k, dest.Name, err)
+		}
+		vals[i] = append(vals[i], s)
+	}
+	return nil
 }
 
 // lookupField finds a key in a query row: exact, else case-insensitive

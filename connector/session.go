@@ -124,8 +124,8 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// messages: the incremental snapshot's watermarks are logical
-	// messages (others are ignored).
+	// messages: the incremental snapshot's watermarks and resnapshot
+	// requests are logical messages (others are ignored).
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
 		"publication_names " + quoteLiteral(quoteIdent(c.cfg.Publication)),
@@ -166,11 +166,7 @@ func (c *Connector) session(ctx context.Context) error {
 		k.run(s.flushCtx)
 	}()
 	if inc != nil {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.worker(s.flushCtx)
-		}()
+		s.startWorker() // when the state leaves a table to read
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -477,6 +473,8 @@ func (s *stream) event(ev *decode.Event) error {
 		if err := s.incEvent(ev); err != nil {
 			return err
 		}
+	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == watermarkPrefix {
+		s.logger.Warn("resnapshot: ignoring a request: there is no state file yet (SNAPSHOT_MODE=never, first run), so nothing could record it", "lsn", ev.Message.LSN)
 	}
 	switch ev.Kind {
 	case decode.KindBegin:

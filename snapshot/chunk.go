@@ -49,7 +49,8 @@ import (
 // X is then in the snapshot's xip list (in progress for it), and the
 // stream saw X's COMMIT before L. The rule that closes it: the chunk
 // transaction reads its snapshot (pg_current_snapshot()); the stream loop
-// remembers the xids of recent transactions that changed a chunked table,
+// remembers the xids of recent transactions that changed a mapped table
+// (any of them: a resnapshot request may start reading one at any time),
 // with their commit positions (Recent); at H, a chunk whose xip holds one
 // that committed before L is discarded and read again under new
 // watermarks. An xip transaction that commits after L is in the window,

@@ -54,7 +54,32 @@ type Table struct {
 	After  []string `json:"after,omitempty"`
 	Chunks int64    `json:"chunks,omitempty"`
 	Copied int64    `json:"copied,omitempty"`
+	// Retract is, for an Incremental table a resnapshot request started,
+	// that the rows Feldera holds and Postgres lacks are still to be
+	// deleted (before the chunks are read). The retraction is not
+	// resumable: a restart does it again from the start.
+	Retract bool `json:"retract,omitempty"`
+	// Retracted counts the rows the retraction deleted, this far.
+	Retracted int64 `json:"retracted,omitempty"`
+	// Request is the id of the resnapshot request that last started this
+	// table's incremental snapshot.
+	Request string `json:"request,omitempty"`
 }
+
+// Request is a resnapshot request (`pgfeldera resnapshot`) as the
+// connector received it from the stream: the tables it names, and whether
+// they are exact again (Done) or why it was refused.
+type Request struct {
+	ID      string   `json:"id"`
+	Tables  []string `json:"tables"`
+	Done    bool     `json:"done,omitempty"`
+	Refused string   `json:"refused,omitempty"`
+}
+
+// MaxRequests is how many resnapshot requests the state file remembers
+// (the oldest are forgotten): enough for a replay of the stream to
+// recognise a request it already took.
+const MaxRequests = 64
 
 // State is the content of the state file.
 type State struct {
@@ -72,6 +97,45 @@ type State struct {
 	// under: under exactly_once a program change discards the journal.
 	ProgramVersion int64   `json:"program_version,omitempty"`
 	Tables         []Table `json:"tables"`
+	// Requests are the resnapshot requests received, oldest first.
+	Requests []Request `json:"requests,omitempty"`
+}
+
+// Request returns the resnapshot request with id, or nil.
+func (s *State) Request(id string) *Request {
+	for i := range s.Requests {
+		if s.Requests[i].ID == id {
+			return &s.Requests[i]
+		}
+	}
+	return nil
+}
+
+// AddRequest remembers a request, forgetting the oldest beyond MaxRequests.
+func (s *State) AddRequest(r Request) {
+	s.Requests = append(s.Requests, r)
+	if n := len(s.Requests) - MaxRequests; n > 0 {
+		s.Requests = append(s.Requests[:0:0], s.Requests[n:]...)
+	}
+}
+
+// SettleRequests marks done each request whose tables are all complete.
+func (s *State) SettleRequests() {
+	for i := range s.Requests {
+		r := &s.Requests[i]
+		if r.Done || r.Refused != "" {
+			continue
+		}
+		done := true
+		for _, name := range r.Tables {
+			for _, t := range s.Tables {
+				if t.Source == name && t.Status != Complete {
+					done = false
+				}
+			}
+		}
+		r.Done = done
+	}
 }
 
 // Incremental reports whether some table's incremental snapshot is under

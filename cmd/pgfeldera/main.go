@@ -2,7 +2,7 @@
 // and acknowledges WAL to PostgreSQL only after Feldera reports the changes
 // complete.
 //
-// Subcommands: run, demo, status, verify, version. Exit codes: 0 graceful
+// Subcommands: run, demo, status, verify, ddl, resnapshot, version. Exit codes: 0 graceful
 // stop, 2 configuration error, 70 crash point, 1 any other fatal error.
 package main
 
@@ -39,12 +39,13 @@ func main() {
 const topUsage = `usage: pgfeldera <command> [flags]
 
 commands:
-  run       stream PostgreSQL changes into Feldera (see: pgfeldera run --help)
-  demo      run against a throwaway local Postgres and the built-in Feldera double
-  status    show the slot, the state file and the pipeline
-  verify    compare each mapped table in Postgres and Feldera
-  ddl       print Feldera CREATE TABLE statements for TABLES from the Postgres catalog
-  version   print the version
+  run         stream PostgreSQL changes into Feldera (see: pgfeldera run --help)
+  demo        run against a throwaway local Postgres and the built-in Feldera double
+  status      show the slot, the state file and the pipeline
+  verify      compare each mapped table in Postgres and Feldera
+  ddl         print Feldera CREATE TABLE statements for TABLES from the Postgres catalog
+  resnapshot  ask the running connector to copy tables again while it streams (see: pgfeldera resnapshot --help)
+  version     print the version
 
 exit codes: 0 graceful stop, 2 configuration error, 70 crash point, 1 other fatal error
 `
@@ -81,6 +82,8 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 		return runVerify(ctx, rest, getenv, stdout, stderr)
 	case "ddl":
 		return runDDL(ctx, rest, getenv, stdout, stderr)
+	case "resnapshot":
+		return runResnapshot(ctx, rest, getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "pgfeldera: unknown command %q\n\n%s", cmd, topUsage)
 		return exitConfig

@@ -1,0 +1,285 @@
+package connector
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// Resnapshotting one table while streaming (`pgfeldera resnapshot`,
+// issue 17). The request is a logical message in the stream (prefix
+// pgfeldera, with the slot, an id and the tables), so it is ordered with
+// the data and needs no other channel to the running connector. At the
+// message the loop marks the tables incremental from their beginning,
+// with Retract set, saves the state (a replay of the same id is then
+// ignored) and queues them for the worker, which
+//
+//  1. retracts: it lists the keys Feldera holds for the table (spooled to
+//     a file beside the state file, so memory stays bounded) and checks
+//     them against Postgres in batches of SNAPSHOT_CHUNK_ROWS, each batch
+//     in its own REPEATABLE READ transaction between a low and a high
+//     watermark, exactly as a chunk is read. At the high watermark the
+//     loop deletes the keys the batch's snapshot lacks and the stream did
+//     not change between the watermarks (a key it changed holds the
+//     stream's value, which is newer), under the same xip rule as a
+//     chunk. The argument is a chunk's (snapshot/chunk.go): a key absent
+//     at the snapshot and untouched until H is absent at H, so its delete
+//     at H is exact; a delete of a key Feldera no longer holds (the
+//     stream deleted it after the listing) is ignored by a keyed table.
+//  2. reads the chunks, as an incremental snapshot does: rows Postgres has
+//     are upserted at their chunk's high watermark.
+//
+// A key Feldera holds and Postgres lacks is deleted by 1; one Postgres
+// holds is written by 2; the stream keeps both right meanwhile. The
+// request is done (state.Request.Done, which `resnapshot --wait` waits
+// for) once every table's last chunk is acknowledged.
+
+// requestPrefix marks a resnapshot request among the pgfeldera messages.
+const requestKind = "resnapshot"
+
+// ResnapshotMessage is the logical message content of a resnapshot
+// request of tables (schema.table, as the state file names them) for the
+// connector streaming from slot.
+func ResnapshotMessage(slot, id string, tables []string) (prefix, content string) {
+	b, _ := json.Marshal(watermark{Slot: slot, Resnapshot: id, Tables: tables})
+	return watermarkPrefix, string(b)
+}
+
+// request is a resnapshot request at lsn, read from the stream.
+func (s *stream) request(w watermark, lsn pglogrepl.LSN) error {
+	inc := s.inc
+	st := inc.st
+	if st.Request(w.Resnapshot) != nil {
+		s.logger.Debug("resnapshot: request already taken (a replay)", "id", w.Resnapshot, "lsn", lsn)
+		return nil
+	}
+	r := state.Request{ID: w.Resnapshot, Tables: w.Tables}
+	save := func() error {
+		if err := state.Save(s.c.cfg.StateFile, st); err != nil {
+			return fatal(err)
+		}
+		return nil
+	}
+	refuse := func(why string) error {
+		r.Refused = why
+		st.AddRequest(r)
+		s.logger.Error("resnapshot: request refused", "id", r.ID, "tables", strings.Join(r.Tables, ","), "lsn", lsn, "why", why)
+		return save()
+	}
+	if inc.never {
+		return refuse("SNAPSHOT_MODE=never: this connector copies no table")
+	}
+	if len(w.Tables) == 0 {
+		return refuse("the request names no table")
+	}
+	var idx []int
+	for _, name := range w.Tables {
+		i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == name })
+		if i < 0 {
+			var known []string
+			for _, t := range st.Tables {
+				known = append(known, t.Source)
+			}
+			return refuse(fmt.Sprintf("table %s is not one this connector streams (%s)", name, strings.Join(known, ", ")))
+		}
+		if err := inc.keys[i].err; err != nil {
+			return refuse(err.Error())
+		}
+		if !slices.Contains(idx, i) {
+			idx = append(idx, i)
+		}
+	}
+	busy := ""
+	for _, i := range idx {
+		if inc.table(i) != nil {
+			busy = st.Tables[i].Source
+		}
+		t := &st.Tables[i]
+		*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Request: r.ID}
+	}
+	st.AddRequest(r)
+	if err := save(); err != nil {
+		return err
+	}
+	s.logger.Info("resnapshot: request received; retracting and reading the tables again in chunks while streaming",
+		"id", r.ID, "tables", strings.Join(r.Tables, ","), "lsn", lsn)
+	if busy != "" {
+		return fmt.Errorf("resnapshot request %s names %s, whose incremental snapshot is under way: the session restarts to read it again from its beginning", r.ID, busy)
+	}
+	for _, i := range idx {
+		k := inc.keys[i]
+		inc.add(&chunkTable{idx: i, rel: inc.rels[i], key: k.key, keyAt: k.at, retract: true})
+	}
+	s.startWorker()
+	return nil
+}
+
+// retractTable deletes, batch by batch, the keys Feldera holds for t's
+// table that Postgres does not.
+func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable) error {
+	inc := s.inc
+	rel := t.rel
+	dest := rel.Target.Dest
+	var rels []*decode.Rel // the table's sources: a key is absent when none has it
+	for _, i := range inc.groups[rel.Target.Route] {
+		rels = append(rels, inc.rels[i])
+	}
+	check, err := absentCheck(ctx, conn, rels, true)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(s.c.cfg.StateFile), ".pgfeldera-retract-")
+	if err != nil {
+		return fatal(fmt.Errorf("resnapshot of %s: spool file for Feldera's keys: %w", rel.Target.Qualified(), err))
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	bw := bufio.NewWriter(f)
+	listed := 0
+	err = s.c.query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
+		listed++
+		bw.Write(bytes.TrimSpace(row))
+		return bw.WriteByte('\n')
+	})
+	if err != nil {
+		return queryHint(err, dest.Name)
+	}
+	if err := bw.Flush(); err != nil {
+		return fatal(fmt.Errorf("resnapshot of %s: spool file %s: %w", rel.Target.Qualified(), f.Name(), err))
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		return err
+	}
+	var rows [][]byte
+	vals := make([][]string, len(rel.KeyCols))
+	batch := func(last bool) error {
+		for {
+			ch, err := s.readRetract(ctx, conn, t, check, rows, vals, last)
+			if err != nil {
+				return err
+			}
+			if err := s.hand(ctx, conn, ch); err != nil {
+				return err
+			}
+			again, err := s.answer(ctx)
+			if err != nil {
+				return err
+			}
+			if !again {
+				break
+			}
+		}
+		rows = rows[:0]
+		for i := range vals {
+			vals[i] = vals[i][:0]
+		}
+		return nil
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := append([]byte(nil), sc.Bytes()...)
+		if err := keyVals(dest, line, vals); err != nil {
+			return err
+		}
+		rows = append(rows, line)
+		if len(rows) >= inc.limit {
+			if err := batch(false); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fatal(fmt.Errorf("resnapshot of %s: spool file %s: %w", rel.Target.Qualified(), f.Name(), err))
+	}
+	s.logger.Info("resnapshot: Feldera's keys checked against Postgres", "table", rel.Target.Qualified(), "feldera_table", dest.Name, "keys", listed)
+	return batch(true) // the last batch, even empty, marks the retraction done in order
+}
+
+// readRetract checks one batch of Feldera keys (rows, and their key
+// values as text) in its own REPEATABLE READ transaction between
+// watermarks: the chunk it returns holds a delete line per key the
+// snapshot lacks.
+func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable, check string, rows [][]byte, vals [][]string, last bool) (*chunk, error) {
+	inc := s.inc
+	inc.seq++
+	ch := &chunk{seq: inc.seq, table: t, retract: true, done: last}
+	if err := s.emitWatermark(ctx, conn, t, ch.seq, "low"); err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return ch, nil
+	}
+	name := t.rel.Target.Qualified()
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return nil, fmt.Errorf("begin retraction batch %d of %s: %w", ch.seq, name, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	var snap string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+		return nil, fmt.Errorf("retraction batch %d of %s: read its snapshot: %w", ch.seq, name, err)
+	}
+	var err error
+	if ch.xip, err = snapshot.Xip(snap); err != nil {
+		return nil, err
+	}
+	// Text results: the keys as Postgres prints them, the form the
+	// stream's keys take (decode.KeyText), for the window.
+	args := []any{pgx.QueryResultFormats{pgx.TextFormatCode}}
+	for i := range vals {
+		args = append(args, vals[i])
+	}
+	res, err := conn.Query(ctx, check, args...)
+	if err != nil {
+		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.seq, name, err)
+	}
+	for res.Next() {
+		raw := res.RawValues()
+		i, err := strconv.Atoi(string(raw[0]))
+		if err != nil || i < 1 || i > len(rows) {
+			res.Close()
+			return nil, fmt.Errorf("retraction batch %d of %s: bad ordinal %q", ch.seq, name, raw[0])
+		}
+		ch.buf = append(ch.buf, `{"delete":`...)
+		ch.buf = append(ch.buf, rows[i-1]...)
+		ch.buf = append(ch.buf, "}\n"...)
+		ch.ends = append(ch.ends, len(ch.buf))
+		var k []byte
+		for j, v := range raw[1:] {
+			if j > 0 {
+				k = append(k, 0)
+			}
+			k = append(k, v...)
+		}
+		ch.keys = append(ch.keys, string(k))
+	}
+	res.Close()
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.seq, name, err)
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return nil, fmt.Errorf("retraction batch %d of %s: commit: %w", ch.seq, name, err)
+	}
+	committed = true
+	return ch, nil
+}
