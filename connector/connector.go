@@ -179,11 +179,13 @@ type Connector struct {
 	nulledLogged sync.Map // table\x00column: a value was delivered as NULL (logged once)
 	health       health
 	observer     Observer
-	afterCopy    func()                            // test hook, see export_test.go
-	chunkRead    func(table string, keys []string) // test hook, see export_test.go
-	noWindow     bool                              // test hook: keep every chunk row (unsafe)
-	sessionHook  func(ctx context.Context) error   // test hook: replaces session
-	onBackoff    func(interval time.Duration)      // test hook: sees each backoff interval
+	afterCopy    func()                              // test hook, see export_test.go
+	chunkRead    func(table string, keys []string)   // test hook, see export_test.go
+	noWindow     bool                                // test hook: keep every chunk row (unsafe)
+	retractRead  func(table string, absent []string) // test hook, see export_test.go
+	retractOnly  bool                                // test hook: a resnapshot retracts and reads no chunk
+	sessionHook  func(ctx context.Context) error     // test hook: replaces session
+	onBackoff    func(interval time.Duration)        // test hook: sees each backoff interval
 	stats        Stats
 
 	gate            atomic.Int32  // the Gate of the current session (status, metrics)

@@ -23,6 +23,15 @@ func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.chu
 // variant that shows the window is what keeps the copy exact.
 func DisableChunkWindow(c *Connector) { c.noWindow = true }
 
+// SetRetractReadHook runs f with each retraction batch's table and the
+// keys its snapshot lacks (decode.KeyText), before its high watermark is
+// written: tests change those keys in exactly that window.
+func SetRetractReadHook(c *Connector, f func(table string, absent []string)) { c.retractRead = f }
+
+// RetractOnly makes a resnapshot stop after its retraction (no chunk is
+// read), so a test sees what the retraction alone leaves.
+func RetractOnly(c *Connector) { c.retractOnly = true }
+
 // SetSessionHook replaces the replication session with fake(ctx, ack),
 // where ack moves the acknowledged position like a completed flush would.
 // onBackoff sees every backoff interval the supervisor computes.

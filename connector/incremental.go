@@ -372,6 +372,9 @@ func (s *stream) readChunks(ctx context.Context) error {
 				return err
 			}
 		}
+		if t.retract && s.c.retractOnly {
+			continue
+		}
 		if err := s.readTable(ctx, conn, t); err != nil {
 			return err
 		}

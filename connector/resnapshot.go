@@ -173,6 +173,9 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 			if err != nil {
 				return err
 			}
+			if s.c.retractRead != nil && len(ch.keys) > 0 {
+				s.c.retractRead(t.rel.Target.Qualified(), ch.keys)
+			}
 			if err := s.hand(ctx, conn, ch); err != nil {
 				return err
 			}

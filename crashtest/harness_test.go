@@ -140,20 +140,7 @@ func (p *proc) streaming() bool {
 func (w *world) start(extra ...string) *proc {
 	w.t.Helper()
 	cmd := exec.Command(binary, "run")
-	cmd.Env = append(os.Environ(),
-		"PG_DSN="+w.dsn, "PG_PUBLICATION=pub", "PG_SLOT="+w.slot,
-		"TABLES=users,public.items:catalog_items",
-		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
-		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
-		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
-		// A short fence: with batches in flight, a crash where a batch
-		// completes (after_complete, after_ack) may catch the next
-		// batch's POST outstanding, and the restart must then wait the
-		// fence out. Where nothing was outstanding it must not wait at
-		// all, and the matrix asserts both (see checkFirstPost).
-		"FELDERA_INGRESS_FENCE="+ingressFence.String(), "FELDERA_REQUEST_TIMEOUT=3s",
-		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1")
-	cmd.Env = append(cmd.Env, extra...)
+	cmd.Env = append(w.env(), extra...)
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	lw := &lockedWriter{w: w, p: p}
 	cmd.Stdout, cmd.Stderr = lw, lw
@@ -167,6 +154,30 @@ func (w *world) start(extra ...string) *proc {
 	}()
 	w.t.Cleanup(func() { p.kill() })
 	return p
+}
+
+// output is everything the process printed.
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// env is the environment of a pgfeldera command for this world.
+func (w *world) env() []string {
+	return append(os.Environ(),
+		"PG_DSN="+w.dsn, "PG_PUBLICATION=pub", "PG_SLOT="+w.slot,
+		"TABLES=users,public.items:catalog_items",
+		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
+		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
+		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
+		// A short fence: with batches in flight, a crash where a batch
+		// completes (after_complete, after_ack) may catch the next
+		// batch's POST outstanding, and the restart must then wait the
+		// fence out. Where nothing was outstanding it must not wait at
+		// all, and the matrix asserts both (see checkFirstPost).
+		"FELDERA_INGRESS_FENCE="+ingressFence.String(), "FELDERA_REQUEST_TIMEOUT=3s",
+		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1")
 }
 
 type lockedWriter struct {

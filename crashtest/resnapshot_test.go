@@ -1,0 +1,162 @@
+package crashtest_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// resnapshot runs `pgfeldera resnapshot` with the environment of w.start.
+func (w *world) resnapshot(args ...string) (string, int) {
+	cmd := exec.Command(binary, append([]string{"resnapshot"}, args...)...)
+	cmd.Env = append(w.env(), "LOG_LEVEL=info")
+	out, _ := cmd.CombinedOutput()
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// Issue 17's acceptance: `pgfeldera resnapshot --wait users` while items
+// streams, with rows planted in, changed in and removed from the double's
+// users table. It exits 0, Feldera is then exact, the running connector
+// never restarted, and items kept arriving with no gap over 5 s.
+func TestResnapshot_WhileStreaming(t *testing.T) {
+	const users = 20000
+	w := newWorld(t, nil)
+	w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", users))
+	w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 100) g")
+	w.fel.SetCompletionDelay(20 * time.Millisecond)
+	p := w.start("SNAPSHOT_CHUNK_ROWS=1000")
+	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
+		t.Fatal(msg)
+	}
+
+	// Drift: ghosts Postgres never had, rows changed, rows removed.
+	for i := 1; i <= 50; i++ {
+		must(t, w.fel.Put("users", fmt.Sprintf(`{"id": %d, "name": "ghost", "score": 0}`, users+1000+i)))
+		must(t, w.fel.Put("users", fmt.Sprintf(`{"id": %d, "name": "changed", "score": -1}`, i*7)))
+		must(t, w.fel.Delete("users", fmt.Sprintf(`{"id": %d, "name": "pre", "score": %d}`, i*11+3, i*11+3)))
+	}
+	if msg := w.oracle(); !strings.Contains(msg, "users") {
+		t.Fatalf("the planted drift is not visible to the oracle: %q", msg)
+	}
+
+	// Writers: items all along (the stream must keep flowing), users too
+	// (the resnapshot must stay exact under writes to its own table).
+	conn, err := pgx.Connect(context.Background(), w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewSource(18))
+		for n := 1000; !stop.Load(); n++ {
+			id := rng.Intn(users+2000) + 1
+			sqls := []string{
+				fmt.Sprintf("INSERT INTO items VALUES (%d, 'us', %d)", n, n%500),
+				fmt.Sprintf("INSERT INTO users VALUES (%d, 'ins', 1) ON CONFLICT (id) DO UPDATE SET name = 'reins'", id),
+				fmt.Sprintf("UPDATE users SET score = score + 1 WHERE id = %d", rng.Intn(users)+1),
+				fmt.Sprintf("DELETE FROM users WHERE id = %d", rng.Intn(users+2000)+1),
+			}
+			for _, sql := range sqls {
+				if _, err := conn.Exec(context.Background(), sql); err != nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	halt := func() {
+		if !stop.Swap(true) {
+			wg.Wait()
+		}
+	}
+	defer halt()
+
+	time.Sleep(500 * time.Millisecond)
+	began := time.Now()
+	out, code := w.resnapshot("--wait", "--timeout=3m", "users")
+	ended := time.Now()
+	if code != 0 {
+		t.Fatalf("pgfeldera resnapshot --wait users exited %d:\n%s\nconnector log:\n%s", code, out, w.log())
+	}
+	halt()
+	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
+		t.Fatal(msg)
+	}
+	if exitedNow(p) {
+		t.Fatalf("the connector exited (%d)", p.code)
+	}
+	log := p.output()
+	if n := strings.Count(log, "session: streaming"); n != 1 {
+		t.Fatalf("%d replication sessions: the connector restarted its session during the resnapshot\n%s", n, w.log())
+	}
+	if !strings.Contains(log, "resnapshot: request done") || !strings.Contains(log, "resnapshot: retraction done") {
+		t.Fatalf("the log does not show the resnapshot's retraction and completion\n%s", w.log())
+	}
+	// items arrived all along: no gap over 5 s between its requests while
+	// the resnapshot ran.
+	var last time.Time = began
+	var gap time.Duration
+	items := 0
+	for _, r := range w.fel.Requests() {
+		if r.Table != "catalog_items" || r.Time.Before(began) || r.Time.After(ended) {
+			continue
+		}
+		items++
+		gap = max(gap, r.Time.Sub(last))
+		last = r.Time
+	}
+	gap = max(gap, ended.Sub(last))
+	if items == 0 || gap > 5*time.Second {
+		t.Fatalf("items during the resnapshot (%s): %d requests, longest gap %s", ended.Sub(began).Round(time.Millisecond), items, gap)
+	}
+	deleted := 0
+	for _, r := range w.fel.Requests() {
+		if r.Table == "users" && !r.Time.Before(began) {
+			deleted += r.Deletes
+		}
+	}
+	t.Logf("resnapshot of %d rows under writes took %s; %d items requests meanwhile, longest gap %s; %d deletes sent for users (the 50 ghosts, and the writer's)",
+		users, ended.Sub(began).Round(time.Millisecond), items, gap.Round(time.Millisecond), deleted)
+}
+
+// A request for a table the connector does not stream is a configuration
+// error naming it; one written while no state file exists is refused
+// plainly.
+func TestResnapshot_UnknownTable(t *testing.T) {
+	w := newWorld(t, nil)
+	if out, code := w.resnapshot("users"); code != 1 || !strings.Contains(out, "no state file") {
+		t.Fatalf("without a state file: exit %d:\n%s", code, out)
+	}
+	p := w.start()
+	w.waitState(time.Minute)
+	if msg := w.caughtUp(p, time.Minute); msg != "" {
+		t.Fatal(msg)
+	}
+	out, code := w.resnapshot("--wait", "nosuch")
+	if code != 2 || !strings.Contains(out, `table "nosuch" is not one the connector streams`) || !strings.Contains(out, "public.users") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if _, code := w.resnapshot("--timeout=x", "users"); code != 2 {
+		t.Fatalf("a bad --timeout exited %d", code)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
