@@ -97,8 +97,8 @@ type chunk struct {
 // acknowledged position reaches lsn (the end of its high watermark's
 // transaction).
 type chunkSave struct {
-	lsn   pglogrepl.LSN
-	table *chunkTable
+	lsn     pglogrepl.LSN
+	table   *chunkTable
 	rows    int64
 	last    []string
 	done    bool
@@ -112,10 +112,10 @@ type chunkSave struct {
 type incremental struct {
 	run    string
 	st     *state.State
-	never  bool      // SNAPSHOT_MODE=never: requests are refused
+	never  bool // SNAPSHOT_MODE=never: requests are refused
 	rels   []*decode.Rel
-	groups [][]int   // per route: the indexes of its sources
-	keys   []keyInfo // per table in TABLES
+	groups [][]int       // per route: the indexes of its sources
+	keys   []keyInfo     // per table in TABLES
 	tables []*chunkTable // being read, or queued; the loop's
 	limit  int
 	ready  chan *chunk // worker → loop, sent before the high watermark is written
