@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,4 +161,79 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A resnapshot survives SIGKILL: once just after the connector took the
+// request (in its retraction), once halfway through its chunks. Each
+// restart carries on from the state file (the retraction from its start,
+// the chunks from the last durable one), the request is not taken again
+// from the replayed stream, and it ends done and exact.
+func TestResnapshot_KillResumes(t *testing.T) {
+	const users = 20000
+	w := newWorld(t, nil)
+	w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", users))
+	w.fel.SetCompletionDelay(20 * time.Millisecond)
+	env := []string{"SNAPSHOT_CHUNK_ROWS=500"}
+	p := w.start(env...)
+	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
+		t.Fatal(msg)
+	}
+	for i := 1; i <= 30; i++ {
+		must(t, w.fel.Put("users", fmt.Sprintf(`{"id": %d, "name": "ghost", "score": 0}`, users+100+i)))
+		must(t, w.fel.Put("users", fmt.Sprintf(`{"id": %d, "name": "changed", "score": -1}`, i*101)))
+	}
+	conn, err := pgx.Connect(context.Background(), w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // a writer to users all along
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := conn.Exec(context.Background(), fmt.Sprintf("UPDATE users SET score = score + 1 WHERE id = %d", rand.Intn(users)+1)); err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	out, code := w.resnapshot("users")
+	if code != 0 {
+		t.Fatalf("resnapshot exited %d: %s", code, out)
+	}
+	id := strings.Fields(strings.TrimPrefix(out[strings.Index(out, "request "):], "request "))[0]
+	w.poll("the connector took the request", time.Minute, func() bool { return strings.Contains(p.output(), "resnapshot: request received") })
+	p.kill()
+	retracting := strings.Contains(w.stateText(), `"retract": true`)
+	p = w.start(env...)
+	w.poll("half the chunks", 2*time.Minute, func() bool { c, _ := w.usersCopied(); return c >= users/2 })
+	p.kill()
+	p = w.start(env...)
+	w.poll("the request done", 2*time.Minute, func() bool { return strings.Contains(w.stateText(), `"done": true`) })
+	close(stop)
+	wg.Wait()
+	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
+		t.Fatal(msg)
+	}
+	w.logMu.Lock()
+	all := w.logs.String()
+	w.logMu.Unlock()
+	if n := strings.Count(all, "resnapshot: request received"); n > 1 {
+		t.Fatalf("the request was taken %d times", n)
+	}
+	t.Logf("request %s: killed once in its retraction (state said retracting: %v), once halfway through its chunks; done and exact", id, retracting)
+}
+
+// stateText is the state file's content ("" before it exists).
+func (w *world) stateText() string {
+	b, _ := os.ReadFile(filepath.Join(w.dir, "state.json"))
+	return string(b)
 }
