@@ -124,6 +124,13 @@ func TestResnapshot_WhileStreaming(t *testing.T) {
 	if items == 0 || gap > 5*time.Second {
 		t.Fatalf("items during the resnapshot (%s): %d requests, longest gap %s", ended.Sub(began).Round(time.Millisecond), items, gap)
 	}
+	id := strings.Fields(out[strings.Index(out, "request ")+len("request "):])[0]
+	st := exec.Command(binary, "status")
+	st.Env = w.env()
+	so, _ := st.CombinedOutput()
+	if !strings.Contains(string(so), "resnapshot "+id) || !strings.Contains(string(so), "public.users: done") {
+		t.Fatalf("status does not show request %s done:\n%s", id, so)
+	}
 	deleted := 0
 	for _, r := range w.fel.Requests() {
 		if r.Table == "users" && !r.Time.Before(began) {

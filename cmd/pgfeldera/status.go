@@ -34,6 +34,8 @@ type Status struct {
 		File   string        `json:"file"`
 		Error  string        `json:"error,omitempty"`
 		Tables []state.Table `json:"tables,omitempty"`
+		// Requests are the resnapshot requests the connector took.
+		Requests []state.Request `json:"requests,omitempty"`
 		// Fence is the ingress fence file: a process running (or one that
 		// died), and a deadline before which nothing is sent.
 		Fence *state.Fence `json:"fence,omitempty"`
@@ -126,7 +128,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	}
 	st.State.File = cfg.StateFile
 	if ls, err := state.Load(cfg.StateFile); err == nil {
-		st.State.Tables = ls.Tables
+		st.State.Tables, st.State.Requests = ls.Tables, ls.Requests
 	} else {
 		st.State.Error = err.Error()
 	}
@@ -209,14 +211,29 @@ func printStatus(w io.Writer, st *Status) {
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
 	for _, t := range st.State.Tables {
 		line := t.Status
-		if t.Status == state.Incremental {
+		if t.Status == state.Incremental && t.Retract {
+			line += fmt.Sprintf(": resnapshot %s, retracting the rows Feldera holds and Postgres lacks (then the chunks)", t.Request)
+		} else if t.Status == state.Incremental {
 			// A resumable snapshot: where it stands.
 			line += fmt.Sprintf(": %d chunks, %d rows copied, durable in Feldera", t.Chunks, t.Copied)
+			if t.Request != "" {
+				line += " (resnapshot " + t.Request + ")"
+			}
 			if len(t.After) > 0 {
 				line += fmt.Sprintf("; resumes after key (%s)", strings.Join(t.After, ", "))
 			}
 		}
 		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, line)
+	}
+	for _, r := range st.State.Requests {
+		line := "under way"
+		switch {
+		case r.Refused != "":
+			line = "refused: " + r.Refused
+		case r.Done:
+			line = "done"
+		}
+		fmt.Fprintf(tw, "\tresnapshot %s\t%s: %s\n", r.ID, strings.Join(r.Tables, ", "), line)
 	}
 	if f := st.State.Fence; f != nil {
 		line := "no process running"
