@@ -15,11 +15,14 @@ import (
 // chunk may be recorded. It does no I/O; the stream turns its answers
 // into the outbox, the worker's next step and the state file. The
 // argument it implements is in snapshot/chunk.go.
+//
+// Several chunks may be open at once (SNAPSHOT_PARALLELISM: each lane of
+// a table has its own connection and its own watermarks); each has its
+// own window, and the argument holds for each on its own: a chunk's rows
+// enter the outbox at its own high watermark, reconciled with the changes
+// between its own watermarks.
 type chunkLoop struct {
-	win      snapshot.Window // open between a chunk's watermarks
-	winSeq   uint64
-	winRoute int
-	winLow   pglogrepl.LSN // the commit position of the low watermark's transaction
+	wins map[uint64]*chunkWin // open between a chunk's watermarks, by chunk
 
 	recent  snapshot.Recent
 	xid     uint32        // the source transaction being read
@@ -31,7 +34,25 @@ type chunkLoop struct {
 	saves   []chunkSave
 }
 
-func newChunkLoop() *chunkLoop { return &chunkLoop{} }
+// chunkWin is one open chunk's window.
+type chunkWin struct {
+	win   snapshot.Window
+	route int
+	low   pglogrepl.LSN // the commit position of the low watermark's transaction
+}
+
+func newChunkLoop() *chunkLoop { return &chunkLoop{wins: map[uint64]*chunkWin{}} }
+
+// watching reports whether a window is open on route (the stream must
+// then carry its changes' keys).
+func (l *chunkLoop) watching(route int) bool {
+	for _, w := range l.wins {
+		if w.route == route {
+			return true
+		}
+	}
+	return false
+}
 
 // begin is a source transaction's BEGIN.
 func (l *chunkLoop) begin(xid uint32, final pglogrepl.LSN) {
@@ -42,22 +63,26 @@ func (l *chunkLoop) begin(xid uint32, final pglogrepl.LSN) {
 // not be known.
 func (l *chunkLoop) rows(route int, keys []string, unknown bool) {
 	l.touched = true
-	if !l.win.Active() || route != l.winRoute {
-		return
-	}
-	for _, k := range keys {
-		l.win.Touch(k)
-	}
-	if unknown {
-		l.win.Poison("a change to a row whose key the stream does not carry (a NULL or unchanged TOAST key column)")
+	for _, w := range l.wins {
+		if w.route != route {
+			continue
+		}
+		for _, k := range keys {
+			w.win.Touch(k)
+		}
+		if unknown {
+			w.win.Poison("a change to a row whose key the stream does not carry (a NULL or unchanged TOAST key column)")
+		}
 	}
 }
 
 // truncated is a TRUNCATE of route.
 func (l *chunkLoop) truncated(route int) {
 	l.touched = true
-	if l.win.Active() && route == l.winRoute {
-		l.win.Poison("a TRUNCATE of the table")
+	for _, w := range l.wins {
+		if w.route == route {
+			w.win.Poison("a TRUNCATE of the table")
+		}
 	}
 }
 
@@ -83,11 +108,12 @@ func (l *chunkLoop) commit(commit, end pglogrepl.LSN) *chunk {
 // low opens the window of chunk seq on route, at the low watermark of the
 // transaction being read.
 func (l *chunkLoop) low(seq uint64, route int) error {
-	if l.win.Active() {
-		return fmt.Errorf("incremental snapshot: low watermark of chunk %d while chunk %d's window is open", seq, l.winSeq)
+	if l.wins[seq] != nil {
+		return fmt.Errorf("incremental snapshot: a second low watermark of chunk %d", seq)
 	}
-	l.win.Open()
-	l.winSeq, l.winRoute, l.winLow = seq, route, l.final
+	w := &chunkWin{route: route, low: l.final}
+	w.win.Open()
+	l.wins[seq] = w
 	return nil
 }
 
@@ -97,10 +123,12 @@ func (l *chunkLoop) low(seq uint64, route int) error {
 // watermarks are held for the transaction's commit. keepAll keeps every
 // row (the unsafe variant the tests show losing).
 func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err error) {
-	if !l.win.Active() || l.winSeq != seq {
+	w := l.wins[seq]
+	if w == nil {
 		return "", fmt.Errorf("incremental snapshot: high watermark of chunk %d without its low watermark", seq)
 	}
-	l.win.Close()
+	delete(l.wins, seq)
+	w.win.Close()
 	if ch == nil {
 		return "", fmt.Errorf("incremental snapshot: high watermark of chunk %d before its rows", seq)
 	}
@@ -110,18 +138,18 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 	if ch.discard {
 		return "read ahead of a chunk that is read again", nil
 	}
-	if why = l.win.Poisoned(); why != "" {
+	if why = w.win.Poisoned(); why != "" {
 		return why, nil
 	}
-	if x, ok := l.recent.CommittedBefore(ch.xip, uint64(l.winLow)); ok {
+	if x, ok := l.recent.CommittedBefore(ch.xip, uint64(w.low)); ok {
 		return fmt.Sprintf("transaction %d committed before the low watermark but was still in progress for the chunk's snapshot", x), nil
 	}
 	kept := ch
-	if l.win.Touched() > 0 && !keepAll {
+	if w.win.Touched() > 0 && !keepAll {
 		kept = &chunk{seq: ch.seq, table: ch.table, last: ch.last, done: ch.done, retract: ch.retract}
 		start := 0
 		for i, end := range ch.ends {
-			if l.win.Keep(ch.keys[i]) {
+			if w.win.Keep(ch.keys[i]) {
 				kept.buf = append(kept.buf, ch.buf[start:end]...)
 				kept.ends = append(kept.ends, len(kept.buf))
 				kept.keys = append(kept.keys, ch.keys[i])

@@ -204,6 +204,20 @@ type KeyCol struct {
 // comparison (k1, k2) > (v1, v2) is the key order of the primary key's
 // btree, so the chunks partition the table without overlap or gap.
 func (s Source) ChunkSQL(cols []string, key []KeyCol, after []string, limit int) (string, error) {
+	return s.LaneChunkSQL(cols, key, Lane{}, after, limit)
+}
+
+// Lane is a range of a table's first key column, read by one connection
+// when a table is read in parallel (SNAPSHOT_PARALLELISM): the keys whose
+// first column is above Lo (when set) and at most Hi (when set), as
+// Postgres prints the column's values. Lanes with Hi of one the Lo of the
+// next partition the table.
+type Lane struct {
+	Lo, Hi *string
+}
+
+// LaneChunkSQL is ChunkSQL within lane.
+func (s Source) LaneChunkSQL(cols []string, key []KeyCol, lane Lane, after []string, limit int) (string, error) {
 	if len(key) == 0 {
 		return "", fmt.Errorf("chunk of %s: the table has no key to chunk by", s.Table)
 	}
@@ -225,6 +239,12 @@ func (s Source) ChunkSQL(cols []string, key []KeyCol, after []string, limit int)
 	if s.Filter != "" {
 		where = append(where, "("+s.Filter+")")
 	}
+	if lane.Lo != nil {
+		where = append(where, keys[0]+" > "+quoteLiteral(*lane.Lo)+"::"+key[0].Type)
+	}
+	if lane.Hi != nil {
+		where = append(where, keys[0]+" <= "+quoteLiteral(*lane.Hi)+"::"+key[0].Type)
+	}
 	if after != nil {
 		lits := make([]string, len(after))
 		for i, v := range after {
@@ -244,3 +264,26 @@ func (s Source) ChunkSQL(cols []string, key []KeyCol, after []string, limit int)
 // runs with standard_conforming_strings = on, the default since 9.1); a
 // NUL cannot occur in a Postgres text value.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// Lanes splits a table into at most n lanes at values of its first key
+// column: bounds is pg_stats.histogram_bounds of that column (sorted, as
+// Postgres prints them), whose buckets hold about equal numbers of rows.
+// Without bounds, or for n of 1, the table is one lane.
+func Lanes(bounds []string, n int) []Lane {
+	if n <= 1 || len(bounds) < 2 {
+		return []Lane{{}}
+	}
+	var cuts []string
+	for i := 1; i < n; i++ {
+		b := bounds[i*(len(bounds)-1)/n]
+		if len(cuts) == 0 || cuts[len(cuts)-1] != b {
+			cuts = append(cuts, b)
+		}
+	}
+	lanes := make([]Lane, len(cuts)+1)
+	for i := range cuts {
+		lanes[i].Hi = &cuts[i]
+		lanes[i+1].Lo = &cuts[i]
+	}
+	return lanes
+}

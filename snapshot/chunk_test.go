@@ -144,10 +144,19 @@ func TestChunkSQL_PartitionsTheTable(t *testing.T) {
 	s := snapshot.Source{Table: `"public"."t"`, Filter: "v % 3 <> 0"}
 	key := []snapshot.KeyCol{{"a", "integer"}, {"b", "text"}}
 	seen := map[string]bool{}
+	chunks := readLane(t, conn, s, key, snapshot.Lane{}, seen)
+	if len(seen) != want || chunks < want/37 {
+		t.Fatalf("%d rows in %d chunks, want %d", len(seen), chunks, want)
+	}
+}
+
+// readLane reads one lane chunk after chunk, each row once into seen.
+func readLane(t *testing.T, conn *pgx.Conn, s snapshot.Source, key []snapshot.KeyCol, lane snapshot.Lane, seen map[string]bool) int {
+	ctx := context.Background()
 	var after []string
 	chunks := 0
 	for {
-		sql, err := s.ChunkSQL([]string{"a", "b", "v"}, key, after, 37)
+		sql, err := s.LaneChunkSQL([]string{key[0].Name, key[1].Name, "v"}, key, lane, after, 37)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,20 +168,68 @@ func TestChunkSQL_PartitionsTheTable(t *testing.T) {
 				t.Errorf("row %q in two chunks", line)
 			}
 			seen[f[0]+"\t"+f[1]] = true
-			last = []string{f[0], unescapeCopy(f[1])}
+			last = []string{unescapeCopy(f[0]), unescapeCopy(f[1])}
 			rows++
 		}}, sql)
 		if err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 		if rows == 0 {
-			break
+			return chunks
 		}
 		chunks++
 		after = last
 	}
-	if len(seen) != want || chunks < want/37 {
-		t.Fatalf("%d rows in %d chunks, want %d", len(seen), chunks, want)
+}
+
+// Lanes cut at the histogram of a text first key column (collation order,
+// quotes, backslashes) partition the table: read lane by lane, chunk by
+// chunk, every row once; and the lanes are about even.
+func TestLanes_PartitionTheTable(t *testing.T) {
+	c := pgcluster.Shared(t)
+	dsn := c.NewDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE t (b text, a int, v int, PRIMARY KEY (b, a));
+		INSERT INTO t SELECT (ARRAY['x', 'O''Brien', 'back\slash', 'Zed', 'zed', 'é', ''])[1 + g % 7] || (g % 500), g % 3, g
+		FROM generate_series(1, 3000) g ON CONFLICT DO NOTHING;
+		ANALYZE t`); err != nil {
+		t.Fatal(err)
+	}
+	var want int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	var bounds []string
+	if err := conn.QueryRow(ctx, "SELECT histogram_bounds::text::text[] FROM pg_stats WHERE tablename = 't' AND attname = 'b'").Scan(&bounds); err != nil {
+		t.Fatal(err)
+	}
+	lanes := snapshot.Lanes(bounds, 3)
+	if len(lanes) != 3 || lanes[0].Lo != nil || lanes[2].Hi != nil || *lanes[0].Hi != *lanes[1].Lo {
+		t.Fatalf("lanes %+v from %d bounds", lanes, len(bounds))
+	}
+	s := snapshot.Source{Table: `"public"."t"`}
+	key := []snapshot.KeyCol{{"b", "text"}, {"a", "integer"}}
+	seen := map[string]bool{}
+	for _, l := range lanes {
+		before := len(seen)
+		readLane(t, conn, s, key, l, seen)
+		if n := len(seen) - before; n < want/6 {
+			t.Errorf("lane %+v holds %d of %d rows", l, n, want)
+		}
+	}
+	if len(seen) != want {
+		t.Fatalf("%d rows in the lanes, want %d", len(seen), want)
+	}
+	if got := snapshot.Lanes(nil, 4); len(got) != 1 || got[0].Lo != nil || got[0].Hi != nil {
+		t.Fatalf("no histogram: %+v", got)
+	}
+	if got := snapshot.Lanes([]string{"a", "a", "a", "b"}, 4); len(got) != 2 {
+		t.Fatalf("repeated bounds: %d lanes", len(got))
 	}
 }
 
