@@ -158,7 +158,7 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 		}
 	}
 	l.holding = kept
-	l.pending = &chunkSave{table: ch.table, rows: int64(len(kept.ends)), last: ch.last, done: ch.done, retract: ch.retract}
+	l.pending = &chunkSave{lane: ch.lane, table: ch.table, rows: int64(len(kept.ends)), last: ch.last, done: ch.done, retract: ch.retract}
 	return "", nil
 }
 

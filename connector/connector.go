@@ -87,6 +87,9 @@ type Config struct {
 	// SnapshotChunkRows is an incremental snapshot's chunk size in rows
 	// (0: BatchMaxRows).
 	SnapshotChunkRows int
+	// SnapshotParallelism is how many chunks of a table are read at once,
+	// each lane on its own connection (0 or 1: one).
+	SnapshotParallelism int
 	// BatchMaxBytes seals a batch once its NDJSON reaches this many bytes
 	// (a row larger than it goes alone): with BatchMaxRows, the memory
 	// bound whatever the row width. Default DefaultBatchMaxBytes.

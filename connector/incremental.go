@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -64,6 +65,19 @@ type chunkTable struct {
 	retract bool              // first delete what Feldera holds and Postgres lacks (a resnapshot)
 	copied  int64             // rows this session put in the outbox, for the rate; the loop's
 	start   state.Table       // the state's entry when it was queued (the worker's copy)
+	// plan is the table's lanes when it is read in more than one and the
+	// state does not list them yet: the first chunk recorded records
+	// them. The worker sets it before its first chunk is handed.
+	plan []state.Lane
+}
+
+// laneRun is one lane being read: its range, where it resumes, and the
+// channel the loop answers its chunks on.
+type laneRun struct {
+	idx   int // into the table's lanes (0 for a table in one)
+	lane  snapshot.Lane
+	after []string
+	reply chan bool
 }
 
 // keyInfo is what chunkKey found for one table: its primary key, or why
@@ -87,6 +101,8 @@ type chunk struct {
 	xip   []uint32 // transactions in progress for the chunk's snapshot
 	// discard: read ahead of a chunk that is read again; the loop drops it.
 	discard bool
+	lane  int       // the lane it belongs to
+	reply chan bool // where the loop answers: true reads it again
 	// retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
@@ -97,6 +113,7 @@ type chunk struct {
 // acknowledged position reaches lsn (the end of its high watermark's
 // transaction).
 type chunkSave struct {
+	lane    int
 	lsn     pglogrepl.LSN
 	table   *chunkTable
 	rows    int64
@@ -107,7 +124,7 @@ type chunkSave struct {
 
 // incremental is a session's incremental snapshots: the tables the state
 // leaves incremental, and those resnapshot requests add while it streams.
-// The worker's side is ready, next, the queue and seq; the stream loop's
+// The worker's side is handed, the queue and seq; the stream loop's
 // is everything else, which only the loop touches.
 type incremental struct {
 	run    string
@@ -118,13 +135,13 @@ type incremental struct {
 	keys   []keyInfo     // per table in TABLES
 	tables []*chunkTable // being read, or queued; the loop's
 	limit  int
-	ready  chan *chunk // worker → loop, sent before the high watermark is written
-	next   chan bool   // loop → worker: true reads the same chunk again
+	lanes  int // SNAPSHOT_PARALLELISM
 
 	mu      sync.Mutex
-	queue   []*chunkTable // for the worker
-	running bool          // a worker runs (it exits when the queue is empty)
-	seq     uint64        // the last chunk's number; the running worker's
+	queue   []*chunkTable     // for the worker
+	running bool              // a worker runs (it exits when the queue is empty)
+	handed  map[uint64]*chunk // worker → loop: put before the chunk's high watermark is written
+	seq     atomic.Uint64     // the last chunk's number
 
 	loop    *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
 	retries int
@@ -251,7 +268,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 	inc := &incremental{
 		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
 		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.rels, groups: p.groups,
-		ready: make(chan *chunk, 1), next: make(chan bool, 1), loop: newChunkLoop(),
+		lanes: max(c.cfg.SnapshotParallelism, 1), handed: map[uint64]*chunk{}, loop: newChunkLoop(),
 		started: time.Now(), lastLog: time.Now(),
 	}
 	// Every table's key is read now, so that a resnapshot request is
@@ -341,30 +358,11 @@ func (s *stream) worker(ctx context.Context) {
 
 func (s *stream) readChunks(ctx context.Context) error {
 	inc := s.inc
-	conn, err := pgx.Connect(ctx, s.c.cfg.DSN)
+	conn, err := s.chunkConn(ctx)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, q := range pinnedGUCs {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
-		}
-	}
-	// A watermark reaches the stream once its commit is flushed: under
-	// synchronous_commit = off that waits for the WAL writer (up to
-	// wal_writer_delay, 200 ms by default, per watermark), which measured
-	// 10 times slower chunks. This connection flushes its own commits
-	// (local); any other setting is the server's and is kept.
-	var sc string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&sc); err != nil {
-		return fmt.Errorf("read synchronous_commit: %w", err)
-	}
-	if sc == "off" {
-		if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
-			return fmt.Errorf("SET synchronous_commit = local: %w", err)
-		}
-	}
 	for t := inc.take(); t != nil; t = inc.take() {
 		s.tableStarts(ctx, conn, t)
 		if t.retract {
@@ -375,11 +373,140 @@ func (s *stream) readChunks(ctx context.Context) error {
 		if t.retract && s.c.retractOnly {
 			continue
 		}
-		if err := s.readTable(ctx, conn, t); err != nil {
+		lanes, err := s.planLanes(ctx, conn, t)
+		if err != nil {
+			return err
+		}
+		if err := s.readLanes(ctx, conn, t, lanes); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// chunkConn opens a connection that reads chunks.
+func (s *stream) chunkConn(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, s.c.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	for _, q := range pinnedGUCs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	// A watermark reaches the stream once its commit is flushed: under
+	// synchronous_commit = off that waits for the WAL writer (up to
+	// wal_writer_delay, 200 ms by default, per watermark), which measured
+	// 10 times slower chunks. This connection flushes its own commits
+	// (local); any other setting is the server's and is kept.
+	var sc string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&sc); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("read synchronous_commit: %w", err)
+	}
+	if sc == "off" {
+		if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("SET synchronous_commit = local: %w", err)
+		}
+	}
+	return conn, nil
+}
+
+// planLanes is how t is read: the lanes the state lists (those not done),
+// else, for a table not begun and SNAPSHOT_PARALLELISM above 1, lanes cut
+// at the histogram of its first key column, else one lane from t.after.
+func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
+	inc := s.inc
+	var runs []*laneRun
+	if len(t.start.Lanes) > 0 {
+		for i, l := range t.start.Lanes {
+			if !l.Done {
+				runs = append(runs, &laneRun{idx: i, lane: snapshot.Lane{Lo: l.Lo, Hi: l.Hi}, after: l.After, reply: make(chan bool, 1)})
+			}
+		}
+		return runs, nil
+	}
+	if inc.lanes > 1 && t.start.After == nil && t.start.Chunks == 0 {
+		var bounds []string
+		err := conn.QueryRow(ctx, `SELECT histogram_bounds::text::text[] FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename
+			JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname
+			WHERE c.oid = $1::regclass AND s.attname = $2 AND NOT s.inherited`, t.rel.Target.Source(), t.key[0].Name).Scan(&bounds)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read the histogram of %s.%s: %w", t.rel.Target.Qualified(), t.key[0].Name, err)
+		}
+		lanes := snapshot.Lanes(bounds, inc.lanes)
+		if len(lanes) == 1 {
+			s.logger.Info("snapshot: incremental: reading the table in one lane: pg_stats has no histogram of its first key column (ANALYZE it to read it in parallel)",
+				"table", t.rel.Target.Qualified(), "column", t.key[0].Name)
+		} else {
+			for i, l := range lanes {
+				t.plan = append(t.plan, state.Lane{Lo: l.Lo, Hi: l.Hi})
+				runs = append(runs, &laneRun{idx: i, lane: l, reply: make(chan bool, 1)})
+			}
+			s.logger.Info("snapshot: incremental: reading the table in lanes", "table", t.rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
+			return runs, nil
+		}
+	}
+	return []*laneRun{{after: t.start.After, reply: make(chan bool, 1)}}, nil
+}
+
+// readLanes reads the lanes, up to SNAPSHOT_PARALLELISM at once, each on
+// its own connection (the first on conn).
+func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable, runs []*laneRun) error {
+	n := min(s.inc.lanes, len(runs))
+	if n <= 1 {
+		for _, r := range runs {
+			if err := s.readLane(ctx, conn, t, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex
+	next := func() *laneRun {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(runs) == 0 {
+			return nil
+		}
+		r := runs[0]
+		runs = runs[1:]
+		return r
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		c := conn
+		if i > 0 {
+			var err error
+			if c, err = s.chunkConn(ctx); err != nil {
+				cancel(err)
+				break
+			}
+		}
+		wg.Add(1)
+		go func(c *pgx.Conn, own bool) {
+			defer wg.Done()
+			if own {
+				defer c.Close(context.WithoutCancel(ctx))
+			}
+			for r := next(); r != nil; r = next() {
+				if err := s.readLane(ctx, c, t, r); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}(c, i > 0)
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
 }
 
 // tableStarts sets a table's progress metrics from the state and logs it.
@@ -397,11 +524,11 @@ func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable)
 		"estimate", int64(estimate), "resume_after", strings.Join(st.After, ","), "retract_first", t.retract)
 }
 
-// answer is the loop's verdict on the chunk handed before: true reads it
-// again.
-func (s *stream) answer(ctx context.Context) (bool, error) {
+// answer is the loop's verdict on the chunk a lane handed before: true
+// reads it again.
+func (s *stream) answer(ctx context.Context, reply chan bool) (bool, error) {
 	select {
-	case again := <-s.inc.next:
+	case again := <-reply:
 		return again, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
@@ -411,12 +538,14 @@ func (s *stream) answer(ctx context.Context) (bool, error) {
 // hand gives the loop a chunk, then writes its high watermark: the loop
 // takes the chunk there.
 func (s *stream) hand(ctx context.Context, conn *pgx.Conn, ch *chunk) error {
-	s.inc.ready <- ch
+	s.inc.mu.Lock()
+	s.inc.handed[ch.seq] = ch
+	s.inc.mu.Unlock()
 	return s.emitWatermark(ctx, conn, ch.table, ch.seq, "high")
 }
 
-// readTable reads one table's chunks, from t.after to its end.
-func (s *stream) readTable(ctx context.Context, conn *pgx.Conn, t *chunkTable) error {
+// readLane reads one lane's chunks, from r.after to its end.
+func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun) error {
 	inc := s.inc
 	// The next chunk is read while the loop takes the previous one
 	// (exactness does not depend on the order chunks are read in, each
@@ -428,29 +557,30 @@ func (s *stream) readTable(ctx context.Context, conn *pgx.Conn, t *chunkTable) e
 	// chunk of a table is never read ahead of.
 	var prev *chunk // handed to the loop, its answer not yet taken
 	read := func(after []string) (*chunk, error) {
-		inc.seq++
+		seq := inc.seq.Add(1)
 		t0 := time.Now()
-		if err := s.emitWatermark(ctx, conn, t, inc.seq, "low"); err != nil {
+		if err := s.emitWatermark(ctx, conn, t, seq, "low"); err != nil {
 			return nil, err
 		}
-		ch, err := s.readChunk(ctx, conn, t, inc.seq, after)
+		ch, err := s.readChunk(ctx, conn, t, r.lane, seq, after)
 		if err != nil {
 			return nil, err
 		}
-		s.logger.Debug("snapshot: incremental: chunk read", "chunk", inc.seq, "rows", len(ch.ends), "took", time.Since(t0))
+		ch.lane, ch.reply = r.idx, r.reply
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
 		if s.c.chunkRead != nil {
 			s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
 		}
 		return ch, nil
 	}
-	after := t.after
+	after := r.after
 	for {
 		ch, err := read(after)
 		if err != nil {
 			return err
 		}
 		if prev != nil {
-			again, err := s.answer(ctx)
+			again, err := s.answer(ctx, r.reply)
 			if err != nil {
 				return err
 			}
@@ -472,7 +602,7 @@ func (s *stream) readTable(ctx context.Context, conn *pgx.Conn, t *chunkTable) e
 			after = ch.last
 			continue
 		}
-		again, err := s.answer(ctx)
+		again, err := s.answer(ctx, r.reply)
 		if err != nil {
 			return err
 		}
@@ -496,13 +626,13 @@ func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, t *chunkTabl
 // readChunk reads one chunk in its own REPEATABLE READ transaction: its
 // snapshot (for the xip rule), then the rows, encoded as the snapshot
 // encodes them, with their keys.
-func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64, after []string) (*chunk, error) {
+func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, lane snapshot.Lane, seq uint64, after []string) (*chunk, error) {
 	rel := t.rel
 	cols := make([]string, len(rel.Cols))
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
 	}
-	sql, err := copySource(rel.Target).ChunkSQL(cols, t.key, after, s.inc.limit)
+	sql, err := copySource(rel.Target).LaneChunkSQL(cols, t.key, lane, after, s.inc.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -633,16 +763,19 @@ func (inc *incremental) table(idx int) *chunkTable {
 // between source transactions.
 func (s *stream) highWatermark(seq uint64) error {
 	inc := s.inc
-	var ch *chunk
-	select {
-	case ch = <-inc.ready:
-	default:
+	inc.mu.Lock()
+	ch := inc.handed[seq]
+	delete(inc.handed, seq)
+	inc.mu.Unlock()
+	route := -1
+	if w := inc.loop.wins[seq]; w != nil {
+		route = w.route
 	}
-	s.dec.WantKeys[inc.loop.winRoute] = false
 	why, err := inc.loop.high(seq, ch, s.c.noWindow)
 	if err != nil {
 		return err
 	}
+	s.dec.WantKeys[route] = inc.loop.watching(route)
 	if why != "" && !ch.discard {
 		inc.retries++
 		what := "chunk"
@@ -651,7 +784,7 @@ func (s *stream) highWatermark(seq uint64) error {
 		}
 		s.logger.Info("snapshot: incremental: reading a "+what+" again", "table", ch.table.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
 	}
-	inc.next <- why != ""
+	ch.reply <- why != ""
 	return nil
 }
 
@@ -709,15 +842,26 @@ func (s *stream) saveChunks() error {
 		}
 		t.Chunks++
 		t.Copied += sv.rows
-		ts := s.c.tableStats[sv.table.rel.Target.Route]
-		if ts.ChunksDone.Add(1) >= ts.ChunksTotal.Load() && !sv.done {
-			ts.ChunksTotal.Add(1) // more rows than the estimate
+		done := sv.done
+		if len(t.Lanes) == 0 && len(sv.table.plan) > 1 {
+			t.Lanes = slices.Clone(sv.table.plan)
 		}
-		if sv.last != nil {
+		if len(t.Lanes) > 0 {
+			l := &t.Lanes[sv.lane]
+			if sv.last != nil {
+				l.After = sv.last
+			}
+			l.Done = l.Done || sv.done
+			done = !slices.ContainsFunc(t.Lanes, func(l state.Lane) bool { return !l.Done })
+		} else if sv.last != nil {
 			t.After = sv.last
 		}
-		if sv.done {
-			t.Status, t.After, t.Rows = state.Complete, nil, t.Copied
+		ts := s.c.tableStats[sv.table.rel.Target.Route]
+		if ts.ChunksDone.Add(1) >= ts.ChunksTotal.Load() && !done {
+			ts.ChunksTotal.Add(1) // more rows than the estimate
+		}
+		if done {
+			t.Status, t.After, t.Lanes, t.Rows = state.Complete, nil, nil, t.Copied
 			inc.tables = slices.DeleteFunc(inc.tables, func(x *chunkTable) bool { return x == sv.table })
 			before := doneRequests(inc.st)
 			inc.st.SettleRequests()
@@ -731,7 +875,7 @@ func (s *stream) saveChunks() error {
 			return fatal(err)
 		}
 		crashtest.Point("snapshot_after_chunk")
-		s.progress(sv, t)
+		s.progress(sv, t, done)
 	}
 	return nil
 }
@@ -746,10 +890,10 @@ func doneRequests(st *state.State) map[string]bool {
 	return m
 }
 
-func (s *stream) progress(sv chunkSave, t *state.Table) {
+func (s *stream) progress(sv chunkSave, t *state.Table, done bool) {
 	inc := s.inc
 	route := sv.table.rel.Target.Route
-	if sv.done {
+	if done {
 		s.logger.Info("snapshot: incremental: table read", "table", t.Source, "chunks", t.Chunks, "rows", t.Copied, "chunks_read_again", inc.retries)
 		if !inc.st.Incremental() {
 			s.logger.Info("snapshot: incremental: complete; every table is exact in Feldera", "seconds", time.Since(inc.started).Round(time.Millisecond).Seconds())

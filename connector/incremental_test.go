@@ -68,20 +68,24 @@ func (m *mutator) halt() int64 {
 // Feldera ends exact. With the window disabled (every chunk row kept) the
 // same history leaves stale and ghost rows, so the test sees a loss.
 func TestIncremental_ExactUnderWrites(t *testing.T) {
-	for _, unsafe := range []bool{false, true} {
-		name := "window"
-		if unsafe {
-			name = "noWindow"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		unsafe bool
+		lanes  int
+	}{{"window", false, 1}, {"noWindow", true, 1}, {"window/parallel3", false, 3}} {
+		unsafe := c.unsafe
+		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
 			const rows = 20000
 			e.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", rows))
+			e.exec("ANALYZE users")
 			e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
 			e.fel.SetCompletionDelay(5 * time.Millisecond)
 			cfg := e.config("users,public.items:catalog_items")
 			cfg.SnapshotMode = connector.SnapshotIncremental
 			cfg.BatchMaxRows = 1000
+			cfg.SnapshotParallelism = c.lanes
+			lanes := c.lanes
 			c := e.newConnector(cfg, e.client)
 			var planted atomic.Int64
 			connector.SetChunkReadHook(c, func(table string, keys []string) {
@@ -127,7 +131,10 @@ func TestIncremental_ExactUnderWrites(t *testing.T) {
 			if strings.Contains(e.logs.String(), "created slot with exported snapshot") {
 				t.Fatal("incremental mode exported a snapshot")
 			}
-			t.Logf("%d concurrent writes, %d chunks with changes planted in the window; users in %d chunks", ops, planted.Load(), st.Tables[0].Chunks)
+			if lanes > 1 && !strings.Contains(e.logs.String(), "reading the table in lanes") {
+				t.Fatal("the table was not read in lanes")
+			}
+			t.Logf("%d concurrent writes, %d chunks with changes planted in the window; users in %d chunks, %d lanes", ops, planted.Load(), st.Tables[0].Chunks, lanes)
 		})
 	}
 }

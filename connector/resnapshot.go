@@ -167,6 +167,7 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 	}
 	var rows [][]byte
 	vals := make([][]string, len(rel.KeyCols))
+	reply := make(chan bool, 1)
 	batch := func(last bool) error {
 		for {
 			ch, err := s.readRetract(ctx, conn, t, check, rows, vals, last)
@@ -176,10 +177,11 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 			if s.c.retractRead != nil && len(ch.keys) > 0 {
 				s.c.retractRead(t.rel.Target.Qualified(), ch.keys)
 			}
+			ch.reply = reply
 			if err := s.hand(ctx, conn, ch); err != nil {
 				return err
 			}
-			again, err := s.answer(ctx)
+			again, err := s.answer(ctx, reply)
 			if err != nil {
 				return err
 			}
@@ -219,9 +221,7 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 // watermarks: the chunk it returns holds a delete line per key the
 // snapshot lacks.
 func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable, check string, rows [][]byte, vals [][]string, last bool) (*chunk, error) {
-	inc := s.inc
-	inc.seq++
-	ch := &chunk{seq: inc.seq, table: t, retract: true, done: last}
+	ch := &chunk{seq: s.inc.seq.Add(1), table: t, retract: true, done: last}
 	if err := s.emitWatermark(ctx, conn, t, ch.seq, "low"); err != nil {
 		return nil, err
 	}

@@ -61,9 +61,24 @@ type Table struct {
 	Retract bool `json:"retract,omitempty"`
 	// Retracted counts the rows the retraction deleted, this far.
 	Retracted int64 `json:"retracted,omitempty"`
+	// Lanes are, for an Incremental table read in parallel
+	// (SNAPSHOT_PARALLELISM), its ranges of the first key column, each
+	// with its own After; empty when the table is one range (After).
+	Lanes []Lane `json:"lanes,omitempty"`
 	// Request is the id of the resnapshot request that last started this
 	// table's incremental snapshot.
 	Request string `json:"request,omitempty"`
+}
+
+// Lane is one range of a table read in parallel: keys whose first column
+// is above Lo and at most Hi (unbounded when unset), as Postgres prints
+// the column; After is the last durable chunk's key in it, Done that the
+// range is read.
+type Lane struct {
+	Lo    *string  `json:"lo,omitempty"`
+	Hi    *string  `json:"hi,omitempty"`
+	After []string `json:"after,omitempty"`
+	Done  bool     `json:"done,omitempty"`
 }
 
 // Request is a resnapshot request (`pgfeldera resnapshot`) as the

@@ -34,6 +34,7 @@ type Config struct {
 	CheckpointAfter     time.Duration
 	BatchMaxRows        int
 	SnapshotChunkRows   int
+	SnapshotParallelism int
 	BatchMaxBytes       int
 	BatchMaxInFlight    int
 	Transactions        string
@@ -188,6 +189,15 @@ var settings = []setting{
 				return badValue("SNAPSHOT_CHUNK_ROWS", v, "an integer from 1 to 10000000")
 			}
 			c.SnapshotChunkRows = n
+			return nil
+		}},
+	{Env: "SNAPSHOT_PARALLELISM", Default: "1", Help: "incremental snapshots and resnapshots: how many chunks of a table are read at once, each on its own connection, in ranges of the first key column cut at its pg_stats histogram (a table without statistics is one range)",
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 64 {
+				return badValue("SNAPSHOT_PARALLELISM", v, "an integer from 1 to 64")
+			}
+			c.SnapshotParallelism = n
 			return nil
 		}},
 	{Env: "BATCH_MAX_BYTES", Default: "4MiB", Help: "outbox flush size in bytes of NDJSON (sealed after the row that reaches it): the memory bound for wide rows; plain bytes or with KiB/MiB/GiB",

@@ -65,6 +65,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		CheckpointAfter:     c.CheckpointAfter,
 		BatchMaxRows:        c.BatchMaxRows,
 		SnapshotChunkRows:   c.SnapshotChunkRows,
+		SnapshotParallelism: c.SnapshotParallelism,
 		BatchMaxBytes:       c.BatchMaxBytes,
 		BatchMaxInFlight:    c.BatchMaxInFlight,
 		Transactions:        c.Transactions,
