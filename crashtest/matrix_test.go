@@ -224,14 +224,15 @@ var workloads = []workload{
 		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
 	},
 	{
-		// an incremental snapshot (chunks of BATCH_MAX_ROWS=100) under a
-		// writer changing random keys of the table being read
+		// an incremental snapshot (chunks of BATCH_MAX_ROWS=100, in two
+		// lanes) under a writer changing random keys of the table being read
 		name:   "incremental",
 		timed:  true,
-		env:    []string{"SNAPSHOT_MODE=incremental"},
+		env:    []string{"SNAPSHOT_MODE=incremental", "SNAPSHOT_PARALLELISM=2"},
 		points: with(stream(1, 3), "snapshot_after_chunk", 1, 2, 5),
 		setup: func(w *world) {
 			w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
+			w.exec("ANALYZE users")
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
 		},
 		run: func(w *world, p *proc, snap bool) { mutateDuring(w, p, 3300, 17) },

@@ -138,11 +138,15 @@ func TestCrashRandom(t *testing.T) {
 			// incrementally, the history running during the chunks (drawn
 			// last, so that earlier seeds keep their histories).
 			mode := "SNAPSHOT_MODE=initial"
+			lanes := "SNAPSHOT_PARALLELISM=1"
 			if pre > 0 && r.IntN(2) == 0 {
 				mode, point, n = "SNAPSHOT_MODE=incremental", "snapshot_after_chunk", 1+r.IntN(5)
+				// one to three lanes, cut at the histogram ANALYZE makes
+				lanes = fmt.Sprintf("SNAPSHOT_PARALLELISM=%d", 1+r.IntN(3))
+				w.exec("ANALYZE users")
 			}
-			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode
-			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode)
+			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode + " " + lanes
+			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode, lanes)
 			seeded(w, p, pre > 0)
 			if pre > 0 && point != "snapshot_after_chunk" {
 				// Let the snapshot reach its point first: a TRUNCATE in the
