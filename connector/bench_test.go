@@ -130,7 +130,7 @@ func (d *discardSink) Query(_ context.Context, sql string, fn func(json.RawMessa
 //
 //	go test ./connector -run '^$' -bench SnapshotThroughput -benchtime 1x -count 3
 func BenchmarkSnapshotThroughput(b *testing.B) {
-	const rows = 1_000_000
+	const rows int64 = 1_000_000
 	e := newEnvOn(b, pgcluster.Shared(b), benchPG, benchFeldera, nil)
 	e.exec(fmt.Sprintf(`INSERT INTO t SELECT g, 'name-' || g, g * 0.01, '2024-01-01'::timestamptz + g * interval '1 second',
 		jsonb_build_object('k', g, 'v', 'payload') FROM generate_series(1, %d) g`, rows))
@@ -141,15 +141,27 @@ func BenchmarkSnapshotThroughput(b *testing.B) {
 			if _, err := e.db.PgConn().CopyTo(context.Background(), io.Discard, "COPY t TO STDOUT"); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(rows/time.Since(start).Seconds(), "rows/s")
+			b.ReportMetric(float64(rows)/time.Since(start).Seconds(), "rows/s")
 		}
 	})
-	b.Run("pgfeldera_snapshot", func(b *testing.B) {
+	for _, mode := range []struct {
+		name  string
+		mode  string
+		lanes int
+	}{{"pgfeldera_snapshot", connector.SnapshotInitial, 1}, {"pgfeldera_incremental", connector.SnapshotIncremental, 1}, {"pgfeldera_incremental_2", connector.SnapshotIncremental, 2}} {
+		b.Run(mode.name, func(b *testing.B) { benchSnapshot(b, e, rows, mode.mode, mode.lanes) })
+	}
+}
+
+func benchSnapshot(b *testing.B, e *env, rows int64, mode string, lanes int) {
+	{
 		for i := 0; i < b.N; i++ {
 			sink := &discardSink{Sink: e.client, lines: map[string]int{}}
 			cfg := e.config("t")
-			cfg.SnapshotMode = connector.SnapshotInitial
-			cfg.Slot = fmt.Sprintf("%s_%d", e.slot, i)
+			cfg.SnapshotMode = mode
+			cfg.SnapshotParallelism = lanes
+			cfg.StateFile = b.TempDir() + "/state.json"
+			cfg.Slot = fmt.Sprintf("%s_%s_%d_%d", e.slot, mode, lanes, i)
 			c := e.newConnector(cfg, sink)
 			start := time.Now()
 			r := e.run(c)
@@ -159,7 +171,7 @@ func BenchmarkSnapshotThroughput(b *testing.B) {
 			el := time.Since(start)
 			r.stop(e.t)
 			e.dropSlot(cfg.Slot)
-			b.ReportMetric(rows/el.Seconds(), "rows/s")
+			b.ReportMetric(float64(rows)/el.Seconds(), "rows/s")
 		}
-	})
+	}
 }

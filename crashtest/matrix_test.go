@@ -235,7 +235,12 @@ var workloads = []workload{
 			w.exec("ANALYZE users")
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
 		},
-		run: func(w *world, p *proc, snap bool) { mutateDuring(w, p, 3300, 17) },
+		run: func(w *world, p *proc, snap bool) {
+			mutateDuring(w, p, 3300, 17)
+			if !strings.Contains(p.output(), "reading the table in lanes") {
+				w.t.Errorf("users was not read in lanes:\n%s", w.log())
+			}
+		},
 	},
 	{
 		name: "resnapshot_after_dropped_slot",
