@@ -113,6 +113,10 @@ func (d *discardSink) Ingress(_ context.Context, table string, body []byte) (str
 
 func (d *discardSink) WaitCompleteStep(context.Context, string) (uint64, error) { return 0, nil }
 
+func (d *discardSink) CompletionStep(context.Context, string) (bool, uint64, error) {
+	return true, 0, nil
+}
+
 func (d *discardSink) Query(_ context.Context, sql string, fn func(json.RawMessage) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -160,6 +164,9 @@ func benchSnapshot(b *testing.B, e *env, rows int64, mode string, lanes int) {
 			cfg := e.config("t")
 			cfg.SnapshotMode = mode
 			cfg.SnapshotParallelism = lanes
+			if v := os.Getenv("BENCH_CHUNK_ROWS"); v != "" {
+				cfg.SnapshotChunkRows, _ = strconv.Atoi(v)
+			}
 			cfg.StateFile = b.TempDir() + "/state.json"
 			cfg.Slot = fmt.Sprintf("%s_%s_%d_%d", e.slot, mode, lanes, i)
 			c := e.newConnector(cfg, sink)

@@ -149,10 +149,10 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 		kept = &chunk{seq: ch.seq, table: ch.table, last: ch.last, done: ch.done, retract: ch.retract}
 		start := 0
 		for i, end := range ch.ends {
-			if w.win.Keep(ch.keys[i]) {
+			if w.win.KeepBytes(ch.key(i)) {
 				kept.buf = append(kept.buf, ch.buf[start:end]...)
 				kept.ends = append(kept.ends, len(kept.buf))
-				kept.keys = append(kept.keys, ch.keys[i])
+				kept.addKey(ch.key(i))
 			}
 			start = end
 		}

@@ -13,7 +13,7 @@ func testChunk(seq uint64, xip []uint32, keys ...string) *chunk {
 	for _, k := range keys {
 		ch.buf = append(ch.buf, `{"insert":{"id":`+k+`}}`+"\n"...)
 		ch.ends = append(ch.ends, len(ch.buf))
-		ch.keys = append(ch.keys, k)
+		ch.addKey([]byte(k))
 	}
 	return ch
 }
@@ -22,7 +22,7 @@ func keptKeys(ch *chunk) string {
 	if ch == nil {
 		return "<none>"
 	}
-	return strings.Join(ch.keys, ",")
+	return strings.Join(ch.keyList(), ",")
 }
 
 // txn feeds one source transaction: BEGIN at final, changes to route 0

@@ -94,19 +94,61 @@ type chunk struct {
 	table *chunkTable
 	buf   []byte   // NDJSON insert lines
 	ends  []int    // end offset of each line in buf
-	keys  []string // each line's Feldera key (decode.KeyText)
+	// each line's Feldera key (decode.KeyText), concatenated: key i ends at keyEnds[i]
+	keyBuf  []byte
+	keyEnds []int
 	from  []string // chunk key it was read after (nil: the table's beginning)
 	last  []string // chunk key of the last row; nil when the chunk is empty
 	done  bool     // fewer rows than the limit: the table's last chunk
 	xip   []uint32 // transactions in progress for the chunk's snapshot
 	// discard: read ahead of a chunk that is read again; the loop drops it.
 	discard bool
-	lane  int       // the lane it belongs to
-	reply chan bool // where the loop answers: true reads it again
+	lane    int       // the lane it belongs to
+	reply   chan bool // where the loop answers: true reads it again
 	// retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
 	retract bool
+}
+
+// key is line i's key.
+func (ch *chunk) key(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = ch.keyEnds[i-1]
+	}
+	return ch.keyBuf[start:ch.keyEnds[i]]
+}
+
+func (ch *chunk) addKey(k []byte) {
+	ch.keyBuf = append(ch.keyBuf, k...)
+	ch.keyEnds = append(ch.keyEnds, len(ch.keyBuf))
+}
+
+// keyList is the keys as strings (for the test hooks).
+func (ch *chunk) keyList() []string {
+	out := make([]string, len(ch.keyEnds))
+	for i := range out {
+		out[i] = string(ch.key(i))
+	}
+	return out
+}
+
+// chunkPool recycles chunk buffers: a chunk's rows are copied into the
+// outbox at its high watermark, after which its buffers are free.
+var chunkPool sync.Pool
+
+// newChunk is a chunk with recycled buffers.
+func newChunk() *chunk {
+	if b, ok := chunkPool.Get().(*chunk); ok {
+		return &chunk{buf: b.buf[:0], ends: b.ends[:0], keyBuf: b.keyBuf[:0], keyEnds: b.keyEnds[:0]}
+	}
+	return &chunk{}
+}
+
+// recycle gives a chunk's buffers back once nothing reads them.
+func (ch *chunk) recycle() {
+	chunkPool.Put(&chunk{buf: ch.buf, ends: ch.ends, keyBuf: ch.keyBuf, keyEnds: ch.keyEnds})
 }
 
 // chunkSave is a chunk in the outbox: the state records it once the
@@ -538,10 +580,15 @@ func (s *stream) answer(ctx context.Context, reply chan bool) (bool, error) {
 // hand gives the loop a chunk, then writes its high watermark: the loop
 // takes the chunk there.
 func (s *stream) hand(ctx context.Context, conn *pgx.Conn, ch *chunk) error {
+	s.put(ch)
+	return s.emitWatermarks(ctx, conn, s.mark(ch.table, ch.seq, "high"))
+}
+
+// put leaves a chunk for the loop, which takes it at its high watermark.
+func (s *stream) put(ch *chunk) {
 	s.inc.mu.Lock()
 	s.inc.handed[ch.seq] = ch
 	s.inc.mu.Unlock()
-	return s.emitWatermark(ctx, conn, ch.table, ch.seq, "high")
 }
 
 // readLane reads one lane's chunks, from r.after to its end.
@@ -555,11 +602,33 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 	// so the chunks of a table stay one contiguous sequence of ranges and
 	// the state never records a range past one still to be read. The last
 	// chunk of a table is never read ahead of.
+	//
+	// A chunk's high watermark is written with the next chunk's low one,
+	// in one transaction (one commit, one WAL flush per chunk): the loop
+	// takes the chunk at the first and opens the next window at the
+	// second. A lane's last chunk, and one whose answer is awaited before
+	// anything else is read, has its high watermark written alone.
 	var prev *chunk // handed to the loop, its answer not yet taken
+	var owed *chunk // handed, its high watermark not yet written
+	hand := func(ch *chunk) { s.put(ch); owed = ch }
+	answer := func() (bool, error) {
+		if owed != nil {
+			if err := s.emitWatermarks(ctx, conn, s.mark(t, owed.seq, "high")); err != nil {
+				return false, err
+			}
+			owed = nil
+		}
+		return s.answer(ctx, r.reply)
+	}
 	read := func(after []string) (*chunk, error) {
 		seq := inc.seq.Add(1)
 		t0 := time.Now()
-		if err := s.emitWatermark(ctx, conn, t, seq, "low"); err != nil {
+		marks := []watermark{s.mark(t, seq, "low")}
+		if owed != nil {
+			marks = append([]watermark{s.mark(t, owed.seq, "high")}, marks...)
+			owed = nil
+		}
+		if err := s.emitWatermarks(ctx, conn, marks...); err != nil {
 			return nil, err
 		}
 		ch, err := s.readChunk(ctx, conn, t, r.lane, seq, after)
@@ -569,7 +638,7 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 		ch.lane, ch.reply = r.idx, r.reply
 		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
 		if s.c.chunkRead != nil {
-			s.c.chunkRead(t.rel.Target.Qualified(), ch.keys)
+			s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
 		}
 		return ch, nil
 	}
@@ -580,29 +649,25 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 			return err
 		}
 		if prev != nil {
-			again, err := s.answer(ctx, r.reply)
+			again, err := answer()
 			if err != nil {
 				return err
 			}
 			if again && !prev.discard {
 				redo := prev.from
 				ch.discard = true
-				if err := s.hand(ctx, conn, ch); err != nil {
-					return err
-				}
+				hand(ch)
 				prev, after = ch, redo
 				continue
 			}
 		}
-		if err := s.hand(ctx, conn, ch); err != nil {
-			return err
-		}
+		hand(ch)
 		prev = ch
 		if !ch.done {
 			after = ch.last
 			continue
 		}
-		again, err := s.answer(ctx, r.reply)
+		again, err := answer()
 		if err != nil {
 			return err
 		}
@@ -615,10 +680,22 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 	}
 }
 
-func (s *stream) emitWatermark(ctx context.Context, conn *pgx.Conn, t *chunkTable, seq uint64, w string) error {
-	b, _ := json.Marshal(watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, Table: t.idx, W: w})
-	if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, '"+watermarkPrefix+"', $1::text)", string(b)); err != nil {
-		return fmt.Errorf("write the %s watermark of chunk %d: %w", w, seq, err)
+// mark is a watermark of chunk seq of t.
+func (s *stream) mark(t *chunkTable, seq uint64, w string) watermark {
+	return watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, Table: t.idx, W: w}
+}
+
+// emitWatermarks writes watermarks into the stream, in order, in one
+// transaction (one simple query of several statements is one implicit
+// transaction).
+func (s *stream) emitWatermarks(ctx context.Context, conn *pgx.Conn, ws ...watermark) error {
+	var q strings.Builder
+	for _, w := range ws {
+		b, _ := json.Marshal(w)
+		q.WriteString("SELECT pg_logical_emit_message(true, '" + watermarkPrefix + "', " + quoteLiteral(string(b)) + "::text);")
+	}
+	if _, err := conn.Exec(ctx, q.String()); err != nil {
+		return fmt.Errorf("write the %s watermark of chunk %d: %w", ws[0].W, ws[0].Chunk, err)
 	}
 	return nil
 }
@@ -649,7 +726,8 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
 		return nil, fmt.Errorf("chunk %d of %s: read its snapshot: %w", seq, rel.Target.Qualified(), err)
 	}
-	ch := &chunk{seq: seq, table: t, from: after}
+	ch := newChunk()
+	ch.seq, ch.table, ch.from = seq, t, after
 	if ch.xip, err = snapshot.Xip(snap); err != nil {
 		return nil, err
 	}
@@ -660,11 +738,11 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 			return err
 		}
 		ch.ends = append(ch.ends, len(ch.buf))
-		k, ok := cr.KeyText()
-		if !ok {
+		var ok bool
+		if ch.keyBuf, ok = cr.AppendKeyText(ch.keyBuf); !ok {
 			return &decode.RefusalError{Table: rel.Target.Qualified(), Reason: "a row of the chunk has a NULL key column"}
 		}
-		ch.keys = append(ch.keys, k)
+		ch.keyEnds = append(ch.keyEnds, len(ch.keyBuf))
 		return nil
 	})
 	if err != nil {
@@ -797,6 +875,20 @@ func (s *stream) appendChunk(ch *chunk) error {
 	s.open = false
 	route := ch.table.rel.Target.Route
 	now := time.Now()
+	if s.filling.total == 0 && len(ch.ends) > 0 && len(ch.ends) <= s.c.cfg.BatchMaxRows && len(ch.buf) <= s.c.cfg.BatchMaxBytes {
+		// The chunk is one batch: its buffer becomes the batch's (no copy),
+		// and the batch's empty one goes back to the pool with the chunk.
+		s.filling.bufs[route], ch.buf = ch.buf, s.filling.bufs[route][:0]
+		s.filling.added(route, len(ch.ends), now)
+	} else if err := s.copyChunk(ch, route, now); err != nil {
+		return err
+	}
+	return s.chunkAppended(ch)
+}
+
+// copyChunk copies a chunk's rows into the outbox, sealing batches at
+// their bounds.
+func (s *stream) copyChunk(ch *chunk, route int, now time.Time) error {
 	start := 0
 	for _, end := range ch.ends {
 		if s.c.full(s.filling) {
@@ -811,7 +903,14 @@ func (s *stream) appendChunk(ch *chunk) error {
 		s.filling.added(route, 1, now)
 		start = end
 	}
+	return nil
+}
+
+// chunkAppended counts a chunk the outbox took and frees its buffers.
+func (s *stream) chunkAppended(ch *chunk) error {
+	route := ch.table.rel.Target.Route
 	kept := int64(len(ch.ends))
+	ch.recycle()
 	if ch.retract {
 		s.c.stats.Retracted.Add(kept)
 		return nil

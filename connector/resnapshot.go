@@ -174,8 +174,8 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 			if err != nil {
 				return err
 			}
-			if s.c.retractRead != nil && len(ch.keys) > 0 {
-				s.c.retractRead(t.rel.Target.Qualified(), ch.keys)
+			if s.c.retractRead != nil && len(ch.keyEnds) > 0 {
+				s.c.retractRead(t.rel.Target.Qualified(), ch.keyList())
 			}
 			ch.reply = reply
 			if err := s.hand(ctx, conn, ch); err != nil {
@@ -222,7 +222,7 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 // snapshot lacks.
 func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable, check string, rows [][]byte, vals [][]string, last bool) (*chunk, error) {
 	ch := &chunk{seq: s.inc.seq.Add(1), table: t, retract: true, done: last}
-	if err := s.emitWatermark(ctx, conn, t, ch.seq, "low"); err != nil {
+	if err := s.emitWatermarks(ctx, conn, s.mark(t, ch.seq, "low")); err != nil {
 		return nil, err
 	}
 	if len(rows) == 0 {
@@ -274,7 +274,7 @@ func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable,
 			}
 			k = append(k, v...)
 		}
-		ch.keys = append(ch.keys, string(k))
+		ch.addKey(k)
 	}
 	res.Close()
 	if err := res.Err(); err != nil {

@@ -102,6 +102,9 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 // the form Rel.KeyText gives a stream tuple.
 func (c *CopyRow) KeyText() (string, bool) { return c.Rel.KeyText(c.cols) }
 
+// AppendKeyText appends KeyText's form of the key to dst.
+func (c *CopyRow) AppendKeyText(dst []byte) ([]byte, bool) { return c.Rel.AppendKeyText(dst, c.cols) }
+
 // Col is column i of the row the last AppendInsert parsed, as Postgres
 // printed it (unescaped); ok is false for a NULL or a missing column.
 func (c *CopyRow) Col(i int) (string, bool) {

@@ -329,19 +329,22 @@ func (r *Rel) checkRetraction(kind byte, old []TupleCol) error {
 // false when a key column is NULL, missing or an unchanged TOAST value:
 // the key is then unknown, and a caller must assume the worst.
 func (r *Rel) KeyText(tup []TupleCol) (key string, ok bool) {
-	n := 0
+	b, ok := r.AppendKeyText(nil, tup)
+	return string(b), ok
+}
+
+// AppendKeyText appends KeyText's form of the key to dst.
+func (r *Rel) AppendKeyText(dst []byte, tup []TupleCol) ([]byte, bool) {
 	for _, i := range r.KeyCols {
 		if i >= len(tup) || tup[i].Kind != ColText {
-			return "", false
+			return dst, false
 		}
-		n += len(tup[i].Data) + 1
 	}
-	b := make([]byte, 0, n)
 	for j, i := range r.KeyCols {
 		if j > 0 {
-			b = append(b, 0)
+			dst = append(dst, 0)
 		}
-		b = append(b, tup[i].Data...)
+		dst = append(dst, tup[i].Data...)
 	}
-	return string(b), len(r.KeyCols) > 0
+	return dst, len(r.KeyCols) > 0
 }

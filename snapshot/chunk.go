@@ -114,6 +114,12 @@ func (w *Window) Keep(key string) bool {
 	return !touched
 }
 
+// KeepBytes is Keep of a key held as bytes (no allocation).
+func (w *Window) KeepBytes(key []byte) bool {
+	_, touched := w.touched[string(key)]
+	return !touched
+}
+
 // Touched is how many distinct keys the stream changed in the window.
 func (w *Window) Touched() int { return len(w.touched) }
 
