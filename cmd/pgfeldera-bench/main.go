@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -564,9 +565,9 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 		return Result{}, fmt.Errorf("psql COPY: %w", err)
 	}
 	copyRate := float64(rows) / time.Since(copyStart).Seconds()
-	load := func(mode string, r int) (float64, error) {
-		slot := fmt.Sprintf("inc_%s_%d", mode, r)
-		p, err := b.startPGF(slot, "t", "pub", mode, nil, nil)
+	load := func(mode string, r int, lanes int) (float64, error) {
+		slot := fmt.Sprintf("inc_%s_%d_%d", mode, lanes, r)
+		p, err := b.startPGF(slot, "t", "pub", mode, map[string]string{"SNAPSHOT_PARALLELISM": strconv.Itoa(lanes)}, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -577,24 +578,30 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 		b.dropSlot(slot)
 		return float64(rows) / d.Seconds(), err
 	}
-	var ref, inc []float64
+	var ref, inc, inc2 []float64
 	for r := 0; r < rounds; r++ {
 		runRef := func() error {
-			v, err := load("initial", r)
+			v, err := load("initial", r, 1)
 			ref = append(ref, v)
 			return err
 		}
 		runInc := func() error {
-			v, err := load("incremental", r)
+			v, err := load("incremental", r, 1)
 			inc = append(inc, v)
+			if err != nil {
+				return err
+			}
+			v, err = load("incremental", r, 2)
+			inc2 = append(inc2, v)
 			return err
 		}
 		if err := alternate(r, runRef, runInc); err != nil {
 			return Result{}, err
 		}
-		fmt.Printf("    round %d: initial %.0f rows/s, incremental %.0f rows/s\n", r+1, ref[r], inc[r])
+		fmt.Printf("    round %d: initial %.0f rows/s, incremental %.0f rows/s, at parallelism 2 %.0f rows/s\n", r+1, ref[r], inc[r], inc2[r])
 	}
-	res := ratioResult("k", fmt.Sprintf("incremental snapshot of %d rows, SNAPSHOT_PARALLELISM 1 (chunks of BATCH_MAX_ROWS), against initial; COPY to /dev/null %.0f rows/s, incremental ÷ COPY %.2f", rows, copyRate, median(inc)/copyRate),
+	res := ratioResult("k", fmt.Sprintf("incremental snapshot of %d rows, SNAPSHOT_PARALLELISM 1 (chunks of BATCH_MAX_ROWS), against initial; at SNAPSHOT_PARALLELISM 2: %.0f rows/s, %.2f × initial; COPY to /dev/null %.0f rows/s, incremental ÷ COPY %.2f (parallelism 2: %.2f)",
+		rows, median(inc2), median(inc2)/median(ref), copyRate, median(inc)/copyRate, median(inc2)/copyRate),
 		"rows/s", "SNAPSHOT_MODE=initial", ref, inc, 0.8)
 	return res, nil
 }
