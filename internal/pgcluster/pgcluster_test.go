@@ -159,3 +159,76 @@ func TestInCI(t *testing.T) {
 		}
 	}
 }
+
+// A standby copied without client tools streams from the primary, holds
+// a synchronized copy of a failover slot, and after the primary is killed
+// and the standby promoted, the slot is there and the new primary takes
+// writes; a multi-host DSN with target_session_attrs=read-write finds it.
+func TestStandby_FailoverSlotSurvivesPromotion(t *testing.T) {
+	p := pgcluster.New(t, pgcluster.Options{})
+	if p.Version < pgcluster.MinFailoverVersion {
+		t.Skipf("PostgreSQL %d: failover slots need %d+", p.Version, pgcluster.MinFailoverVersion)
+	}
+	if err := p.Exec(ctx(t), "postgres", "CREATE TABLE t (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.StartStandby(ctx(t), "standby1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if err := p.Set(ctx(t), "synchronized_standby_slots", "standby1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Exec(ctx(t), "postgres", "SELECT pg_create_logical_replication_slot('fs', 'pgoutput', false, false, true)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Exec(ctx(t), "postgres", "INSERT INTO t SELECT generate_series(1, 100)"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ok, err := s.SyncedSlot(ctx(t), "fs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover slot was not synchronized to the standby; standby log:\n%s", s.Log())
+		}
+		// A synced copy becomes usable once the primary's slot moved past
+		// what the standby can provide: a consumer advances it.
+		// (a running-xacts record lets decoding move its catalog xmin on).
+		p.Exec(ctx(t), "postgres", "SELECT pg_log_standby_snapshot()")
+		p.Exec(ctx(t), "postgres", "SELECT pg_replication_slot_advance('fs', pg_current_wal_lsn())")
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("the failover slot was synchronized after %s", time.Since(start).Round(time.Millisecond))
+	if os.Getenv("PGCLUSTER_SHOW_LOG") != "" {
+		t.Log(s.Log())
+	}
+	if err := s.WaitReplayed(ctx(t), p); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgcluster.MultiHostDSN("postgres", p, s)
+	p.Kill()
+	if err := s.Promote(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx(t), dsn)
+	if err != nil {
+		t.Fatalf("multi-host DSN after the failover: %v", err)
+	}
+	defer conn.Close(ctx(t))
+	var n int
+	if err := conn.QueryRow(ctx(t), "INSERT INTO t VALUES (101) RETURNING (SELECT count(*) FROM t)").Scan(&n); err != nil || n != 100 {
+		t.Fatalf("write on the promoted standby: %d, %v", n, err)
+	}
+	var failover bool
+	if err := conn.QueryRow(ctx(t), "SELECT failover FROM pg_replication_slots WHERE slot_name = 'fs'").Scan(&failover); err != nil || !failover {
+		t.Fatalf("the slot on the promoted standby: failover %v, %v", failover, err)
+	}
+}
