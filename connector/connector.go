@@ -115,8 +115,11 @@ type Config struct {
 	// refusing it.
 	NullUnrepresentable bool
 	SnapshotMode        string
-	StateFile           string
-	NoProgressTimeout   time.Duration
+	// SlotFailover (PG_SLOT_FAILOVER): FailoverAuto (default), FailoverOn,
+	// FailoverOff.
+	SlotFailover      string
+	StateFile         string
+	NoProgressTimeout time.Duration
 
 	// IngressFence is how long an ingress request that got no clear answer
 	// may still be queued by Feldera (its manager forwards ingress with a
@@ -160,7 +163,13 @@ type Connector struct {
 	sink   Sink
 	logger *slog.Logger
 
+	// srv is the server the current session reached (failover.go).
+	srv server
+	// sentHigh is the highest WAL position of a change this process sent
+	// Feldera: after a failover, a fork before it means phantom rows.
+	sentHigh pglogrepl.LSN
 	// acked is the flush position last sent to Postgres. Owned by the
+
 	// session goroutine; read by the supervisor between sessions.
 	acked pglogrepl.LSN
 	// ackMoves counts acknowledgements that moved the position forward:

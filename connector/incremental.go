@@ -92,15 +92,15 @@ type keyInfo struct {
 type chunk struct {
 	seq   uint64
 	table *chunkTable
-	buf   []byte   // NDJSON insert lines
-	ends  []int    // end offset of each line in buf
+	buf   []byte // NDJSON insert lines
+	ends  []int  // end offset of each line in buf
 	// each line's Feldera key (decode.KeyText), concatenated: key i ends at keyEnds[i]
 	keyBuf  []byte
 	keyEnds []int
-	from  []string // chunk key it was read after (nil: the table's beginning)
-	last  []string // chunk key of the last row; nil when the chunk is empty
-	done  bool     // fewer rows than the limit: the table's last chunk
-	xip   []uint32 // transactions in progress for the chunk's snapshot
+	from    []string // chunk key it was read after (nil: the table's beginning)
+	last    []string // chunk key of the last row; nil when the chunk is empty
+	done    bool     // fewer rows than the limit: the table's last chunk
+	xip     []uint32 // transactions in progress for the chunk's snapshot
 	// discard: read ahead of a chunk that is read again; the loop drops it.
 	discard bool
 	lane    int       // the lane it belongs to
@@ -264,7 +264,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 			return err
 		}
 	}
-	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false)
+	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -102,7 +103,18 @@ func (c *Connector) session(ctx context.Context) error {
 			return fmt.Errorf("replication connection: %s: %w", q, err)
 		}
 	}
+	// Which server this is (after a failover, the promoted standby): its
+	// identity decides whether the state can be continued (failover.go).
+	if c.srv, err = c.identify(ctx, conn); err != nil {
+		return err
+	}
+	if err := c.preflight(ctx, conn, c.srv); err != nil {
+		return err
+	}
 	if err := c.startup(ctx, p, conn); err != nil {
+		return err
+	}
+	if err := c.recordServer(c.srv); err != nil {
 		return err
 	}
 	// Positions come from the server, never from an earlier session's
@@ -197,9 +209,8 @@ func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	if len(res) > 0 && len(res[0].Rows) > 0 {
 		return nil
 	}
-	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')", quoteIdent(c.cfg.Slot))).ReadAll()
-	if err != nil {
-		return fmt.Errorf("create slot %s: %w", c.cfg.Slot, err)
+	if _, err := snapshot.CreateSlot(ctx, conn, c.cfg.Slot, false, c.srv.failover); err != nil {
+		return err
 	}
 	c.logger.Info("session: created replication slot (stream only, no snapshot)")
 	return nil
@@ -645,6 +656,9 @@ func (s *stream) startFlush(end bool) {
 	s.txnOpen = plan.in && !plan.end
 	crashtest.Point("after_decode")
 	s.seq++
+	if s.received > s.c.sentHigh {
+		s.c.sentHigh = s.received // Feldera may hold changes up to here (the failover check)
+	}
 	s.filling = s.spare
 	s.filling.reset(s.seq)
 	s.spare = nil

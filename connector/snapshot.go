@@ -32,6 +32,9 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 	if err != nil {
 		return err
 	}
+	if slot.Diverged, err = c.diverged(ctx, rconn, st, c.srv); err != nil {
+		return err
+	}
 	mappings := make([]snapshot.Mapping, len(c.cfg.Tables))
 	for i, t := range c.cfg.Tables {
 		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
@@ -86,7 +89,7 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
 		c.logger.Warn("SNAPSHOT_MODE=inconsistent: copying BEFORE creating the slot; rows committed in between are LOST. Use only to demonstrate that loss.")
 	} else {
-		created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, true)
+		created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, true, c.srv.failover)
 		if err != nil {
 			return err
 		}
@@ -104,7 +107,7 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 		c.afterCopy()
 	}
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
-		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false); err != nil {
+		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover); err != nil {
 			return err
 		}
 	}

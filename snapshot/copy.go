@@ -24,12 +24,20 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // The SNAPSHOT option is always written: 'export' keeps a snapshot alive
 // until the next command on this connection (so keep it open and idle until
 // every COPY has finished); 'nothing' pins no xmin.
-func CreateSlot(ctx context.Context, conn *pgconn.PgConn, slot string, export bool) (Created, error) {
+//
+// With failover the slot is created with FAILOVER (PostgreSQL 17+) in the
+// same command: a second command on the connection would destroy the
+// exported snapshot.
+func CreateSlot(ctx context.Context, conn *pgconn.PgConn, slot string, export, failover bool) (Created, error) {
 	action := "nothing"
 	if export {
 		action = "export"
 	}
-	res, err := conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT '%s')", quoteIdent(slot), action)).ReadAll()
+	opts := fmt.Sprintf("SNAPSHOT '%s'", action)
+	if failover {
+		opts += ", FAILOVER true"
+	}
+	res, err := conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (%s)", quoteIdent(slot), opts)).ReadAll()
 	if err != nil {
 		return Created{}, fmt.Errorf("create slot %s: %w", slot, err)
 	}

@@ -29,6 +29,10 @@ func (a Action) String() string {
 type Slot struct {
 	Exists    bool
 	WalStatus string // pg_replication_slots.wal_status: reserved, extended, unreserved, lost
+	// Diverged says why the server cannot continue what the state
+	// records ("" when it can): another cluster, or a timeline that
+	// forked before what Feldera holds (a failover).
+	Diverged string
 }
 
 // Mapping is one configured table: Postgres source → Feldera destination.
@@ -89,6 +93,8 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline restarted in place (incarnation %s, the tables were copied into %s) without fault tolerance: its state is lost", target.Incarnation, st.Incarnation)}
 	}
 	switch {
+	case slot.Diverged != "":
+		return Plan{Resnapshot, slot.Diverged}
 	case !slot.Exists:
 		return Plan{Resnapshot, fmt.Sprintf("slot %s is missing: WAL since the last acknowledgement may be gone", slotName)}
 	case slot.WalStatus == "lost":

@@ -54,6 +54,8 @@ func TestDecide(t *testing.T) {
 		{"programSameExactlyOnce", withProgram(complete, 2), present, snapshot.Stream, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},
 		{"stateWithoutProgram", complete, present, snapshot.Stream, snapshot.Target{FaultTolerant: true, JournalOnly: true, ProgramVersion: 2}},
 		{"stateWithoutIncarnation", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", Incarnation: "i2"}},
+		{"serverDiverged", complete, snapshot.Slot{Exists: true, Diverged: "a failover forked before what Feldera holds"}, snapshot.Resnapshot, snapshot.Target{}},
+		{"incrementalServerDiverged", st(state.Incremental, state.Complete), snapshot.Slot{Exists: true, Diverged: "another cluster"}, snapshot.Resnapshot, snapshot.Target{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -110,8 +110,14 @@ type State struct {
 	Incarnation string `json:"incarnation_uuid,omitempty"`
 	// ProgramVersion is the Feldera program_version the tables were copied
 	// under: under exactly_once a program change discards the journal.
-	ProgramVersion int64   `json:"program_version,omitempty"`
-	Tables         []Table `json:"tables"`
+	ProgramVersion int64 `json:"program_version,omitempty"`
+	// SystemID and Timeline are the Postgres cluster (IDENTIFY_SYSTEM) and
+	// timeline the tables were last streamed from: another cluster has
+	// none of them, and a new timeline (a failover) may have forked before
+	// what Feldera holds.
+	SystemID string  `json:"system_identifier,omitempty"`
+	Timeline int32   `json:"timeline,omitempty"`
+	Tables   []Table `json:"tables"`
 	// Requests are the resnapshot requests received, oldest first.
 	Requests []Request `json:"requests,omitempty"`
 }

@@ -35,6 +35,7 @@ type Config struct {
 	BatchMaxRows        int
 	SnapshotChunkRows   int
 	SnapshotParallelism int
+	SlotFailover        string
 	BatchMaxBytes       int
 	BatchMaxInFlight    int
 	Transactions        string
@@ -111,6 +112,14 @@ var settings = []setting{
 				return badValue("PG_SLOT", v, "1 to 63 of a-z, 0-9 and _ (Postgres slot names)")
 			}
 			c.Slot = v
+			return nil
+		}},
+	{Env: "PG_SLOT_FAILOVER", Default: "auto", Help: "create the slot with FAILOVER so a PostgreSQL 17+ standby with sync_replication_slots keeps it through a failover: auto (on when the server is 17+), on (refuse an older server, and an empty synchronized_standby_slots), off",
+		parse: func(c *Config, v string) error {
+			if v != "auto" && v != "on" && v != "off" {
+				return badValue("PG_SLOT_FAILOVER", v, "auto, on or off")
+			}
+			c.SlotFailover = v
 			return nil
 		}},
 	{Env: "TABLES", Help: "tables to stream: users,items or users:USERS,public.items:LINEITEMS (pg name[:feldera name])",

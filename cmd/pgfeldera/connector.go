@@ -73,6 +73,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		NullUnrepresentable: c.NullUnrepresentable,
 		BatchLinger:         c.BatchLinger,
 		SnapshotMode:        c.SnapshotMode,
+		SlotFailover:        c.SlotFailover,
 		StateFile:           c.StateFile,
 		NoProgressTimeout:   c.NoProgressTimeout,
 		Logger:              logger,

@@ -1,0 +1,228 @@
+package connector
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// Failover (issue 18). Since PostgreSQL 17 a logical slot created with
+// FAILOVER is synchronized to a physical standby that runs with
+// sync_replication_slots, and survives the standby's promotion. Two
+// things make that safe for Feldera:
+//
+//   - synchronized_standby_slots on the primary, listing the standby's
+//     physical slot: the primary then sends a logical walsender nothing
+//     the standby has not flushed. Without it, pgfeldera can deliver a
+//     transaction the standby never received; after a failover Feldera
+//     holds rows the new primary never had (phantom rows), and the stream
+//     cannot retract them.
+//   - every session checks which server it reached: the system identifier
+//     (another cluster takes the resnapshot path) and the timeline. On a
+//     new timeline, the timeline history gives the position where the old
+//     one forked; if this process sent Feldera anything past it, Feldera
+//     may hold phantom rows, and the resnapshot path is taken, saying why.
+
+// Slot failover settings (PG_SLOT_FAILOVER).
+const (
+	FailoverAuto = "auto" // on when the server is 17+
+	FailoverOn   = "on"   // refuse a server below 17
+	FailoverOff  = "off"
+)
+
+// minFailoverVersion is the first major version with failover slots.
+const minFailoverVersion = 17
+
+// server is what a session learned of the server it reached.
+type server struct {
+	major    int
+	systemID string
+	timeline int32
+	failover bool // slots are created with FAILOVER, and converted
+}
+
+// identify reads the server's version, system identifier and timeline on
+// the replication connection, and whether its slots fail over.
+func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, error) {
+	var srv server
+	v := conn.ParameterStatus("server_version")
+	major, err := strconv.Atoi(strings.SplitN(strings.SplitN(v, ".", 2)[0], " ", 2)[0])
+	if err != nil {
+		return srv, fmt.Errorf("server_version %q: %w", v, err)
+	}
+	srv.major = major
+	id, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return srv, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
+	}
+	srv.systemID, srv.timeline = id.SystemID, id.Timeline
+	switch c.cfg.SlotFailover {
+	case FailoverOn:
+		if major < minFailoverVersion {
+			return srv, fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: PostgreSQL %d has no failover slots (17 or later does); set PG_SLOT_FAILOVER=off or auto", major))
+		}
+		srv.failover = true
+	case FailoverOff:
+	default:
+		srv.failover = major >= minFailoverVersion
+	}
+	return srv, nil
+}
+
+// preflight checks, on a server with failover slots, what failover needs
+// on the primary, logs what is missing, and converts the slot to failover
+// when it exists without it and no walsender holds it.
+func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv server) error {
+	if srv.major < minFailoverVersion {
+		return nil
+	}
+	res, err := conn.Exec(ctx, "SELECT failover, active FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(c.cfg.Slot)).ReadAll()
+	if err != nil {
+		return fmt.Errorf("read slot %s: %w", c.cfg.Slot, err)
+	}
+	if len(res) == 1 && len(res[0].Rows) == 1 {
+		failover, active := string(res[0].Rows[0][0]) == "t", string(res[0].Rows[0][1]) == "t"
+		switch {
+		case failover || !srv.failover:
+			if !failover {
+				c.logger.Warn("failover: slot "+c.cfg.Slot+" has no failover (PG_SLOT_FAILOVER=off): it is lost with the primary, and a failover resnapshots every table", "slot", c.cfg.Slot)
+			}
+		case active:
+			c.logger.Warn("failover: slot "+c.cfg.Slot+" was created without failover, and a walsender holds it, so it is not converted now: it would be lost with the primary", "slot", c.cfg.Slot)
+		default:
+			if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+quoteIdent(c.cfg.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
+				return fmt.Errorf("failover: convert slot %s to failover: %w", c.cfg.Slot, err)
+			}
+			c.logger.Info("failover: slot "+c.cfg.Slot+" was created without failover; converted (ALTER_REPLICATION_SLOT ... FAILOVER true)", "slot", c.cfg.Slot)
+		}
+	}
+	if !srv.failover {
+		return nil
+	}
+	res, err = conn.Exec(ctx, "SHOW synchronized_standby_slots").ReadAll()
+	if err != nil {
+		return fmt.Errorf("read synchronized_standby_slots: %w", err)
+	}
+	listed := ""
+	if len(res) == 1 && len(res[0].Rows) == 1 {
+		listed = strings.TrimSpace(string(res[0].Rows[0][0]))
+	}
+	if listed == "" {
+		err := fmt.Errorf("synchronized_standby_slots is empty on the primary: pgfeldera can receive (and send Feldera) transactions no standby has yet, and after a failover Feldera would hold rows the new primary never had (phantom rows); list the standby's physical slot there (docs/operations.md, Failover)")
+		if c.cfg.SlotFailover == FailoverOn {
+			return fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: %w", err))
+		}
+		c.logger.Warn("failover: PHANTOM-ROW WINDOW: " + err.Error())
+		return nil
+	}
+	for _, name := range strings.Split(listed, ",") {
+		name = strings.TrimSpace(name)
+		res, err := conn.Exec(ctx, "SELECT slot_type, active FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(name)).ReadAll()
+		if err != nil {
+			return fmt.Errorf("read slot %s: %w", name, err)
+		}
+		switch {
+		case len(res) != 1 || len(res[0].Rows) != 1:
+			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which does not exist: the primary holds logical decoding back until it does", "slot", name)
+		case string(res[0].Rows[0][0]) != "physical":
+			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which is not a physical slot", "slot", name)
+		case string(res[0].Rows[0][1]) != "t":
+			c.logger.Warn("failover: the standby slot "+name+" is not active: no standby streams from it, and the primary holds logical decoding back until one does", "slot", name)
+		}
+	}
+	c.logger.Info("failover: slots fail over; the primary waits for the standby slots before sending", "synchronized_standby_slots", listed)
+	return nil
+}
+
+// diverged says why the state's tables cannot be trusted on this server
+// ("" when they can): another cluster, or a new timeline that forked
+// before something this process sent Feldera.
+func (c *Connector) diverged(ctx context.Context, conn *pgconn.PgConn, st *state.State, srv server) (string, error) {
+	if st == nil || st.SystemID == "" {
+		return "", nil
+	}
+	if st.SystemID != srv.systemID {
+		return fmt.Sprintf("the server is another cluster (system identifier %s; the tables were copied from %s)", srv.systemID, st.SystemID), nil
+	}
+	if st.Timeline == 0 || srv.timeline == st.Timeline {
+		return "", nil
+	}
+	if srv.timeline < st.Timeline {
+		return fmt.Sprintf("the server is on timeline %d, older than %d the tables were streamed on", srv.timeline, st.Timeline), nil
+	}
+	fork, err := forkPoint(ctx, conn, srv.timeline, st.Timeline)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case c.sentHigh > fork:
+		return fmt.Sprintf("a failover: timeline %d forked from %d at %s, and Feldera was sent changes up to %s, past the fork, which the new primary never had", srv.timeline, st.Timeline, fork, c.sentHigh), nil
+	case c.sentHigh == 0:
+		c.logger.Warn("failover: a new timeline, and this process sent nothing before it, so it cannot tell whether Feldera holds changes past the fork (with synchronized_standby_slots it cannot)",
+			"timeline", srv.timeline, "was", st.Timeline, "fork", fork)
+	default:
+		c.logger.Info("failover: a new timeline forked after everything Feldera was sent; streaming on from the slot",
+			"timeline", srv.timeline, "was", st.Timeline, "fork", fork, "sent", c.sentHigh)
+	}
+	return "", nil
+}
+
+// forkPoint is where timeline old ended in the history of timeline tli.
+func forkPoint(ctx context.Context, conn *pgconn.PgConn, tli, old int32) (pglogrepl.LSN, error) {
+	h, err := pglogrepl.TimelineHistory(ctx, conn, tli)
+	if err != nil {
+		return 0, fmt.Errorf("TIMELINE_HISTORY %d: %w", tli, err)
+	}
+	return parseFork(string(h.Content), tli, old)
+}
+
+// parseFork reads a timeline history file (lines "parent-tli switchpoint
+// reason"): the first switch at or after timeline old, where old, or a
+// timeline it became, ended.
+func parseFork(content string, tli, old int32) (pglogrepl.LSN, error) {
+	var fork pglogrepl.LSN
+	for _, line := range strings.Split(content, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		t, err := strconv.Atoi(f[0])
+		if err != nil {
+			return 0, fmt.Errorf("timeline %d history: %q: %w", tli, line, err)
+		}
+		lsn, err := pglogrepl.ParseLSN(f[1])
+		if err != nil {
+			return 0, fmt.Errorf("timeline %d history: %q: %w", tli, line, err)
+		}
+		if int32(t) >= old && (fork == 0 || lsn < fork) {
+			fork = lsn
+		}
+	}
+	if fork == 0 {
+		return 0, fmt.Errorf("timeline %d history does not say where timeline %d ended", tli, old)
+	}
+	return fork, nil
+}
+
+// recordServer writes the server's identity into the state file once a
+// session may stream from it.
+func (c *Connector) recordServer(srv server) error {
+	st, err := state.Load(c.cfg.StateFile)
+	if err != nil {
+		return nil // no state file (SNAPSHOT_MODE=never) or one startup reported on
+	}
+	if st.SystemID == srv.systemID && st.Timeline == srv.timeline {
+		return nil
+	}
+	st.SystemID, st.Timeline = srv.systemID, srv.timeline
+	if err := state.Save(c.cfg.StateFile, st); err != nil {
+		return fatal(err)
+	}
+	return nil
+}
