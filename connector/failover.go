@@ -115,7 +115,10 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	}
 	if listed == "" {
 		err := fmt.Errorf("synchronized_standby_slots is empty on the primary: pgfeldera can receive (and send Feldera) transactions no standby has yet, and after a failover Feldera would hold rows the new primary never had (phantom rows); list the standby's physical slot there (docs/operations.md, Failover)")
-		if c.cfg.SlotFailover == FailoverOn {
+		// PG_SLOT_FAILOVER=on refuses to start so; a session after a
+		// failover (the promoted server has no standby yet) only warns:
+		// stopping the stream would turn one failure into an outage.
+		if c.cfg.SlotFailover == FailoverOn && c.stats.Sessions.Load() == 0 {
 			return fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: %w", err))
 		}
 		c.logger.Warn("failover: PHANTOM-ROW WINDOW: " + err.Error())

@@ -72,7 +72,13 @@ const (
 
 func newWorld(t testing.TB, mod func(*felderatest.Config)) *world {
 	t.Helper()
-	w := &world{t: t, pg: pgcluster.Shared(t), dir: t.TempDir()}
+	return newWorldOn(t, pgcluster.Shared(t), mod)
+}
+
+// newWorldOn is newWorld on cluster c.
+func newWorldOn(t testing.TB, c *pgcluster.Cluster, mod func(*felderatest.Config)) *world {
+	t.Helper()
+	w := &world{t: t, pg: c, dir: t.TempDir()}
 	w.dsn = w.pg.NewDB(t)
 	slotN++
 	w.slot = fmt.Sprintf("crash_%d_%d", os.Getpid(), slotN)

@@ -29,6 +29,13 @@ type Status struct {
 		RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
 		WalStatus         *string `json:"wal_status"`
 		SafeWALSize       *int64  `json:"safe_wal_size"`
+		// Failover is whether the slot is synchronized to a standby and
+		// survives a failover (PostgreSQL 17+; null before);
+		// SynchronizedStandbySlots is the primary's setting, which keeps
+		// Feldera from holding rows the standby never had (null before 17).
+		Failover                 *bool   `json:"failover"`
+		SynchronizedStandbySlots *string `json:"synchronized_standby_slots"`
+		FailoverNote             string  `json:"failover_note,omitempty"`
 	} `json:"slot"`
 	State struct {
 		File   string        `json:"file"`
@@ -115,10 +122,12 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	defer conn.Close(context.Background())
 	s := &st.Slot
 	s.Name = cfg.Slot
+	// failover and synced exist from PostgreSQL 17 (NULL before).
 	err = conn.QueryRow(ctx, `SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text,
-		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size
-		FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).
-		Scan(&s.Active, &s.ActivePid, &s.ConfirmedFlushLSN, &s.RestartLSN, &s.RetainedWALBytes, &s.WalStatus, &s.SafeWALSize)
+		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size,
+		(to_jsonb(s) ->> 'failover')::bool
+		FROM pg_replication_slots s WHERE slot_name = $1`, cfg.Slot).
+		Scan(&s.Active, &s.ActivePid, &s.ConfirmedFlushLSN, &s.RestartLSN, &s.RetainedWALBytes, &s.WalStatus, &s.SafeWALSize, &s.Failover)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -126,6 +135,12 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	default:
 		s.Exists = true
 	}
+	var standbySlots *string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronized_standby_slots', true)").Scan(&standbySlots); err != nil {
+		return nil, fmt.Errorf("read synchronized_standby_slots: %w", err)
+	}
+	s.SynchronizedStandbySlots = standbySlots
+	s.Failover = failoverNote(s.Failover, standbySlots, &s.FailoverNote)
 	st.State.File = cfg.StateFile
 	if ls, err := state.Load(cfg.StateFile); err == nil {
 		st.State.Tables, st.State.Requests = ls.Tables, ls.Requests
@@ -206,6 +221,13 @@ func printStatus(w io.Writer, st *Status) {
 		return fmt.Sprint(*p)
 	}
 	fmt.Fprintf(tw, "slot\t%s\texists=%v active=%v\n", s.Name, s.Exists, s.Active)
+	if s.Failover != nil || s.SynchronizedStandbySlots != nil {
+		fo := "-"
+		if s.Failover != nil {
+			fo = fmt.Sprint(*s.Failover)
+		}
+		fmt.Fprintf(tw, "\tfailover=%s synchronized_standby_slots=%q\t%s\n", fo, str(s.SynchronizedStandbySlots), s.FailoverNote)
+	}
 	fmt.Fprintf(tw, "\tconfirmed_flush_lsn\t%s\n\trestart_lsn\t%s\n\tretained WAL bytes\t%s\n\twal_status\t%s\n",
 		str(s.ConfirmedFlushLSN), str(s.RestartLSN), num(s.RetainedWALBytes), str(s.WalStatus))
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
@@ -251,4 +273,18 @@ func printStatus(w io.Writer, st *Status) {
 		fmt.Fprintf(tw, "%s → %s\t%s\t%s\t%s\n", t.Source, t.Dest, num(t.PostgresRows), num(t.FelderaRows), t.Error)
 	}
 	tw.Flush()
+}
+
+// failoverNote says what a slot's failover setting means for a failover.
+func failoverNote(failover *bool, standbySlots *string, note *string) *bool {
+	switch {
+	case failover == nil && standbySlots == nil:
+	case failover != nil && !*failover:
+		*note = "the slot has no failover: it is lost with the primary, and a failover resnapshots every table (PG_SLOT_FAILOVER)"
+	case standbySlots == nil || *standbySlots == "":
+		*note = "synchronized_standby_slots is empty: after a failover Feldera may hold rows the new primary never had (docs/operations.md, Failover)"
+	case failover != nil:
+		*note = "the slot fails over; the primary waits for " + *standbySlots + " before sending"
+	}
+	return failover
 }
