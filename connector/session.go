@@ -17,8 +17,8 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // stream is one replication session. Its goroutine owns the connection and
