@@ -158,6 +158,13 @@ func TestFailover_SynchronizedStandby(t *testing.T) {
 		t.Fatal(msg)
 	}
 	f.waitSynced(90 * time.Second)
+	st := exec.Command(binary, "status")
+	st.Env = append(f.env(), "PG_DSN="+f.multi)
+	so, _ := st.CombinedOutput()
+	if !strings.Contains(string(so), fmt.Sprintf("server 127.0.0.1:%d", f.standby.Port)) || !strings.Contains(string(so), "its copy of the slot is synced") ||
+		!strings.Contains(string(so), "failover=true") {
+		t.Fatalf("status does not show the standby's synced copy of the slot:\n%s", so)
+	}
 	wr := f.startWriter(18, pre+2000)
 	time.Sleep(2 * time.Second)
 	killed := time.Now()

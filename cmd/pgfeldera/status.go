@@ -58,6 +58,17 @@ type Status struct {
 		Error   string `json:"error,omitempty"`
 	} `json:"feldera"`
 	Tables []TableStatus `json:"tables"`
+	// Standbys are the other servers PG_DSN lists that are in recovery,
+	// and whether each holds a usable copy of the slot (PostgreSQL 17+).
+	Standbys []StandbyStatus `json:"standbys,omitempty"`
+}
+
+// StandbyStatus is one standby's copy of the slot.
+type StandbyStatus struct {
+	Host       string `json:"host"`
+	InRecovery bool   `json:"in_recovery"`
+	SlotSynced *bool  `json:"slot_synced"` // synced and not temporary: usable after a promotion
+	Error      string `json:"error,omitempty"`
 }
 
 // TableStatus compares one mapped table's row counts.
@@ -141,6 +152,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	}
 	s.SynchronizedStandbySlots = standbySlots
 	s.Failover = failoverNote(s.Failover, standbySlots, &s.FailoverNote)
+	st.Standbys = standbys(ctx, cfg.DSN, cfg.Slot)
 	st.State.File = cfg.StateFile
 	if ls, err := state.Load(cfg.StateFile); err == nil {
 		st.State.Tables, st.State.Requests = ls.Tables, ls.Requests
@@ -230,6 +242,18 @@ func printStatus(w io.Writer, st *Status) {
 	}
 	fmt.Fprintf(tw, "\tconfirmed_flush_lsn\t%s\n\trestart_lsn\t%s\n\tretained WAL bytes\t%s\n\twal_status\t%s\n",
 		str(s.ConfirmedFlushLSN), str(s.RestartLSN), num(s.RetainedWALBytes), str(s.WalStatus))
+	for _, sb := range st.Standbys {
+		line := "not in recovery"
+		switch {
+		case sb.Error != "":
+			line = "unreachable: " + sb.Error
+		case sb.InRecovery && sb.SlotSynced != nil && *sb.SlotSynced:
+			line = "standby; its copy of the slot is synced: usable after a promotion"
+		case sb.InRecovery:
+			line = "standby; its copy of the slot is NOT ready: a failover now would resnapshot"
+		}
+		fmt.Fprintf(tw, "\tserver %s\t%s\n", sb.Host, line)
+	}
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
 	for _, t := range st.State.Tables {
 		line := t.Status
@@ -287,4 +311,51 @@ func failoverNote(failover *bool, standbySlots *string, note *string) *bool {
 		*note = "the slot fails over; the primary waits for " + *standbySlots + " before sending"
 	}
 	return failover
+}
+
+// standbys checks the servers a multi-host PG_DSN lists besides the one
+// it connects to: for each in recovery, whether its copy of the slot is
+// synchronized and ready for a promotion.
+func standbys(ctx context.Context, dsn, slot string) []StandbyStatus {
+	base, err := pgx.ParseConfig(dsn)
+	if err != nil || len(base.Fallbacks) == 0 {
+		return nil
+	}
+	type hp struct {
+		host string
+		port uint16
+	}
+	all := []hp{{base.Host, base.Port}}
+	for _, f := range base.Fallbacks {
+		all = append(all, hp{f.Host, f.Port})
+	}
+	var out []StandbyStatus
+	for _, h := range all {
+		cfg := base.Copy()
+		cfg.Host, cfg.Port, cfg.Fallbacks = h.host, h.port, nil
+		cfg.ValidateConnect = nil
+		cfg.ConnectTimeout = 5 * time.Second
+		sb := StandbyStatus{Host: fmt.Sprintf("%s:%d", h.host, h.port)}
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			sb.Error = "cannot connect"
+			out = append(out, sb)
+			continue
+		}
+		err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&sb.InRecovery)
+		if err == nil && sb.InRecovery {
+			var ok bool
+			err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE slot_name = $1
+				AND coalesce((to_jsonb(s) ->> 'synced')::bool, false) AND NOT temporary)`, slot).Scan(&ok)
+			sb.SlotSynced = &ok
+		}
+		if err != nil {
+			sb.Error = err.Error()
+		}
+		conn.Close(context.WithoutCancel(ctx))
+		if sb.InRecovery || sb.Error != "" {
+			out = append(out, sb)
+		}
+	}
+	return out
 }
