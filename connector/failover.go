@@ -163,6 +163,22 @@ func (c *Connector) diverged(ctx context.Context, conn *pgconn.PgConn, st *state
 	if err != nil {
 		return "", err
 	}
+	// The slot on the new timeline must be the synchronized copy: a
+	// failover slot, not ahead of what this process acknowledged. (A
+	// missing slot is the resnapshot path anyway.)
+	res, err := conn.Exec(ctx, "SELECT failover, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(c.cfg.Slot)).ReadAll()
+	if err != nil {
+		return "", fmt.Errorf("read slot %s: %w", c.cfg.Slot, err)
+	}
+	if len(res) == 1 && len(res[0].Rows) == 1 {
+		row := res[0].Rows[0]
+		if string(row[0]) != "t" {
+			return fmt.Sprintf("a failover to timeline %d, and slot %s there is not a failover slot (not the synchronized copy)", srv.timeline, c.cfg.Slot), nil
+		}
+		if confirmed, err := pglogrepl.ParseLSN(string(row[1])); err == nil && c.acked != 0 && confirmed > c.acked {
+			return fmt.Sprintf("a failover to timeline %d, and slot %s there confirms %s, past what this process acknowledged (%s)", srv.timeline, c.cfg.Slot, confirmed, c.acked), nil
+		}
+	}
 	switch {
 	case c.sentHigh > fork:
 		return fmt.Sprintf("a failover: timeline %d forked from %d at %s, and Feldera was sent changes up to %s, past the fork, which the new primary never had", srv.timeline, st.Timeline, fork, c.sentHigh), nil

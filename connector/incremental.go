@@ -713,24 +713,18 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-		return nil, fmt.Errorf("begin chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
+	xip, rollback, err := beginChunk(ctx, conn, fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified()))
+	if err != nil {
+		return nil, err
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+			rollback()
 		}
 	}()
-	var snap string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
-		return nil, fmt.Errorf("chunk %d of %s: read its snapshot: %w", seq, rel.Target.Qualified(), err)
-	}
 	ch := newChunk()
-	ch.seq, ch.table, ch.from = seq, t, after
-	if ch.xip, err = snapshot.Xip(snap); err != nil {
-		return nil, err
-	}
+	ch.seq, ch.table, ch.from, ch.xip = seq, t, after, xip
 	cr := decode.CopyRow{Rel: rel}
 	n, err := snapshot.CopySQL(ctx, conn, rel.Target.Qualified(), sql, func(line []byte) error {
 		var err error
@@ -764,6 +758,26 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 	}
 	ch.done = n < int64(s.inc.limit)
 	return ch, nil
+}
+
+// beginChunk opens a chunk's (or a retraction batch's) REPEATABLE READ
+// READ ONLY transaction and reads its snapshot's in-progress transactions
+// (the xip rule). rollback ends the transaction unless it was committed.
+func beginChunk(ctx context.Context, conn *pgx.Conn, what string) (xip []uint32, rollback func(), err error) {
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return nil, nil, fmt.Errorf("begin %s: %w", what, err)
+	}
+	rollback = func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
+	var snap string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
+		rollback()
+		return nil, nil, fmt.Errorf("%s: read its snapshot: %w", what, err)
+	}
+	if xip, err = snapshot.Xip(snap); err != nil {
+		rollback()
+		return nil, nil, err
+	}
+	return xip, rollback, nil
 }
 
 // incEvent is the loop's side of every decoded event while an incremental

@@ -17,7 +17,6 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -229,23 +228,17 @@ func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable,
 		return ch, nil
 	}
 	name := t.rel.Target.Qualified()
-	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-		return nil, fmt.Errorf("begin retraction batch %d of %s: %w", ch.seq, name, err)
+	xip, rollback, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.seq, name))
+	if err != nil {
+		return nil, err
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+			rollback()
 		}
 	}()
-	var snap string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
-		return nil, fmt.Errorf("retraction batch %d of %s: read its snapshot: %w", ch.seq, name, err)
-	}
-	var err error
-	if ch.xip, err = snapshot.Xip(snap); err != nil {
-		return nil, err
-	}
+	ch.xip = xip
 	// Text results: the keys as Postgres prints them, the form the
 	// stream's keys take (decode.KeyText), for the window.
 	args := []any{pgx.QueryResultFormats{pgx.TextFormatCode}}

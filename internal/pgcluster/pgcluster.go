@@ -450,6 +450,11 @@ func (c *Cluster) Restart(immediate bool) error {
 	if err := c.shutdown(sig, 60*time.Second); err != nil {
 		return err
 	}
+	return c.respawn()
+}
+
+// respawn starts the stopped server again on its port.
+func (c *Cluster) respawn() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.spawn(); err != nil {

@@ -48,10 +48,10 @@ func (c *Cluster) StartStandby(ctx context.Context, slot string) (*Cluster, erro
 	// cp -a keeps the owner (postgres runs unprivileged when the tests run
 	// as root) and the 0700 mode of the data directory.
 	if out, err := exec.Command("cp", "-a", c.DataDir, s.DataDir).CombinedOutput(); err != nil {
-		c.restartAfterCopy()
+		c.respawn()
 		return fail(fmt.Errorf("copy the data directory: %w: %s", err, out))
 	}
-	if err := c.restartAfterCopy(); err != nil {
+	if err := c.respawn(); err != nil {
 		return fail(err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -96,20 +96,6 @@ func (c *Cluster) StartStandby(ctx context.Context, slot string) (*Cluster, erro
 		return fail(err)
 	}
 	return s, nil
-}
-
-// restartAfterCopy starts the primary again on its port.
-func (c *Cluster) restartAfterCopy() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.spawn(); err != nil {
-		return err
-	}
-	if err := c.waitReady(60 * time.Second); err != nil {
-		c.killLocked()
-		return err
-	}
-	return nil
 }
 
 // Kill ends the server with SIGKILL, as a crashed machine would: nothing
