@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/state"
@@ -140,6 +142,16 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 		}
 	}
 	c.logger.Info("failover: slots fail over; the primary waits for the standby slots before sending", "synchronized_standby_slots", listed)
+	for _, sb := range StandbySlots(ctx, c.cfg.DSN, c.cfg.Slot) {
+		switch {
+		case sb.Error != "":
+			c.logger.Warn("failover: a server PG_DSN lists cannot be checked", "server", sb.Host, "err", sb.Error)
+		case sb.SlotSynced != nil && *sb.SlotSynced:
+			c.logger.Info("failover: the standby holds a synced copy of the slot, usable after a promotion", "server", sb.Host)
+		default:
+			c.logger.Warn("failover: the standby's copy of the slot is not ready (synced, not temporary): a failover now would resnapshot", "server", sb.Host)
+		}
+	}
 	return nil
 }
 
@@ -244,4 +256,59 @@ func (c *Connector) recordServer(srv server) error {
 		return fatal(err)
 	}
 	return nil
+}
+
+// StandbySlot is one standby's copy of the slot.
+type StandbySlot struct {
+	Host       string `json:"host"`
+	InRecovery bool   `json:"in_recovery"`
+	SlotSynced *bool  `json:"slot_synced"` // synced and not temporary: usable after a promotion
+	Error      string `json:"error,omitempty"`
+}
+
+// StandbySlots checks the servers a multi-host PG_DSN lists besides the one
+// it connects to: for each in recovery, whether its copy of the slot is
+// synchronized and ready for a promotion.
+func StandbySlots(ctx context.Context, dsn, slot string) []StandbySlot {
+	base, err := pgx.ParseConfig(dsn)
+	if err != nil || len(base.Fallbacks) == 0 {
+		return nil
+	}
+	type hp struct {
+		host string
+		port uint16
+	}
+	all := []hp{{base.Host, base.Port}}
+	for _, f := range base.Fallbacks {
+		all = append(all, hp{f.Host, f.Port})
+	}
+	var out []StandbySlot
+	for _, h := range all {
+		cfg := base.Copy()
+		cfg.Host, cfg.Port, cfg.Fallbacks = h.host, h.port, nil
+		cfg.ValidateConnect = nil
+		cfg.ConnectTimeout = 5 * time.Second
+		sb := StandbySlot{Host: fmt.Sprintf("%s:%d", h.host, h.port)}
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			sb.Error = "cannot connect"
+			out = append(out, sb)
+			continue
+		}
+		err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&sb.InRecovery)
+		if err == nil && sb.InRecovery {
+			var ok bool
+			err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE slot_name = $1
+				AND coalesce((to_jsonb(s) ->> 'synced')::bool, false) AND NOT temporary)`, slot).Scan(&ok)
+			sb.SlotSynced = &ok
+		}
+		if err != nil {
+			sb.Error = err.Error()
+		}
+		conn.Close(context.WithoutCancel(ctx))
+		if sb.InRecovery || sb.Error != "" {
+			out = append(out, sb)
+		}
+	}
+	return out
 }

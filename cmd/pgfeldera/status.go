@@ -64,12 +64,7 @@ type Status struct {
 }
 
 // StandbyStatus is one standby's copy of the slot.
-type StandbyStatus struct {
-	Host       string `json:"host"`
-	InRecovery bool   `json:"in_recovery"`
-	SlotSynced *bool  `json:"slot_synced"` // synced and not temporary: usable after a promotion
-	Error      string `json:"error,omitempty"`
-}
+type StandbyStatus = connector.StandbySlot
 
 // TableStatus compares one mapped table's row counts.
 type TableStatus struct {
@@ -152,7 +147,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	}
 	s.SynchronizedStandbySlots = standbySlots
 	s.Failover = failoverNote(s.Failover, standbySlots, &s.FailoverNote)
-	st.Standbys = standbys(ctx, cfg.DSN, cfg.Slot)
+	st.Standbys = connector.StandbySlots(ctx, cfg.DSN, cfg.Slot)
 	st.State.File = cfg.StateFile
 	if ls, err := state.Load(cfg.StateFile); err == nil {
 		st.State.Tables, st.State.Requests = ls.Tables, ls.Requests
@@ -311,51 +306,4 @@ func failoverNote(failover *bool, standbySlots *string, note *string) *bool {
 		*note = "the slot fails over; the primary waits for " + *standbySlots + " before sending"
 	}
 	return failover
-}
-
-// standbys checks the servers a multi-host PG_DSN lists besides the one
-// it connects to: for each in recovery, whether its copy of the slot is
-// synchronized and ready for a promotion.
-func standbys(ctx context.Context, dsn, slot string) []StandbyStatus {
-	base, err := pgx.ParseConfig(dsn)
-	if err != nil || len(base.Fallbacks) == 0 {
-		return nil
-	}
-	type hp struct {
-		host string
-		port uint16
-	}
-	all := []hp{{base.Host, base.Port}}
-	for _, f := range base.Fallbacks {
-		all = append(all, hp{f.Host, f.Port})
-	}
-	var out []StandbyStatus
-	for _, h := range all {
-		cfg := base.Copy()
-		cfg.Host, cfg.Port, cfg.Fallbacks = h.host, h.port, nil
-		cfg.ValidateConnect = nil
-		cfg.ConnectTimeout = 5 * time.Second
-		sb := StandbyStatus{Host: fmt.Sprintf("%s:%d", h.host, h.port)}
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			sb.Error = "cannot connect"
-			out = append(out, sb)
-			continue
-		}
-		err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&sb.InRecovery)
-		if err == nil && sb.InRecovery {
-			var ok bool
-			err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE slot_name = $1
-				AND coalesce((to_jsonb(s) ->> 'synced')::bool, false) AND NOT temporary)`, slot).Scan(&ok)
-			sb.SlotSynced = &ok
-		}
-		if err != nil {
-			sb.Error = err.Error()
-		}
-		conn.Close(context.WithoutCancel(ctx))
-		if sb.InRecovery || sb.Error != "" {
-			out = append(out, sb)
-		}
-	}
-	return out
 }
