@@ -713,16 +713,11 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 	if err != nil {
 		return nil, err
 	}
-	xip, rollback, err := beginChunk(ctx, conn, fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified()))
+	tx, xip, err := beginChunk(ctx, conn, fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified()))
 	if err != nil {
 		return nil, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			rollback()
-		}
-	}()
+	defer tx.end(ctx)
 	ch := newChunk()
 	ch.seq, ch.table, ch.from, ch.xip = seq, t, after, xip
 	cr := decode.CopyRow{Rel: rel}
@@ -742,10 +737,9 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 	if err != nil {
 		return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
 	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, fmt.Errorf("chunk %d of %s: commit: %w", seq, rel.Target.Qualified(), err)
+	if err := tx.commit(ctx); err != nil {
+		return nil, err
 	}
-	committed = true
 	if n > 0 {
 		ch.last = make([]string, len(t.keyAt))
 		for j, i := range t.keyAt {
@@ -760,24 +754,47 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 	return ch, nil
 }
 
-// beginChunk opens a chunk's (or a retraction batch's) REPEATABLE READ
-// READ ONLY transaction and reads its snapshot's in-progress transactions
-// (the xip rule). rollback ends the transaction unless it was committed.
-func beginChunk(ctx context.Context, conn *pgx.Conn, what string) (xip []uint32, rollback func(), err error) {
+// chunkTx is a chunk's (or a retraction batch's) REPEATABLE READ READ
+// ONLY transaction.
+type chunkTx struct {
+	conn *pgx.Conn
+	what string
+	done bool
+}
+
+// beginChunk opens the transaction and reads its snapshot's in-progress
+// transactions (the xip rule). end rolls it back unless it was committed.
+func beginChunk(ctx context.Context, conn *pgx.Conn, what string) (*chunkTx, []uint32, error) {
+	tx := &chunkTx{conn: conn, what: what}
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return nil, nil, fmt.Errorf("begin %s: %w", what, err)
 	}
-	rollback = func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK") }
 	var snap string
 	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
-		rollback()
+		tx.end(ctx)
 		return nil, nil, fmt.Errorf("%s: read its snapshot: %w", what, err)
 	}
-	if xip, err = snapshot.Xip(snap); err != nil {
-		rollback()
+	xip, err := snapshot.Xip(snap)
+	if err != nil {
+		tx.end(ctx)
 		return nil, nil, err
 	}
-	return xip, rollback, nil
+	return tx, xip, nil
+}
+
+func (tx *chunkTx) commit(ctx context.Context) error {
+	if _, err := tx.conn.Exec(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("%s: commit: %w", tx.what, err)
+	}
+	tx.done = true
+	return nil
+}
+
+func (tx *chunkTx) end(ctx context.Context) {
+	if !tx.done {
+		tx.done = true
+		_, _ = tx.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
 }
 
 // incEvent is the loop's side of every decoded event while an incremental

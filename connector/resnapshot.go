@@ -228,16 +228,11 @@ func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable,
 		return ch, nil
 	}
 	name := t.rel.Target.Qualified()
-	xip, rollback, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.seq, name))
+	tx, xip, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.seq, name))
 	if err != nil {
 		return nil, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			rollback()
-		}
-	}()
+	defer tx.end(ctx)
 	ch.xip = xip
 	// Text results: the keys as Postgres prints them, the form the
 	// stream's keys take (decode.KeyText), for the window.
@@ -273,9 +268,8 @@ func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable,
 	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.seq, name, err)
 	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, fmt.Errorf("retraction batch %d of %s: commit: %w", ch.seq, name, err)
+	if err := tx.commit(ctx); err != nil {
+		return nil, err
 	}
-	committed = true
 	return ch, nil
 }

@@ -124,14 +124,8 @@ func TestChunkSQL_Errors(t *testing.T) {
 // byte order) and a row filter, read one after another from the last key
 // of the previous chunk: together exactly the filtered rows, each once.
 func TestChunkSQL_PartitionsTheTable(t *testing.T) {
-	c := pgcluster.Shared(t)
-	dsn := c.NewDB(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := testConn(t)
 	if _, err := conn.Exec(ctx, `CREATE TABLE t (a int, b text, v int, PRIMARY KEY (a, b));
 		INSERT INTO t SELECT g % 7, (ARRAY['x', 'O''Brien', 'back\slash', 'Zed', 'zed', 'é', ''])[1 + g % 7] || (g / 49), g
 		FROM generate_series(1, 1000) g ON CONFLICT DO NOTHING`); err != nil {
@@ -186,14 +180,8 @@ func readLane(t *testing.T, conn *pgx.Conn, s snapshot.Source, key []snapshot.Ke
 // quotes, backslashes) partition the table: read lane by lane, chunk by
 // chunk, every row once; and the lanes are about even.
 func TestLanes_PartitionTheTable(t *testing.T) {
-	c := pgcluster.Shared(t)
-	dsn := c.NewDB(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := testConn(t)
 	if _, err := conn.Exec(ctx, `CREATE TABLE t (b text, a int, v int, PRIMARY KEY (b, a));
 		INSERT INTO t SELECT (ARRAY['x', 'O''Brien', 'back\slash', 'Zed', 'zed', 'é', ''])[1 + g % 7] || (g % 500), g % 3, g
 		FROM generate_series(1, 3000) g ON CONFLICT DO NOTHING;
@@ -251,3 +239,14 @@ func (l *lines) Write(p []byte) (int, error) {
 
 // unescapeCopy undoes COPY text format's backslash escapes (only \\ occurs here).
 func unescapeCopy(s string) string { return strings.ReplaceAll(s, `\\`, `\`) }
+
+// testConn is a connection to a fresh database, closed with the test.
+func testConn(t *testing.T) *pgx.Conn {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgcluster.Shared(t).NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn
+}
