@@ -142,7 +142,16 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(s.c.cfg.StateFile), ".pgfeldera-retract-")
+	// The spool is named for the slot; one a crashed process left is
+	// removed first (only this slot's worker writes such files).
+	dir, prefix := filepath.Dir(s.c.cfg.StateFile), ".pgfeldera-retract-"+s.c.cfg.Slot+"-"
+	if stale, _ := filepath.Glob(filepath.Join(dir, prefix+"*")); len(stale) > 0 {
+		for _, name := range stale {
+			os.Remove(name)
+		}
+		s.logger.Info("resnapshot: removed spool files an earlier process left", "files", len(stale))
+	}
+	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
 		return fatal(fmt.Errorf("resnapshot of %s: spool file for Feldera's keys: %w", rel.Target.Qualified(), err))
 	}

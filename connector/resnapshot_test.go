@@ -195,3 +195,38 @@ CREATE TABLE logs (line VARCHAR);`)
 		t.Fatalf("the refused request changed the state: %+v", st.Tables[1])
 	}
 }
+
+// A request for a table whose incremental snapshot is under way starts it
+// again from its beginning, retraction first: the session restarts (the
+// state already says so), the replayed request is not taken twice, and
+// the table ends exact.
+func TestResnapshot_TableBeingRead(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 5000) g")
+	cfg := e.config("users,public.items:catalog_items")
+	cfg.SnapshotMode = connector.SnapshotIncremental
+	cfg.BatchMaxRows = 200
+	c := e.newConnector(cfg, e.client)
+	var chunks atomic.Int64
+	connector.SetChunkReadHook(c, func(table string, keys []string) {
+		if table == "public.users" && chunks.Add(1) < 20 {
+			time.Sleep(20 * time.Millisecond) // keep the first snapshot going
+		}
+	})
+	e.run(c)
+	e.poll("a few chunks", 30*time.Second, func() bool { return chunks.Load() >= 3 })
+	if err := e.fel.Put("users", `{"id": 99999, "name": "ghost", "score": 0}`); err != nil {
+		t.Fatal(err)
+	}
+	e.requestResnapshot("busy", "public.users")
+	st := e.waitRequest(cfg.StateFile, "busy", 60*time.Second)
+	e.waitConfirmed(e.currentLSN(), 60*time.Second)
+	e.assertEqual("users", "users")
+	logs := e.logs.String()
+	if !strings.Contains(logs, "whose incremental snapshot is under way: the session restarts") || strings.Count(logs, "resnapshot: request received") != 1 {
+		t.Fatalf("the request did not restart the table's snapshot once:\n%s", tail(logs, 3000))
+	}
+	if st.Tables[0].Status != state.Complete || st.Tables[0].Request != "busy" {
+		t.Fatalf("state %+v", st.Tables[0])
+	}
+}

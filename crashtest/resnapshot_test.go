@@ -236,6 +236,9 @@ func TestResnapshot_KillResumes(t *testing.T) {
 	if n := strings.Count(all, "resnapshot: request received"); n > 1 {
 		t.Fatalf("the request was taken %d times", n)
 	}
+	if left, _ := filepath.Glob(filepath.Join(w.dir, ".pgfeldera-retract-*")); len(left) > 0 {
+		t.Fatalf("spool files left behind: %v", left)
+	}
 	t.Logf("request %s: killed once in its retraction (state said retracting: %v), once halfway through its chunks; done and exact", id, retracting)
 }
 
