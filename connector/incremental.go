@@ -57,14 +57,15 @@ type watermark struct {
 
 // chunkTable is one table an incremental snapshot reads.
 type chunkTable struct {
-	idx     int // into the plan's targets and the state's tables
-	rel     *decode.Rel
-	key     []snapshot.KeyCol // the primary key, in its order
-	keyAt   []int             // per key column: its index in rel.Cols
-	after   []string          // where the first chunk of this session starts (nil: at the beginning)
-	retract bool              // first delete what Feldera holds and Postgres lacks (a resnapshot)
-	copied  int64             // rows this session put in the outbox, for the rate; the loop's
-	start   state.Table       // the state's entry when it was queued (the worker's copy)
+	idx    int // into the plan's targets and the state's tables
+	rel    *decode.Rel
+	key    []snapshot.KeyCol // the primary key, in its order
+	keyAt  []int             // per key column: its index in rel.Cols
+	copied int64             // rows this session put in the outbox, for the rate; the loop's
+	// start is the state's entry when the table was queued (the worker's
+	// copy): where its chunks resume (After, Lanes), and whether a
+	// resnapshot's retraction comes first (Retract).
+	start state.Table
 	// plan is the table's lanes when it is read in more than one and the
 	// state does not list them yet: the first chunk recorded records
 	// them. The worker sets it before its first chunk is handed.
@@ -342,14 +343,19 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		if t.After != nil && len(t.After) != len(k.key) {
 			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.key)))
 		}
-		inc.add(&chunkTable{idx: i, rel: p.rels[i], key: k.key, keyAt: k.at, after: t.After, retract: t.Retract})
+		inc.add(i)
 	}
 	return inc, nil
 }
 
-// add queues a table for the worker (the loop's call).
-func (inc *incremental) add(t *chunkTable) {
-	t.start = inc.st.Tables[t.idx]
+// add queues table i of TABLES for the worker, as the state now records
+// it (the loop's call).
+func (inc *incremental) add(i int) {
+	k := inc.keys[i]
+	t := &chunkTable{idx: i, rel: inc.rels[i], key: k.key, keyAt: k.at, start: inc.st.Tables[i]}
+	// The loop goes on writing its own entry; the worker's copy shares nothing.
+	t.start.After = slices.Clone(t.start.After)
+	t.start.Lanes = slices.Clone(t.start.Lanes)
 	inc.tables = append(inc.tables, t)
 	inc.mu.Lock()
 	inc.queue = append(inc.queue, t)
@@ -407,12 +413,12 @@ func (s *stream) readChunks(ctx context.Context) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	for t := inc.take(); t != nil; t = inc.take() {
 		s.tableStarts(ctx, conn, t)
-		if t.retract {
+		if t.start.Retract {
 			if err := s.retractTable(ctx, conn, t); err != nil {
 				return err
 			}
 		}
-		if t.retract && s.c.retractOnly {
+		if t.start.Retract && s.c.retractOnly {
 			continue
 		}
 		lanes, err := s.planLanes(ctx, conn, t)
@@ -459,7 +465,7 @@ func (s *stream) chunkConn(ctx context.Context) (*pgx.Conn, error) {
 
 // planLanes is how t is read: the lanes the state lists (those not done),
 // else, for a table not begun and SNAPSHOT_PARALLELISM above 1, lanes cut
-// at the histogram of its first key column, else one lane from t.after.
+// at the histogram of its first key column, else one lane from its After.
 func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
 	inc := s.inc
 	var runs []*laneRun
@@ -563,7 +569,7 @@ func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable)
 	ts.ChunksDone.Store(st.Chunks)
 	ts.ChunksTotal.Store(st.Chunks + max(left, 1))
 	s.logger.Info("snapshot: incremental: table to read", "table", st.Source, "chunks_done", st.Chunks, "rows_copied", st.Copied,
-		"estimate", int64(estimate), "resume_after", strings.Join(st.After, ","), "retract_first", t.retract)
+		"estimate", int64(estimate), "resume_after", strings.Join(st.After, ","), "retract_first", st.Retract)
 }
 
 // answer is the loop's verdict on the chunk a lane handed before: true

@@ -48,9 +48,6 @@ import (
 // request is done (state.Request.Done, which `resnapshot --wait` waits
 // for) once every table's last chunk is acknowledged.
 
-// requestPrefix marks a resnapshot request among the pgfeldera messages.
-const requestKind = "resnapshot"
-
 // ResnapshotMessage is the logical message content of a resnapshot
 // request of tables (schema.table, as the state file names them) for the
 // connector streaming from slot.
@@ -121,8 +118,7 @@ func (s *stream) request(w watermark, lsn pglogrepl.LSN) error {
 		return fmt.Errorf("resnapshot request %s names %s, whose incremental snapshot is under way: the session restarts to read it again from its beginning", r.ID, busy)
 	}
 	for _, i := range idx {
-		k := inc.keys[i]
-		inc.add(&chunkTable{idx: i, rel: inc.rels[i], key: k.key, keyAt: k.at, retract: true})
+		inc.add(i)
 	}
 	s.startWorker()
 	return nil

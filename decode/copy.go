@@ -98,11 +98,8 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// KeyText is the Feldera key of the row the last AppendInsert parsed, in
-// the form Rel.KeyText gives a stream tuple.
-func (c *CopyRow) KeyText() (string, bool) { return c.Rel.KeyText(c.cols) }
-
-// AppendKeyText appends KeyText's form of the key to dst.
+// AppendKeyText appends the Feldera key of the row the last AppendInsert
+// parsed to dst, in the form Rel.KeyText gives a stream tuple.
 func (c *CopyRow) AppendKeyText(dst []byte) ([]byte, bool) { return c.Rel.AppendKeyText(dst, c.cols) }
 
 // Col is column i of the row the last AppendInsert parsed, as Postgres
