@@ -53,10 +53,9 @@ type server struct {
 // the replication connection, and whether its slots fail over.
 func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, error) {
 	var srv server
-	v := conn.ParameterStatus("server_version")
-	major, err := strconv.Atoi(strings.SplitN(strings.SplitN(v, ".", 2)[0], " ", 2)[0])
+	major, err := serverMajor(conn.ParameterStatus("server_version"))
 	if err != nil {
-		return srv, fmt.Errorf("server_version %q: %w", v, err)
+		return srv, err
 	}
 	srv.major = major
 	id, err := pglogrepl.IdentifySystem(ctx, conn)
@@ -75,6 +74,16 @@ func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, 
 		srv.failover = major >= minFailoverVersion
 	}
 	return srv, nil
+}
+
+// serverMajor is the major version in server_version ("17.10 (Debian
+// …)", "18beta1").
+func serverMajor(v string) (int, error) {
+	major, err := strconv.Atoi(v[:len(v)-len(strings.TrimLeft(v, "0123456789"))])
+	if err != nil {
+		return 0, fmt.Errorf("server_version %q: no major version", v)
+	}
+	return major, nil
 }
 
 // preflight checks, on a server with failover slots, what failover needs

@@ -29,3 +29,14 @@ func TestParseFork(t *testing.T) {
 		t.Error("an empty history gave a fork")
 	}
 }
+
+func TestServerMajor(t *testing.T) {
+	for v, want := range map[string]int{"17.10 (Debian 17.10-1)": 17, "18beta1": 18, "15.18": 15} {
+		if got, err := serverMajor(v); err != nil || got != want {
+			t.Errorf("%q: %d, %v; want %d", v, got, err, want)
+		}
+	}
+	if _, err := serverMajor(""); err == nil {
+		t.Error("an empty server_version accepted")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,11 @@ func resnapshotArgs(args []string) (wait bool, timeout time.Duration, tables, re
 			tables = append(tables, a)
 		case name == "wait":
 			wait = true
+			if hasVal {
+				if wait, err = strconv.ParseBool(val); err != nil {
+					return false, 0, nil, nil, &ConfigError{Msg: fmt.Sprintf("--wait=%q: want true or false", val)}
+				}
+			}
 		case name == "timeout":
 			if !hasVal {
 				if i+1 >= len(args) {
