@@ -141,8 +141,13 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 	if why = w.win.Poisoned(); why != "" {
 		return why, nil
 	}
-	if x, ok := l.recent.CommittedBefore(ch.xip, uint64(w.low)); ok {
-		return fmt.Sprintf("transaction %d committed before the low watermark but was still in progress for the chunk's snapshot", x), nil
+	if x, ok := l.recent.CommittedBefore(ch.snap, uint64(w.low)); ok {
+		return fmt.Sprintf("transaction %d committed before the low watermark but was invisible to the chunk's snapshot", x), nil
+	}
+	if l.holding != nil {
+		// One transaction carries at most one high watermark whose rows
+		// are kept (the others it carries are of discarded chunks).
+		return "", fmt.Errorf("incremental snapshot: high watermarks of chunks %d and %d in one transaction", l.holding.seq, seq)
 	}
 	kept := ch
 	if w.win.Touched() > 0 && !keepAll {

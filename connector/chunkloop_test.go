@@ -5,11 +5,17 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // testChunk is chunk seq of route 0 with one NDJSON line per key.
 func testChunk(seq uint64, xip []uint32, keys ...string) *chunk {
-	ch := &chunk{seq: seq, table: &chunkTable{idx: 0}, xip: xip, last: []string{keys[len(keys)-1]}}
+	return testChunkSnap(seq, snapshot.TxSnapshot{Xmax: 1000, Xip: xip}, keys...)
+}
+
+func testChunkSnap(seq uint64, snap snapshot.TxSnapshot, keys ...string) *chunk {
+	ch := &chunk{seq: seq, table: &chunkTable{idx: 0}, snap: snap, last: []string{keys[len(keys)-1]}}
 	for _, k := range keys {
 		ch.buf = append(ch.buf, `{"insert":{"id":`+k+`}}`+"\n"...)
 		ch.ends = append(ch.ends, len(ch.buf))
@@ -112,13 +118,19 @@ func TestChunkLoop_ReadAgain(t *testing.T) {
 		xip     []uint32
 		want    string // in why; "" for no retry
 		kept    string
+		xmax    uint32 // the chunk snapshot's xmax (0: 1000)
 	}{
-		{"truncate", func(l *chunkLoop) { l.begin(20, 300); l.truncated(0); l.commit(300, 308) }, nil, "TRUNCATE", ""},
-		{"truncateOtherTable", func(l *chunkLoop) { l.begin(20, 300); l.truncated(1); l.commit(300, 308) }, nil, "", "1,2"},
-		{"unknownKey", func(l *chunkLoop) { l.begin(20, 300); l.rows(0, nil, true); l.commit(300, 308) }, nil, "key", ""},
-		{"xipCommittedBeforeLow", func(l *chunkLoop) {}, []uint32{10}, "transaction 10 committed before the low watermark", ""},
-		{"xipCommittedAfterLow", func(l *chunkLoop) { txn(l, 30, 300, "2") }, []uint32{30}, "", "1"},
-		{"xipUnknown", func(l *chunkLoop) {}, []uint32{99}, "", "1,2"},
+		{"truncate", func(l *chunkLoop) { l.begin(20, 300); l.truncated(0); l.commit(300, 308) }, nil, "TRUNCATE", "", 0},
+		{"truncateOtherTable", func(l *chunkLoop) { l.begin(20, 300); l.truncated(1); l.commit(300, 308) }, nil, "", "1,2", 0},
+		{"unknownKey", func(l *chunkLoop) { l.begin(20, 300); l.rows(0, nil, true); l.commit(300, 308) }, nil, "key", "", 0},
+		{"xipCommittedBeforeLow", func(l *chunkLoop) {}, []uint32{10}, "transaction 10 committed before the low watermark", "", 0},
+		{"xipCommittedAfterLow", func(l *chunkLoop) { txn(l, 30, 300, "2") }, []uint32{30}, "", "1", 0},
+		{"xipUnknown", func(l *chunkLoop) {}, []uint32{99}, "", "1,2", 0},
+		// Transaction 10 committed before L and is at the snapshot's
+		// xmax: newer than every xid that had completed, so invisible
+		// though not in xip (L's own xid was older). Read again.
+		{"pastXmax", func(l *chunkLoop) {}, nil, "transaction 10 committed before the low watermark", "", 10},
+		{"belowXmax", func(l *chunkLoop) {}, nil, "", "1,2", 11},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -129,7 +141,11 @@ func TestChunkLoop_ReadAgain(t *testing.T) {
 			l.commit(200, 208)
 			c.between(l)
 			l.begin(12, 400)
-			why, err := l.high(1, testChunk(1, c.xip, "1", "2"), false)
+			xmax := c.xmax
+			if xmax == 0 {
+				xmax = 1000
+			}
+			why, err := l.high(1, testChunkSnap(1, snapshot.TxSnapshot{Xmax: xmax, Xip: c.xip}, "1", "2"), false)
 			if err != nil {
 				t.Fatal(err)
 			}

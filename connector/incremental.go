@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,14 +99,21 @@ type chunk struct {
 	// each line's Feldera key (decode.KeyText), concatenated: key i ends at keyEnds[i]
 	keyBuf  []byte
 	keyEnds []int
-	from    []string // chunk key it was read after (nil: the table's beginning)
-	last    []string // chunk key of the last row; nil when the chunk is empty
-	done    bool     // fewer rows than the limit: the table's last chunk
-	xip     []uint32 // transactions in progress for the chunk's snapshot
+	from    []string            // chunk key it was read after (nil: the table's beginning)
+	last    []string            // chunk key of the last row; nil when the chunk is empty
+	done    bool                // fewer rows than the limit: the table's last chunk
+	snap    snapshot.TxSnapshot // what the chunk's snapshot did not see
 	// discard: read ahead of a chunk that is read again; the loop drops it.
 	discard bool
 	lane    int       // the lane it belongs to
 	reply   chan bool // where the loop answers: true reads it again
+	// raw is the chunk's COPY lines as received, until encoded (a
+	// goroutine fills buf, ends and the keys from it, then closes
+	// encoded, having set encErr); rows is how many lines it holds.
+	raw     []byte
+	rows    int
+	encoded chan struct{}
+	encErr  error
 	// retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
@@ -139,12 +147,20 @@ func (ch *chunk) keyList() []string {
 // outbox at its high watermark, after which its buffers are free.
 var chunkPool sync.Pool
 
+// rawPool recycles the buffers chunks are received into (a chunk's
+// raw lines are free once it is encoded).
+var rawPool sync.Pool
+
 // newChunk is a chunk with recycled buffers.
 func newChunk() *chunk {
+	ch := &chunk{}
 	if b, ok := chunkPool.Get().(*chunk); ok {
-		return &chunk{buf: b.buf[:0], ends: b.ends[:0], keyBuf: b.keyBuf[:0], keyEnds: b.keyEnds[:0]}
+		ch = &chunk{buf: b.buf[:0], ends: b.ends[:0], keyBuf: b.keyBuf[:0], keyEnds: b.keyEnds[:0]}
 	}
-	return &chunk{}
+	if raw, ok := rawPool.Get().([]byte); ok {
+		ch.raw = raw
+	}
+	return ch
 }
 
 // recycle gives a chunk's buffers back once nothing reads them.
@@ -472,7 +488,7 @@ func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) (
 	if len(t.start.Lanes) > 0 {
 		for i, l := range t.start.Lanes {
 			if !l.Done {
-				runs = append(runs, &laneRun{idx: i, lane: snapshot.Lane{Lo: l.Lo, Hi: l.Hi}, after: l.After, reply: make(chan bool, 1)})
+				runs = append(runs, &laneRun{idx: i, lane: snapshot.Lane{Lo: l.Lo, Hi: l.Hi}, after: l.After, reply: make(chan bool, 4)})
 			}
 		}
 		return runs, nil
@@ -492,13 +508,13 @@ func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) (
 		} else {
 			for i, l := range lanes {
 				t.plan = append(t.plan, state.Lane{Lo: l.Lo, Hi: l.Hi})
-				runs = append(runs, &laneRun{idx: i, lane: l, reply: make(chan bool, 1)})
+				runs = append(runs, &laneRun{idx: i, lane: l, reply: make(chan bool, 4)})
 			}
 			s.logger.Info("snapshot: incremental: reading the table in lanes", "table", t.rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
 			return runs, nil
 		}
 	}
-	return []*laneRun{{after: t.start.After, reply: make(chan bool, 1)}}, nil
+	return []*laneRun{{after: t.start.After, reply: make(chan bool, 4)}}, nil
 }
 
 // readLanes reads the lanes, up to SNAPSHOT_PARALLELISM at once, each on
@@ -598,91 +614,141 @@ func (s *stream) put(ch *chunk) {
 }
 
 // readLane reads one lane's chunks, from r.after to its end.
+//
+// A lane is a pipeline of three chunks. While chunk i is read (its COPY
+// received raw, as fast as the backend sends it), chunk i-1 is encoded on
+// another goroutine, and chunk i-2, encoded and handed to the loop, has
+// its high watermark written in one query with chunk i's low watermark,
+// BEGIN and the snapshot's read; the loop answers it while chunk i is
+// received. So the COPY never waits for the encoder, and no round trip is
+// spent on what can ride on another.
+//
+// Exactness does not depend on how late a high watermark is written,
+// only on its being after the chunk's snapshot: a later one widens the
+// window, and the rows the stream changed in it are the stream's
+// (snapshot/chunk.go). A lane's windows overlap as lanes' windows do.
+//
+// A chunk is handed to the loop only once the chunk before it was
+// answered. If that one must be read again, every chunk read after it is
+// handed over marked discard (the loop closes their windows at their
+// high watermarks, written at once), and reading resumes where the
+// rejected chunk began. So a lane's chunks stay one contiguous sequence
+// of ranges, and the state never records a range past one still to be
+// read. The lane's last chunk is answered before it returns.
 func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun) error {
 	inc := s.inc
-	// The next chunk is read while the loop takes the previous one
-	// (exactness does not depend on the order chunks are read in, each
-	// having its own watermarks); if that one must be read again, the
-	// chunk read ahead is handed over marked discard (its watermarks are
-	// in the stream), and reading resumes where the rejected chunk began,
-	// so the chunks of a table stay one contiguous sequence of ranges and
-	// the state never records a range past one still to be read. The last
-	// chunk of a table is never read ahead of.
-	//
-	// A chunk's high watermark is written with the next chunk's low one,
-	// in one transaction (one commit, one WAL flush per chunk): the loop
-	// takes the chunk at the first and opens the next window at the
-	// second. A lane's last chunk, and one whose answer is awaited before
-	// anything else is read, has its high watermark written alone.
-	var prev *chunk // handed to the loop, its answer not yet taken
-	var owed *chunk // handed, its high watermark not yet written
-	hand := func(ch *chunk) { s.put(ch); owed = ch }
-	answer := func() (bool, error) {
-		if owed != nil {
-			if err := s.emitWatermarks(ctx, conn, s.mark(t, owed.seq, "high")); err != nil {
-				return false, err
+	// The lane's chunks not answered yet, in the order read; open[0] is
+	// handed to the loop when handed is set, the others are not.
+	var open []*chunk
+	handed := false
+	defer func() {
+		for _, ch := range open {
+			ch.wait() // no encoder outlives the lane
+		}
+	}()
+	// handOut hands open[from:upto] to the loop once encoded, and returns
+	// their high watermarks, to be written.
+	handOut := func(from, upto int) ([]watermark, error) {
+		var marks []watermark
+		for _, ch := range open[from:upto] {
+			if err := ch.wait(); err != nil && !ch.discard {
+				return nil, err
 			}
-			owed = nil
+			if s.c.chunkRead != nil && !ch.discard {
+				s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
+			}
+			s.put(ch)
+			marks = append(marks, s.mark(t, ch.seq, "high"))
 		}
-		return s.answer(ctx, r.reply)
+		return marks, nil
 	}
-	read := func(after []string) (*chunk, error) {
-		seq := inc.seq.Add(1)
-		t0 := time.Now()
-		marks := []watermark{s.mark(t, seq, "low")}
-		if owed != nil {
-			marks = append([]watermark{s.mark(t, owed.seq, "high")}, marks...)
-			owed = nil
+	// answer takes open[0]'s answer. When it is to be read again, the
+	// chunks after it are discarded, and redo is where reading resumes.
+	answer := func() (again bool, redo []string, err error) {
+		first := open[0]
+		if again, err = s.answer(ctx, r.reply); err != nil {
+			return false, nil, err
 		}
-		if err := s.emitWatermarks(ctx, conn, marks...); err != nil {
-			return nil, err
+		open, handed = open[1:], false
+		if !again || first.discard {
+			return false, nil, nil
 		}
-		ch, err := s.readChunk(ctx, conn, t, r.lane, seq, after)
+		for _, ch := range open {
+			ch.discard = true
+		}
+		marks, err := handOut(0, len(open))
 		if err != nil {
-			return nil, err
+			return false, nil, err
 		}
-		ch.lane, ch.reply = r.idx, r.reply
-		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
-		if s.c.chunkRead != nil {
-			s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
+		if len(marks) > 0 {
+			if err := s.emitWatermarks(ctx, conn, marks...); err != nil {
+				return false, nil, err
+			}
 		}
-		return ch, nil
+		for range open {
+			if _, err := s.answer(ctx, r.reply); err != nil {
+				return false, nil, err
+			}
+		}
+		open = open[:0]
+		return true, first.from, nil
 	}
 	after := r.after
 	for {
-		ch, err := read(after)
+		// The chunk read last is encoding: the one before it is handed.
+		var marks []watermark
+		if !handed && len(open) >= 2 {
+			var err error
+			if marks, err = handOut(0, 1); err != nil {
+				return err
+			}
+			handed = true
+		}
+		seq := inc.seq.Add(1)
+		t0 := time.Now()
+		ch, err := s.readChunk(ctx, conn, t, r, seq, after, append(marks, s.mark(t, seq, "low")))
 		if err != nil {
 			return err
 		}
-		if prev != nil {
-			again, err := answer()
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", ch.rows, "took", time.Since(t0))
+		open = append(open, ch)
+		if handed {
+			again, redo, err := answer()
 			if err != nil {
 				return err
 			}
-			if again && !prev.discard {
-				redo := prev.from
-				ch.discard = true
-				hand(ch)
-				prev, after = ch, redo
+			if again {
+				after = redo
 				continue
 			}
 		}
-		hand(ch)
-		prev = ch
 		if !ch.done {
 			after = ch.last
 			continue
 		}
-		again, err := answer()
-		if err != nil {
-			return err
+		// The lane's last chunk was read: hand out and answer the rest,
+		// one at a time.
+		again := false
+		for len(open) > 0 && !again {
+			marks, err := handOut(0, 1)
+			if err != nil {
+				return err
+			}
+			handed = true
+			if err := s.emitWatermarks(ctx, conn, marks...); err != nil {
+				return err
+			}
+			var redo []string
+			if again, redo, err = answer(); err != nil {
+				return err
+			}
+			if again {
+				after = redo
+			}
 		}
-		prev = nil
-		if again {
-			after = ch.from
-			continue
+		if !again {
+			return nil
 		}
-		return nil
 	}
 }
 
@@ -695,58 +761,61 @@ func (s *stream) mark(t *chunkTable, seq uint64, w string) watermark {
 // transaction (one simple query of several statements is one implicit
 // transaction).
 func (s *stream) emitWatermarks(ctx context.Context, conn *pgx.Conn, ws ...watermark) error {
-	var q strings.Builder
-	for _, w := range ws {
-		b, _ := json.Marshal(w)
-		q.WriteString("SELECT pg_logical_emit_message(true, '" + watermarkPrefix + "', " + quoteLiteral(string(b)) + "::text);")
-	}
-	if _, err := conn.Exec(ctx, q.String()); err != nil {
+	if _, err := conn.Exec(ctx, watermarkSQL(ws)); err != nil {
 		return fmt.Errorf("write the %s watermark of chunk %d: %w", ws[0].W, ws[0].Chunk, err)
 	}
 	return nil
 }
 
-// readChunk reads one chunk in its own REPEATABLE READ transaction: its
-// snapshot (for the xip rule), then the rows, encoded as the snapshot
-// encodes them, with their keys.
-func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, lane snapshot.Lane, seq uint64, after []string) (*chunk, error) {
+// watermarkSQL is the statements that write ws, in order.
+func watermarkSQL(ws []watermark) string {
+	var q strings.Builder
+	for _, w := range ws {
+		b, _ := json.Marshal(w)
+		q.WriteString("SELECT pg_logical_emit_message(true, '" + watermarkPrefix + "', " + quoteLiteral(string(b)) + "::text);")
+	}
+	return q.String()
+}
+
+// readChunk reads one chunk in its own REPEATABLE READ transaction, begun
+// in the query that writes marks (the watermarks before it, its own low
+// one last): its snapshot (for the xip rule), then the rows, received raw.
+// They are encoded, as the snapshot encodes them, with their keys, on a
+// goroutine of their own; ch.wait waits for it.
+func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun, seq uint64, after []string, marks []watermark) (*chunk, error) {
 	rel := t.rel
 	cols := make([]string, len(rel.Cols))
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
 	}
-	sql, err := copySource(rel.Target).LaneChunkSQL(cols, t.key, lane, after, s.inc.limit)
+	sql, err := copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, s.inc.limit)
 	if err != nil {
 		return nil, err
 	}
-	tx, xip, err := beginChunk(ctx, conn, fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified()))
+	what := fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified())
+	tx, snap, err := beginChunk(ctx, conn, what, marks)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.end(ctx)
 	ch := newChunk()
-	ch.seq, ch.table, ch.from, ch.xip = seq, t, after, xip
-	cr := decode.CopyRow{Rel: rel}
-	n, err := snapshot.CopySQL(ctx, conn, rel.Target.Qualified(), sql, func(line []byte) error {
-		var err error
-		if ch.buf, err = cr.AppendInsert(ch.buf, line); err != nil {
-			return err
-		}
-		ch.ends = append(ch.ends, len(ch.buf))
-		var ok bool
-		if ch.keyBuf, ok = cr.AppendKeyText(ch.keyBuf); !ok {
-			return &decode.RefusalError{Table: rel.Target.Qualified(), Reason: "a row of the chunk has a NULL key column"}
-		}
-		ch.keyEnds = append(ch.keyEnds, len(ch.keyBuf))
-		return nil
-	})
+	ch.seq, ch.table, ch.from, ch.snap, ch.lane, ch.reply = seq, t, after, snap, r.idx, r.reply
+	n, err := snapshot.CopyRaw(ctx, conn, rel.Target.Qualified(), sql, &ch.raw)
 	if err != nil {
-		return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := tx.commit(ctx); err != nil {
 		return nil, err
 	}
+	ch.rows = int(n)
 	if n > 0 {
+		// The next chunk is read after this one's last key.
+		line := ch.raw[:len(ch.raw)-1]
+		line = line[bytes.LastIndexByte(line, '\n')+1:]
+		cr := decode.CopyRow{Rel: rel}
+		if _, err := cr.AppendInsert(nil, line); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 		ch.last = make([]string, len(t.keyAt))
 		for j, i := range t.keyAt {
 			v, ok := cr.Col(i)
@@ -757,7 +826,48 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, l
 		}
 	}
 	ch.done = n < int64(s.inc.limit)
+	ch.encoded = make(chan struct{})
+	go func() {
+		defer close(ch.encoded)
+		if ch.encErr = ch.encode(); ch.encErr != nil {
+			ch.encErr = fmt.Errorf("%s: %w", what, ch.encErr)
+		}
+	}()
 	return ch, nil
+}
+
+// encode turns the chunk's raw COPY lines into NDJSON insert lines and
+// their keys, and frees the raw lines.
+func (ch *chunk) encode() error {
+	rel := ch.table.rel
+	cr := decode.CopyRow{Rel: rel}
+	data := ch.raw
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		line := data[:i]
+		data = data[i+1:]
+		var err error
+		if ch.buf, err = cr.AppendInsert(ch.buf, line); err != nil {
+			return err
+		}
+		ch.ends = append(ch.ends, len(ch.buf))
+		var ok bool
+		if ch.keyBuf, ok = cr.AppendKeyText(ch.keyBuf); !ok {
+			return &decode.RefusalError{Table: rel.Target.Qualified(), Reason: "a row of the chunk has a NULL key column"}
+		}
+		ch.keyEnds = append(ch.keyEnds, len(ch.keyBuf))
+	}
+	rawPool.Put(ch.raw[:0])
+	ch.raw = nil
+	return nil
+}
+
+// wait waits until the chunk is encoded, and is why it could not be.
+func (ch *chunk) wait() error {
+	if ch.encoded != nil {
+		<-ch.encoded
+	}
+	return ch.encErr
 }
 
 // chunkTx is a chunk's (or a retraction batch's) REPEATABLE READ READ
@@ -768,24 +878,39 @@ type chunkTx struct {
 	done bool
 }
 
-// beginChunk opens the transaction and reads its snapshot's in-progress
-// transactions (the xip rule). end rolls it back unless it was committed.
-func beginChunk(ctx context.Context, conn *pgx.Conn, what string) (*chunkTx, []uint32, error) {
+// beginChunk writes marks (committed first, in one transaction), then
+// opens the transaction and reads its snapshot's in-progress
+// transactions (the xip rule), all in one query. end rolls it back unless
+// it was committed.
+func beginChunk(ctx context.Context, conn *pgx.Conn, what string, marks []watermark) (*chunkTx, snapshot.TxSnapshot, error) {
 	tx := &chunkTx{conn: conn, what: what}
-	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-		return nil, nil, fmt.Errorf("begin %s: %w", what, err)
+	q := watermarkSQL(marks)
+	if q != "" {
+		// A COMMIT in a multi-statement query commits the statements
+		// before it; the BEGIN after it starts a transaction block that
+		// outlives the query.
+		q += "COMMIT;"
 	}
-	var snap string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snap); err != nil {
-		tx.end(ctx)
-		return nil, nil, fmt.Errorf("%s: read its snapshot: %w", what, err)
-	}
-	xip, err := snapshot.Xip(snap)
+	q += "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;SELECT pg_current_snapshot()::text"
+	res, err := conn.PgConn().Exec(ctx, q).ReadAll()
 	if err != nil {
 		tx.end(ctx)
-		return nil, nil, err
+		if len(marks) > 0 {
+			return nil, snapshot.TxSnapshot{}, fmt.Errorf("write the %s watermark of chunk %d and begin %s: %w", marks[0].W, marks[0].Chunk, what, err)
+		}
+		return nil, snapshot.TxSnapshot{}, fmt.Errorf("begin %s: %w", what, err)
 	}
-	return tx, xip, nil
+	last := res[len(res)-1]
+	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
+		tx.end(ctx)
+		return nil, snapshot.TxSnapshot{}, fmt.Errorf("%s: read its snapshot: %d rows", what, len(last.Rows))
+	}
+	snap, err := snapshot.ParseSnapshot(string(last.Rows[0][0]))
+	if err != nil {
+		tx.end(ctx)
+		return nil, snapshot.TxSnapshot{}, err
+	}
+	return tx, snap, nil
 }
 
 func (tx *chunkTx) commit(ctx context.Context) error {

@@ -226,19 +226,17 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 // snapshot lacks.
 func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable, check string, rows [][]byte, vals [][]string, last bool) (*chunk, error) {
 	ch := &chunk{seq: s.inc.seq.Add(1), table: t, retract: true, done: last}
-	if err := s.emitWatermarks(ctx, conn, s.mark(t, ch.seq, "low")); err != nil {
-		return nil, err
-	}
+	low := s.mark(t, ch.seq, "low")
 	if len(rows) == 0 {
-		return ch, nil
+		return ch, s.emitWatermarks(ctx, conn, low)
 	}
 	name := t.rel.Target.Qualified()
-	tx, xip, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.seq, name))
+	tx, snap, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.seq, name), []watermark{low})
 	if err != nil {
 		return nil, err
 	}
 	defer tx.end(ctx)
-	ch.xip = xip
+	ch.snap = snap
 	// Text results: the keys as Postgres prints them, the form the
 	// stream's keys take (decode.KeyText), for the window.
 	args := []any{pgx.QueryResultFormats{pgx.TextFormatCode}}

@@ -1,6 +1,9 @@
 package decode
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+)
 
 // CopyRow decodes COPY ... TO STDOUT text-format rows of one relation into
 // insert lines, with the same encoders as the stream. It reuses its scratch
@@ -46,12 +49,13 @@ func (c *CopyRow) AppendInsert(dst, line []byte) ([]byte, error) {
 // dst stay valid while it is filled.
 func unescapeCopy(dst, s []byte) ([]byte, error) {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' {
-			dst = append(dst, c)
-			continue
+		// Runs without a backslash (most fields are one) are copied whole.
+		j := bytes.IndexByte(s[i:], '\\')
+		if j < 0 {
+			return append(dst, s[i:]...), nil
 		}
-		i++
+		dst = append(dst, s[i:i+j]...)
+		i += j + 1
 		if i >= len(s) {
 			return dst, fmt.Errorf("trailing backslash")
 		}

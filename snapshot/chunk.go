@@ -47,15 +47,23 @@ import (
 // reach the stream before the window opens, and still be invisible to the
 // chunk's snapshot, taken after L's commit returned. The chunk would then
 // carry the value before X, upserted at H over X's newer one: a wrong row.
-// X is then in the snapshot's xip list (in progress for it), and the
-// stream saw X's COMMIT before L. The rule that closes it: the chunk
+// X is then invisible to the snapshot, and the stream saw X's COMMIT
+// before L. Invisible means one of two things: X is in the snapshot's xip
+// list (in progress for it), or X is at or past its xmax, which is one
+// past the newest xid that had left the proc array. The second is no
+// corner: L's xid may be older than X's (L's message is written before
+// X's xid is assigned, X commits first), and with nothing newer completed
+// the snapshot's xmax is then L's xid + 1, so X is past it and not listed.
+// (The first version of this rule looked at xip alone; a resnapshot test
+// under a writer caught a stale row that way, once the chunk's BEGIN was
+// sent in the same query as L.) The rule that closes it: the chunk
 // transaction reads its snapshot (pg_current_snapshot()); the stream loop
 // remembers the xids of recent transactions that changed a mapped table
 // (any of them: a resnapshot request may start reading one at any time),
-// with their commit positions (Recent); at H, a chunk whose xip holds one
-// that committed before L is discarded and read again under new
-// watermarks. An xip transaction that commits after L is in the window,
-// and its keys are dropped from the chunk as any other change's.
+// with their commit positions (Recent); at H, a chunk whose snapshot does
+// not see one that committed before L is discarded and read again under
+// new watermarks. An invisible transaction that commits after L is in the
+// window, and its keys are dropped from the chunk as any other change's.
 //
 // (An earlier version of this rule asked pg_xact_status after the COPY
 // and discarded the chunk for any xip transaction already committed. That
@@ -163,37 +171,79 @@ func (r *Recent) Add(xid uint32, lsn uint64) {
 	r.at[xid] = lsn
 }
 
-// CommittedBefore returns an xid of xip that committed at a position
-// before lsn, and whether there is one.
-func (r *Recent) CommittedBefore(xip []uint32, lsn uint64) (uint32, bool) {
-	for _, x := range xip {
+// CommittedBefore returns a transaction that committed at a position
+// before lsn and that snap does not see, and whether there is one.
+func (r *Recent) CommittedBefore(snap TxSnapshot, lsn uint64) (uint32, bool) {
+	for _, x := range snap.Xip {
 		if at, ok := r.at[x]; ok && at < lsn {
 			return x, true
+		}
+	}
+	if snap.Xmax == 0 {
+		return 0, false
+	}
+	for _, x := range r.ring {
+		if snap.Invisible(x) {
+			if at, ok := r.at[x]; ok && at < lsn {
+				return x, true
+			}
 		}
 	}
 	return 0, false
 }
 
-// Xip parses the in-progress list of a pg_snapshot's text form
-// ("xmin:xmax:xip,..."), each xid8 cut to the 32-bit xid the stream's
-// BEGIN carries.
-func Xip(snap string) ([]uint32, error) {
+// TxSnapshot is what the rule needs of a pg_snapshot: the transactions it
+// does not see. Xids are cut to the 32 bits the stream's BEGIN carries.
+// The zero value is no snapshot (a retraction batch with no keys to
+// check), which sees everything.
+type TxSnapshot struct {
+	Xmax uint32   // every xid from it on is invisible
+	Xip  []uint32 // in progress, below Xmax
+}
+
+// Invisible reports whether xid is in progress for the snapshot or
+// started after it (at or past its xmax, in the modulo-2^32 order
+// Postgres compares xids in).
+func (s TxSnapshot) Invisible(xid uint32) bool {
+	if s.Xmax == 0 {
+		return false
+	}
+	if int32(xid-s.Xmax) >= 0 {
+		return true
+	}
+	for _, x := range s.Xip {
+		if x == xid {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseSnapshot parses a pg_snapshot's text form ("xmin:xmax:xip,...").
+func ParseSnapshot(snap string) (TxSnapshot, error) {
 	parts := strings.Split(snap, ":")
 	if len(parts) != 3 {
-		return nil, fmt.Errorf("snapshot %q: want xmin:xmax:xip", snap)
+		return TxSnapshot{}, fmt.Errorf("snapshot %q: want xmin:xmax:xip", snap)
+	}
+	xmax, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil || xmax == 0 {
+		return TxSnapshot{}, fmt.Errorf("snapshot %q: xmax %q: not a transaction id", snap, parts[1])
+	}
+	out := TxSnapshot{Xmax: uint32(xmax)}
+	if out.Xmax == 0 {
+		out.Xmax = 1 // xmax a multiple of 2^32: still "from it on"
 	}
 	if parts[2] == "" {
-		return nil, nil
+		return out, nil
 	}
-	var xip []uint32
 	for _, f := range strings.Split(parts[2], ",") {
 		v, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot %q: xid %q: %v", snap, f, err)
+			return TxSnapshot{}, fmt.Errorf("snapshot %q: xid %q: %v", snap, f, err)
 		}
-		xip = append(xip, uint32(v))
+		out.Xip = append(out.Xip, uint32(v))
 	}
-	return xip, nil
+	return out, nil
 }
 
 // KeyCol is a key column of a chunked table: its name and its type as

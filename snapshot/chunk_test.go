@@ -60,47 +60,75 @@ func TestWindow_Poison(t *testing.T) {
 	}
 }
 
-// Recent finds an xip transaction that committed before the low
-// watermark, not one that committed after it, and forgets the oldest
-// commits past its capacity.
+// Recent finds a transaction the snapshot did not see that committed
+// before the low watermark (in its xip list, or at or past its xmax), not
+// one that committed after it nor one the snapshot saw, and forgets the
+// oldest commits past its capacity.
 func TestRecent(t *testing.T) {
 	var r snapshot.Recent
 	r.Add(100, 10)
 	r.Add(101, 30)
-	if x, ok := r.CommittedBefore([]uint32{7, 101, 100}, 20); !ok || x != 100 {
+	r.Add(95, 12)
+	snap := func(xmax uint32, xip ...uint32) snapshot.TxSnapshot { return snapshot.TxSnapshot{Xmax: xmax, Xip: xip} }
+	if x, ok := r.CommittedBefore(snap(200, 7, 101, 100), 20); !ok || x != 100 {
 		t.Fatalf("CommittedBefore = %d %v, want 100 true", x, ok)
 	}
-	if _, ok := r.CommittedBefore([]uint32{101, 7}, 20); ok {
+	if _, ok := r.CommittedBefore(snap(200, 101, 7), 20); ok {
 		t.Fatal("a commit after the watermark is harmless")
+	}
+	if _, ok := r.CommittedBefore(snap(102), 20); ok {
+		t.Fatal("transactions the snapshot saw are harmless")
+	}
+	// 100 committed before the watermark and is past the snapshot's xmax
+	// (its xid is newer than every xid that had completed): not listed in
+	// xip, and invisible all the same.
+	if x, ok := r.CommittedBefore(snap(100), 20); !ok || x != 100 {
+		t.Fatalf("CommittedBefore(xmax 100) = %d %v, want 100 true", x, ok)
+	}
+	if _, ok := r.CommittedBefore(snapshot.TxSnapshot{}, 1<<40); ok {
+		t.Fatal("no snapshot sees everything")
+	}
+	// Modulo 2^32: an xid just past a wrapped xmax is after it.
+	var w snapshot.Recent
+	w.Add(4294967280, 11)
+	w.Add(3, 13)
+	if x, ok := w.CommittedBefore(snap(4294967290), 14); !ok || x != 3 {
+		t.Fatalf("CommittedBefore across wraparound = %d %v, want 3 true", x, ok)
 	}
 	for i := 0; i < snapshot.RecentCap; i++ {
 		r.Add(uint32(1000+i), uint64(40+i))
 	}
-	if _, ok := r.CommittedBefore([]uint32{100, 101}, 1<<40); ok {
+	if _, ok := r.CommittedBefore(snap(1<<31, 100, 101), 1<<40); ok {
 		t.Fatal("commits past the capacity are still remembered")
 	}
-	if x, ok := r.CommittedBefore([]uint32{1000 + snapshot.RecentCap - 1}, 1<<40); !ok || x != 1000+snapshot.RecentCap-1 {
+	if x, ok := r.CommittedBefore(snap(1<<31, 1000+snapshot.RecentCap-1), 1<<40); !ok || x != 1000+snapshot.RecentCap-1 {
 		t.Fatal("the newest commit is forgotten")
 	}
 }
 
-func TestXip(t *testing.T) {
-	for in, want := range map[string]string{"5:9:": "", "5:9:5,7": "5,7", "4294967301:4294967310:4294967301": "5"} {
-		xip, err := snapshot.Xip(in)
+func TestParseSnapshot(t *testing.T) {
+	for in, want := range map[string]string{"5:9:": "9:", "5:9:5,7": "9:5,7", "4294967301:4294967310:4294967301": "14:5"} {
+		s, err := snapshot.ParseSnapshot(in)
 		if err != nil {
 			t.Fatalf("%s: %v", in, err)
 		}
 		var got []string
-		for _, x := range xip {
+		for _, x := range s.Xip {
 			got = append(got, strconv.FormatUint(uint64(x), 10))
 		}
-		if strings.Join(got, ",") != want {
-			t.Errorf("Xip(%s) = %v, want %s", in, got, want)
+		if g := strconv.FormatUint(uint64(s.Xmax), 10) + ":" + strings.Join(got, ","); g != want {
+			t.Errorf("ParseSnapshot(%s) = %s, want %s", in, g, want)
 		}
 	}
-	for _, bad := range []string{"", "1:2", "1:2:x"} {
-		if _, err := snapshot.Xip(bad); err == nil {
-			t.Errorf("Xip(%q) accepted", bad)
+	for _, bad := range []string{"", "1:2", "1:2:x", "1:x:", "1:0:"} {
+		if _, err := snapshot.ParseSnapshot(bad); err == nil {
+			t.Errorf("ParseSnapshot(%q) accepted", bad)
+		}
+	}
+	s, _ := snapshot.ParseSnapshot("5:9:6")
+	for x, want := range map[uint32]bool{4: false, 5: false, 6: true, 8: false, 9: true, 10: true} {
+		if s.Invisible(x) != want {
+			t.Errorf("5:9:6 Invisible(%d) = %v", x, !want)
 		}
 	}
 }
