@@ -194,6 +194,8 @@ type Connector struct {
 	afterCopy    func()                              // test hook, see export_test.go
 	chunkRead    func(table string, keys []string)   // test hook, see export_test.go
 	noWindow     bool                                // test hook: keep every chunk row (unsafe)
+	chunkByKey   bool                                // test hook: read ordinary tables in key ranges too
+	noFilenode   bool                                // test hook: block chunks ignore a rewrite (unsafe)
 	retractRead  func(table string, absent []string) // test hook, see export_test.go
 	retractOnly  bool                                // test hook: a resnapshot retracts and reads no chunk
 	sessionHook  func(ctx context.Context) error     // test hook: replaces session

@@ -23,6 +23,16 @@ func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.chu
 // variant that shows the window is what keeps the copy exact.
 func DisableChunkWindow(c *Connector) { c.noWindow = true }
 
+// ChunkByKey makes an incremental snapshot read ordinary tables in
+// primary-key ranges, as it reads partitioned ones, instead of block
+// ranges: tests cover both ways.
+func ChunkByKey(c *Connector) { c.chunkByKey = true }
+
+// IgnoreRewrite makes block-range chunks ignore that the table was
+// rewritten (a new relfilenode) while they read it: the unsafe variant
+// that shows the check is what keeps the copy exact.
+func IgnoreRewrite(c *Connector) { c.noFilenode = true }
+
 // SetRetractReadHook runs f with each retraction batch's table and the
 // keys its snapshot lacks (decode.KeyText), before its high watermark is
 // written: tests change those keys in exactly that window.

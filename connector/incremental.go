@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +73,11 @@ type chunkTable struct {
 	// state does not list them yet: the first chunk recorded records
 	// them. The worker sets it before its first chunk is handed.
 	plan []state.Lane
+	// blocks is the block plan the worker reads the table by (nil: key
+	// ranges); when the state's differs (none yet, or the table was
+	// rewritten), the first chunk recorded replaces the state's plan,
+	// its lanes and its position. Set with plan.
+	blocks *state.Blocks
 }
 
 // laneRun is one lane being read: its range, where it resumes, and the
@@ -80,6 +87,12 @@ type laneRun struct {
 	lane  snapshot.Lane
 	after []string
 	reply chan bool
+	// A lane of a table read in block ranges: its blocks [from, to)
+	// (after, when set, holds the next block), and what the chunks so far
+	// read per block, to size the next one.
+	blocks                      bool
+	from, to                    uint32
+	rowsPerBlock, bytesPerBlock float64
 }
 
 // keyInfo is what chunkKey found for one table: its primary key, or why
@@ -356,7 +369,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		if k.err != nil {
 			return nil, k.err
 		}
-		if t.After != nil && len(t.After) != len(k.key) {
+		if t.Blocks == nil && t.After != nil && len(t.After) != len(k.key) {
 			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.key)))
 		}
 		inc.add(i)
@@ -483,6 +496,106 @@ func (s *stream) chunkConn(ctx context.Context) (*pgx.Conn, error) {
 // else, for a table not begun and SNAPSHOT_PARALLELISM above 1, lanes cut
 // at the histogram of its first key column, else one lane from its After.
 func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
+	runs, ok, err := s.planBlocks(ctx, conn, t)
+	if err != nil || ok {
+		return runs, err
+	}
+	return s.planKeyLanes(ctx, conn, t)
+}
+
+// planBlocks plans an ordinary table's read in block ranges: the state's
+// plan when the table still has its relfilenode, else a new one from its
+// first block, cut into SNAPSHOT_PARALLELISM lanes of equal size. ok is
+// false for a table read in key ranges: a partitioned one (its leaves
+// have block numbers of their own), or one whose key-range read the state
+// records as begun.
+func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, bool, error) {
+	st := t.start
+	if s.c.chunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
+		return nil, false, nil
+	}
+	var (
+		kind      string
+		filenode  uint32
+		end       int64
+		reltuples float64
+		relpages  int64
+	)
+	err := conn.QueryRow(ctx, `SELECT c.relkind::text, coalesce(pg_relation_filenode(c.oid), 0::oid),
+		pg_relation_size(c.oid) / current_setting('block_size')::int8, greatest(c.reltuples, 0)::float8, c.relpages::int8
+		FROM pg_class c WHERE c.oid = $1::regclass`, t.rel.Target.Source()).Scan(&kind, &filenode, &end, &reltuples, &relpages)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the size of %s: %w", t.rel.Target.Qualified(), err)
+	}
+	if kind != "r" {
+		return nil, false, nil
+	}
+	var rowsPerBlock float64
+	if relpages > 0 && reltuples > 0 {
+		rowsPerBlock = reltuples / float64(relpages)
+	}
+	if st.Blocks != nil && st.Blocks.Filenode == filenode {
+		t.blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
+		var runs []*laneRun
+		if len(st.Lanes) > 0 {
+			for i, l := range st.Lanes {
+				if l.Done {
+					continue
+				}
+				r := &laneRun{idx: i, after: l.After, reply: make(chan bool, 4), blocks: true, rowsPerBlock: rowsPerBlock}
+				var err error
+				if r.from, err = parseBlock(l.Lo); err == nil {
+					r.to, err = parseBlock(l.Hi)
+				}
+				if err != nil {
+					return nil, false, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", s.c.cfg.StateFile, st.Source, i, err))
+				}
+				runs = append(runs, r)
+			}
+			return runs, true, nil
+		}
+		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End, rowsPerBlock: rowsPerBlock}}, true, nil
+	}
+	if st.Blocks != nil {
+		s.logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",
+			"table", t.rel.Target.Qualified(), "relfilenode", filenode, "planned_relfilenode", st.Blocks.Filenode)
+	}
+	if end > math.MaxUint32 {
+		return nil, false, fmt.Errorf("%s has %d blocks: more than a block number holds", t.rel.Target.Qualified(), end)
+	}
+	t.blocks = &state.Blocks{Filenode: filenode, End: uint32(end)}
+	t.plan = nil
+	cuts := snapshot.BlockLanes(uint32(end), s.inc.lanes)
+	runs := make([]*laneRun, len(cuts))
+	for i, c := range cuts {
+		runs[i] = &laneRun{idx: i, reply: make(chan bool, 4), blocks: true, from: c[0], to: c[1], rowsPerBlock: rowsPerBlock}
+		if len(cuts) > 1 {
+			lo, hi := strconv.FormatUint(uint64(c[0]), 10), strconv.FormatUint(uint64(c[1]), 10)
+			t.plan = append(t.plan, state.Lane{Lo: &lo, Hi: &hi})
+		}
+	}
+	if len(runs) > 1 {
+		s.logger.Info("snapshot: incremental: reading the table in lanes of block ranges", "table", t.rel.Target.Qualified(), "blocks", end, "lanes", len(runs), "parallelism", s.inc.lanes)
+	} else {
+		s.logger.Info("snapshot: incremental: reading the table in block ranges", "table", t.rel.Target.Qualified(), "blocks", end)
+	}
+	return runs, true, nil
+}
+
+// parseBlock reads a block number the state file holds as text.
+func parseBlock(v *string) (uint32, error) {
+	if v == nil {
+		return 0, errors.New("a block range without its bounds")
+	}
+	n, err := strconv.ParseUint(*v, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("block %q: %w", *v, err)
+	}
+	return uint32(n), nil
+}
+
+// planKeyLanes plans a table's read in primary-key ranges.
+func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
 	inc := s.inc
 	var runs []*laneRun
 	if len(t.start.Lanes) > 0 {
@@ -788,7 +901,21 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
 	}
-	sql, err := copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, s.inc.limit)
+	var sql string
+	var from, to uint32
+	var err error
+	if r.blocks {
+		from = r.from
+		if after != nil {
+			if from, err = parseBlock(&after[0]); err != nil {
+				return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
+			}
+		}
+		to = min(r.to, from+min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock), r.to-min(from, r.to)))
+		sql, err = copySource(rel.Target).BlockChunkSQL(cols, from, to)
+	} else {
+		sql, err = copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, s.inc.limit)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -804,11 +931,28 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	if r.blocks {
+		// The relfilenode the COPY scanned: the chunk's lock on the table
+		// holds until its commit, so no rewrite comes between the two.
+		if err := s.checkFilenode(ctx, conn, t, what); err != nil {
+			return nil, err
+		}
+	}
 	if err := tx.commit(ctx); err != nil {
 		return nil, err
 	}
 	ch.rows = int(n)
-	if n > 0 {
+	if r.blocks {
+		if to > from && n > 0 {
+			r.rowsPerBlock = float64(n) / float64(to-from)
+			r.bytesPerBlock = float64(len(ch.raw)) / float64(to-from)
+		} else if r.bytesPerBlock == 0 {
+			// Nothing read yet to size chunks by: twice as many blocks next.
+			r.rowsPerBlock = float64(s.inc.limit) / float64(2*max(to-from, 1))
+		}
+		ch.last = []string{strconv.FormatUint(uint64(to), 10)}
+		ch.done = to >= r.to
+	} else if n > 0 {
 		// The next chunk is read after this one's last key.
 		line := ch.raw[:len(ch.raw)-1]
 		line = line[bytes.LastIndexByte(line, '\n')+1:]
@@ -825,7 +969,9 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 			ch.last[j] = v
 		}
 	}
-	ch.done = n < int64(s.inc.limit)
+	if !r.blocks {
+		ch.done = n < int64(s.inc.limit)
+	}
 	ch.encoded = make(chan struct{})
 	go func() {
 		defer close(ch.encoded)
@@ -834,6 +980,23 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		}
 	}()
 	return ch, nil
+}
+
+// checkFilenode fails the chunk when its table is not the relfilenode
+// its block ranges were planned for: the table was rewritten, and rows
+// not read yet may have moved into blocks read already. The session ends;
+// the next one finds the state's plan stale and reads the table again
+// from its first block (planBlocks).
+func (s *stream) checkFilenode(ctx context.Context, conn *pgx.Conn, t *chunkTable, what string) error {
+	var filenode uint32
+	if err := conn.QueryRow(ctx, "SELECT coalesce(pg_relation_filenode($1::regclass), 0::oid)", t.rel.Target.Source()).Scan(&filenode); err != nil {
+		return fmt.Errorf("%s: read its relfilenode: %w", what, err)
+	}
+	if filenode != t.blocks.Filenode && !s.c.noFilenode {
+		return fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
+			what, filenode, t.blocks.Filenode)
+	}
+	return nil
 }
 
 // encode turns the chunk's raw COPY lines into NDJSON insert lines and
@@ -1104,6 +1267,11 @@ func (s *stream) saveChunks() error {
 		t.Chunks++
 		t.Copied += sv.rows
 		done := sv.done
+		if b := sv.table.blocks; b != nil && (t.Blocks == nil || *t.Blocks != *b) {
+			// The worker's block plan is new (the first, or after a
+			// rewrite): it replaces the state's, with its lanes.
+			t.Blocks, t.After, t.Lanes = &state.Blocks{Filenode: b.Filenode, End: b.End}, nil, nil
+		}
 		if len(t.Lanes) == 0 && len(sv.table.plan) > 1 {
 			t.Lanes = slices.Clone(sv.table.plan)
 		}
@@ -1122,7 +1290,7 @@ func (s *stream) saveChunks() error {
 			ts.ChunksTotal.Add(1) // more rows than the estimate
 		}
 		if done {
-			t.Status, t.After, t.Lanes, t.Rows = state.Complete, nil, nil, t.Copied
+			t.Status, t.After, t.Lanes, t.Blocks, t.Rows = state.Complete, nil, nil, nil, t.Copied
 			inc.tables = slices.DeleteFunc(inc.tables, func(x *chunkTable) bool { return x == sv.table })
 			before := doneRequests(inc.st)
 			inc.st.SettleRequests()

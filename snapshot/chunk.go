@@ -343,3 +343,86 @@ func Lanes(bounds []string, n int) []Lane {
 	}
 	return lanes
 }
+
+// Block ranges. An ordinary table (not a partitioned one) is read in
+// ranges of its heap's blocks rather than of its primary key: a TID range
+// scan (PostgreSQL 14+) reads a range sequentially, as the initial COPY
+// does, where a key range costs an index scan and a sort-free but random
+// heap walk (measured in docs/performance.md, bench k). The window and
+// the xip rule above do not depend on how the chunks partition the table;
+// what block ranges need besides, argued here:
+//
+//   - Every row version the chunks must read lies below End, the heap's
+//     size in blocks when the table's read was planned (after the slot's
+//     consistent point, or after a resnapshot request's position): a
+//     version that existed then lay in a block that existed then. A
+//     version written later is written by a transaction that commits
+//     after that position, so the stream carries it.
+//   - A row the stream does not change keeps its place: the heap moves a
+//     version only by writing a new one (an UPDATE, which the stream
+//     carries), except when the table is rewritten (VACUUM FULL, CLUSTER,
+//     a rewriting ALTER TABLE, pg_repack). A rewrite gives the table a
+//     new relfilenode; each chunk reads the relfilenode its COPY scanned
+//     (the chunk's lock on the table holds until its commit), and a chunk
+//     that finds another than the plan's makes the table be read again
+//     from its first block under a new plan. Without that check a rewrite
+//     that compacts the heap moves unread rows into blocks already read,
+//     and they are lost (TestIncremental_RewriteDuringBlocks shows it).
+//
+// So, for a key, at the end: either the stream changed it after the
+// table's read began, and Feldera holds the stream's last value (the
+// window argument keeps a chunk from overwriting it), or it did not, and
+// it sat in one block below End all along, in exactly one chunk's range.
+
+// BlockChunkSQL is the COPY of the rows in blocks [from, to) of s.
+func (s Source) BlockChunkSQL(cols []string, from, to uint32) (string, error) {
+	if to < from {
+		return "", fmt.Errorf("chunk of %s: block range [%d, %d)", s.Table, from, to)
+	}
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = quoteIdent(c)
+	}
+	sel := fmt.Sprintf("SELECT %s FROM %s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid", strings.Join(quoted, ", "), s.Table, from, to)
+	if s.Filter != "" {
+		sel += " AND (" + s.Filter + ")"
+	}
+	return "COPY (" + sel + ") TO STDOUT", nil
+}
+
+// BlockLanes splits blocks [0, end) into at most n lanes of about equal
+// size, as [Lo, Hi) pairs.
+func BlockLanes(end uint32, n int) [][2]uint32 {
+	if n < 1 {
+		n = 1
+	}
+	if uint32(n) > end {
+		n = max(int(end), 1)
+	}
+	out := make([][2]uint32, n)
+	for i := range out {
+		out[i] = [2]uint32{uint32(uint64(end) * uint64(i) / uint64(n)), uint32(uint64(end) * uint64(i+1) / uint64(n))}
+	}
+	return out
+}
+
+// BlocksPerChunk is how many blocks the next chunk reads: about rows rows
+// and at most maxBytes bytes, from what the chunks before read (rows and
+// bytes per block), at least one block. Before any chunk, rowsPerBlock
+// is the catalog's estimate, or 0 for none: then one block is read first.
+func BlocksPerChunk(rows, maxBytes int, rowsPerBlock, bytesPerBlock float64) uint32 {
+	if rowsPerBlock <= 0 {
+		return 1
+	}
+	n := float64(rows) / rowsPerBlock
+	if bytesPerBlock > 0 && maxBytes > 0 {
+		n = min(n, float64(maxBytes)/bytesPerBlock)
+	}
+	if n < 1 {
+		return 1
+	}
+	if n > 1<<20 {
+		return 1 << 20
+	}
+	return uint32(n)
+}

@@ -278,3 +278,62 @@ func testConn(t *testing.T) *pgx.Conn {
 	t.Cleanup(func() { conn.Close(ctx) })
 	return conn
 }
+
+func TestBlockChunkSQL(t *testing.T) {
+	s := snapshot.Source{Table: `"public"."t"`, Filter: "(region = 'eu'::text)"}
+	got, err := s.BlockChunkSQL([]string{"id", "Name"}, 10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `COPY (SELECT "id", "Name" FROM "public"."t" WHERE ctid >= '(10,0)'::tid AND ctid < '(20,0)'::tid AND ((region = 'eu'::text))) TO STDOUT`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	if _, err := s.BlockChunkSQL([]string{"id"}, 20, 10); err == nil {
+		t.Fatal("a backwards range was accepted")
+	}
+}
+
+// BlockLanes partitions [0, end): contiguous, no gap, no overlap, no
+// empty lane but for an empty table's one.
+func TestBlockLanes(t *testing.T) {
+	for _, c := range []struct {
+		end   uint32
+		n     int
+		lanes int
+	}{{0, 3, 1}, {1, 3, 1}, {2, 3, 2}, {100, 1, 1}, {100, 3, 3}, {4294967295, 4, 4}} {
+		got := snapshot.BlockLanes(c.end, c.n)
+		if len(got) != c.lanes {
+			t.Fatalf("BlockLanes(%d, %d) = %v, want %d lanes", c.end, c.n, got, c.lanes)
+		}
+		var at uint32
+		for _, l := range got {
+			if l[0] != at || (l[1] <= l[0] && c.end > 0) {
+				t.Fatalf("BlockLanes(%d, %d) = %v: not a partition", c.end, c.n, got)
+			}
+			at = l[1]
+		}
+		if at != c.end {
+			t.Fatalf("BlockLanes(%d, %d) = %v: ends at %d", c.end, c.n, got, at)
+		}
+	}
+}
+
+func TestBlocksPerChunk(t *testing.T) {
+	for _, c := range []struct {
+		rows, maxBytes              int
+		rowsPerBlock, bytesPerBlock float64
+		want                        uint32
+	}{
+		{10000, 4 << 20, 0, 0, 1},           // nothing known: one block first
+		{10000, 4 << 20, 100, 0, 100},       // the catalog's estimate
+		{10000, 4 << 20, 100, 8000, 100},    // rows bound
+		{10000, 4 << 20, 100, 1 << 20, 4},   // bytes bound (TOASTed values)
+		{10000, 4 << 20, 100, 64 << 20, 1},  // one block holds more than the bound: still one
+		{10000, 4 << 20, 0.001, 1, 1 << 20}, // a nearly empty heap: capped
+	} {
+		if got := snapshot.BlocksPerChunk(c.rows, c.maxBytes, c.rowsPerBlock, c.bytesPerBlock); got != c.want {
+			t.Errorf("BlocksPerChunk(%d, %d, %v, %v) = %d, want %d", c.rows, c.maxBytes, c.rowsPerBlock, c.bytesPerBlock, got, c.want)
+		}
+	}
+}

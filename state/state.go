@@ -68,6 +68,19 @@ type Table struct {
 	// Request is the id of the resnapshot request that last started this
 	// table's incremental snapshot.
 	Request string `json:"request,omitempty"`
+	// Blocks is set for an Incremental table read in ranges of its heap's
+	// blocks (an ordinary table; snapshot/chunk.go argues why that is
+	// exact): then After holds one value, the next block to read, and a
+	// lane's Lo and Hi are its blocks [Lo, Hi), in decimal.
+	Blocks *Blocks `json:"blocks,omitempty"`
+}
+
+// Blocks is the plan of a table read in block ranges: the relfilenode its
+// blocks belong to (a rewrite changes it, and the table is then read
+// again from its first block) and how many blocks it had when planned.
+type Blocks struct {
+	Filenode uint32 `json:"filenode"`
+	End      uint32 `json:"end"`
 }
 
 // Lane is one range of a table read in parallel: keys whose first column

@@ -260,7 +260,27 @@ func printStatus(w io.Writer, st *Status) {
 			if t.Request != "" {
 				line += " (resnapshot " + t.Request + ")"
 			}
-			if len(t.After) > 0 {
+			switch {
+			case t.Blocks != nil && len(t.Lanes) > 0:
+				var at []string
+				for _, l := range t.Lanes {
+					next := "done"
+					if !l.Done {
+						next = deref(l.Lo)
+						if len(l.After) > 0 {
+							next = l.After[0]
+						}
+					}
+					at = append(at, fmt.Sprintf("[%s, %s) at %s", deref(l.Lo), deref(l.Hi), next))
+				}
+				line += fmt.Sprintf("; read in block ranges of %d blocks, lanes %s", t.Blocks.End, strings.Join(at, ", "))
+			case t.Blocks != nil:
+				next := "0"
+				if len(t.After) > 0 {
+					next = t.After[0]
+				}
+				line += fmt.Sprintf("; read in block ranges, resumes at block %s of %d", next, t.Blocks.End)
+			case len(t.After) > 0:
 				line += fmt.Sprintf("; resumes after key (%s)", strings.Join(t.After, ", "))
 			}
 		}
@@ -306,4 +326,11 @@ func failoverNote(failover *bool, standbySlots *string, note *string) *bool {
 		*note = "the slot fails over; the primary waits for " + *standbySlots + " before sending"
 	}
 	return failover
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "?"
+	}
+	return *s
 }
