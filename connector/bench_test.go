@@ -136,8 +136,15 @@ func (d *discardSink) Query(_ context.Context, sql string, fn func(json.RawMessa
 func BenchmarkSnapshotThroughput(b *testing.B) {
 	const rows int64 = 1_000_000
 	e := newEnvOn(b, pgcluster.Shared(b), benchPG, benchFeldera, nil)
+	// BENCH_SHUFFLED=1 writes the rows in random key order, so that the
+	// heap's order is not the key's (a table grown by random keys, UUIDs):
+	// key ranges then read their rows from all over the heap.
+	order := ""
+	if os.Getenv("BENCH_SHUFFLED") != "" {
+		order = " ORDER BY random()"
+	}
 	e.exec(fmt.Sprintf(`INSERT INTO t SELECT g, 'name-' || g, g * 0.01, '2024-01-01'::timestamptz + g * interval '1 second',
-		jsonb_build_object('k', g, 'v', 'payload') FROM generate_series(1, %d) g`, rows))
+		jsonb_build_object('k', g, 'v', 'payload') FROM generate_series(1, %d) g%s`, rows, order))
 	e.exec("VACUUM ANALYZE t")
 	b.Run("reference_copy_to_devnull", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
@@ -152,12 +159,15 @@ func BenchmarkSnapshotThroughput(b *testing.B) {
 		name  string
 		mode  string
 		lanes int
-	}{{"pgfeldera_snapshot", connector.SnapshotInitial, 1}, {"pgfeldera_incremental", connector.SnapshotIncremental, 1}, {"pgfeldera_incremental_2", connector.SnapshotIncremental, 2}} {
-		b.Run(mode.name, func(b *testing.B) { benchSnapshot(b, e, rows, mode.mode, mode.lanes) })
+		byKey bool
+	}{{"pgfeldera_snapshot", connector.SnapshotInitial, 1, false},
+		{"pgfeldera_incremental", connector.SnapshotIncremental, 1, false}, {"pgfeldera_incremental_2", connector.SnapshotIncremental, 2, false},
+		{"pgfeldera_incremental_keys", connector.SnapshotIncremental, 1, true}, {"pgfeldera_incremental_keys_2", connector.SnapshotIncremental, 2, true}} {
+		b.Run(mode.name, func(b *testing.B) { benchSnapshot(b, e, rows, mode.mode, mode.lanes, mode.byKey) })
 	}
 }
 
-func benchSnapshot(b *testing.B, e *env, rows int64, mode string, lanes int) {
+func benchSnapshot(b *testing.B, e *env, rows int64, mode string, lanes int, byKey bool) {
 	{
 		for i := 0; i < b.N; i++ {
 			sink := &discardSink{Sink: e.client, lines: map[string]int{}}
@@ -170,6 +180,9 @@ func benchSnapshot(b *testing.B, e *env, rows int64, mode string, lanes int) {
 			cfg.StateFile = b.TempDir() + "/state.json"
 			cfg.Slot = fmt.Sprintf("%s_%s_%d_%d", e.slot, mode, lanes, i)
 			c := e.newConnector(cfg, sink)
+			if byKey {
+				connector.ChunkByKey(c)
+			}
 			start := time.Now()
 			r := e.run(c)
 			for c.Stats().SnapshotRows.Load() < rows {

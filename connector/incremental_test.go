@@ -271,3 +271,4 @@ func TestIncremental_RewriteDuringBlocks(t *testing.T) {
 		})
 	}
 }
+

@@ -33,6 +33,7 @@ type stream struct {
 	logger   *slog.Logger
 
 	open       bool          // inside BEGIN … COMMIT
+	openRows   bool          // the filling batch holds rows of the open transaction
 	received   pglogrepl.LSN // highest WAL position read
 	filling    *batch
 	spare      *batch // nil while a POST reads it
@@ -489,7 +490,7 @@ func (s *stream) event(ev *decode.Event) error {
 	}
 	switch ev.Kind {
 	case decode.KindBegin:
-		s.open = true
+		s.open, s.openRows = true, false
 	case decode.KindCommit:
 		s.open = false
 		// A COMMIT records how far a flush may move the position; only a
@@ -514,6 +515,7 @@ func (s *stream) event(ev *decode.Event) error {
 			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
 		}
 	case decode.KindRows:
+		s.openRows = s.openRows || s.open
 		s.filling.added(ev.Route, ev.Rows, time.Now())
 		s.c.stats.StreamRows.Add(int64(ev.Rows))
 		ts := s.c.tableStats[ev.Route]
@@ -641,7 +643,13 @@ func (s *stream) flushDue(now time.Time) bool {
 // transaction (a TRUNCATE, a stop: they need everything sent complete).
 func (s *stream) startFlush(end bool) {
 	b := s.filling
-	spans := s.open && !end
+	// A batch sealed inside a source transaction splits it only when it
+	// holds some of its rows: one sealed (by the linger) after a BEGIN
+	// whose rows have not come yet holds whole transactions, and needs no
+	// Feldera transaction (an incremental snapshot's watermark
+	// transactions, which carry no rows, hit that at every chunk).
+	spans := s.open && s.openRows && !end
+	s.openRows = false
 	if spans && s.txnOpen && s.front.inFlight() >= maxTxnFlight-1 {
 		// The source transaction outgrew what one Feldera transaction may
 		// keep in flight: commit what was sent, and go on in a new one.
