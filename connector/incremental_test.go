@@ -271,4 +271,3 @@ func TestIncremental_RewriteDuringBlocks(t *testing.T) {
 		})
 	}
 }
-
