@@ -111,16 +111,9 @@ func TestIncremental_ExactUnderWrites(t *testing.T) {
 			e.waitLog("snapshot: incremental: complete", 120*time.Second)
 			ops := m.halt()
 			e.waitConfirmed(e.currentLSN(), 60*time.Second)
-			d := e.diff("users", "users")
-			if unsafe {
-				if d == "" {
-					t.Fatal("with every chunk row kept, the chunks' stale rows should have overwritten the stream's changes: the test cannot see a loss")
-				}
-				t.Logf("without the window: %d lines of difference, e.g. %s", strings.Count(d, "\n"), firstLine(d))
+			if !exactUnlessUnsafe(t, e.diff("users", "users"), unsafe, "without the window",
+				"with every chunk row kept, the chunks' stale rows should have overwritten the stream's changes") {
 				return
-			}
-			if d != "" {
-				t.Fatal(d)
 			}
 			e.assertEqual("items", "catalog_items")
 			st, err := state.Load(cfg.StateFile)
@@ -254,20 +247,32 @@ func TestIncremental_RewriteDuringBlocks(t *testing.T) {
 			e.waitLog("snapshot: incremental: complete", 60*time.Second)
 			e.exec("INSERT INTO users VALUES (30000, 'later', 0)")
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			d := e.diff("users", "users")
-			if unsafe {
-				if d == "" {
-					t.Fatal("with the rewrite ignored, the rows it moved into blocks already read should be missing: the test cannot see a loss")
-				}
-				t.Logf("without the relfilenode check: %d lines of difference, e.g. %s", strings.Count(d, "\n"), firstLine(d))
+			if !exactUnlessUnsafe(t, e.diff("users", "users"), unsafe, "without the relfilenode check",
+				"with the rewrite ignored, the rows it moved into blocks already read should be missing") {
 				return
-			}
-			if d != "" {
-				t.Fatal(d)
 			}
 			if !strings.Contains(e.logs.String(), "the table was rewritten while it was read in block ranges") {
 				t.Fatal("the rewrite was not noticed")
 			}
 		})
 	}
+}
+
+// exactUnlessUnsafe checks a test's diff d: empty for the safe variant;
+// for the unsafe one (unsafe set), not empty, or the test could not see a
+// loss (want says what should have been lost), and logged. It reports
+// whether the safe variant's checks go on.
+func exactUnlessUnsafe(t *testing.T, d string, unsafe bool, variant, want string) bool {
+	t.Helper()
+	if unsafe {
+		if d == "" {
+			t.Fatal(want + ": the test cannot see a loss")
+		}
+		t.Logf("%s: %d lines of difference, e.g. %s", variant, strings.Count(d, "\n"), firstLine(d))
+		return false
+	}
+	if d != "" {
+		t.Fatal(d)
+	}
+	return true
 }
