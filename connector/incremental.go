@@ -93,7 +93,16 @@ type laneRun struct {
 	blocks                      bool
 	from, to                    uint32
 	rowsPerBlock, bytesPerBlock float64
+	prevBlocks                  uint32 // the last chunk's blocks
+	// A lane read in key ranges: the COPY bytes per row its chunks read
+	// so far (0: none yet), which bounds the next chunk's rows by
+	// BATCH_MAX_BYTES.
+	bytesPerRow float64
 }
+
+// firstKeyChunk is how many rows a lane read in key ranges reads first,
+// before it knows how wide its rows are.
+const firstKeyChunk = 16
 
 // keyInfo is what chunkKey found for one table: its primary key, or why
 // it cannot be read in chunks.
@@ -515,24 +524,18 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) 
 		return nil, false, nil
 	}
 	var (
-		kind      string
-		filenode  uint32
-		end       int64
-		reltuples float64
-		relpages  int64
+		kind     string
+		filenode uint32
+		end      int64
 	)
 	err := conn.QueryRow(ctx, `SELECT c.relkind::text, coalesce(pg_relation_filenode(c.oid), 0::oid),
-		pg_relation_size(c.oid) / current_setting('block_size')::int8, greatest(c.reltuples, 0)::float8, c.relpages::int8
-		FROM pg_class c WHERE c.oid = $1::regclass`, t.rel.Target.Source()).Scan(&kind, &filenode, &end, &reltuples, &relpages)
+		pg_relation_size(c.oid) / current_setting('block_size')::int8
+		FROM pg_class c WHERE c.oid = $1::regclass`, t.rel.Target.Source()).Scan(&kind, &filenode, &end)
 	if err != nil {
 		return nil, false, fmt.Errorf("read the size of %s: %w", t.rel.Target.Qualified(), err)
 	}
 	if kind != "r" {
 		return nil, false, nil
-	}
-	var rowsPerBlock float64
-	if relpages > 0 && reltuples > 0 {
-		rowsPerBlock = reltuples / float64(relpages)
 	}
 	if st.Blocks != nil && st.Blocks.Filenode == filenode {
 		t.blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
@@ -542,7 +545,7 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) 
 				if l.Done {
 					continue
 				}
-				r := &laneRun{idx: i, after: l.After, reply: make(chan bool, 4), blocks: true, rowsPerBlock: rowsPerBlock}
+				r := &laneRun{idx: i, after: l.After, reply: make(chan bool, 4), blocks: true}
 				var err error
 				if r.from, err = parseBlock(l.Lo); err == nil {
 					r.to, err = parseBlock(l.Hi)
@@ -554,7 +557,7 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) 
 			}
 			return runs, true, nil
 		}
-		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End, rowsPerBlock: rowsPerBlock}}, true, nil
+		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End}}, true, nil
 	}
 	if st.Blocks != nil {
 		s.logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",
@@ -568,7 +571,7 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) 
 	cuts := snapshot.BlockLanes(uint32(end), s.inc.lanes)
 	runs := make([]*laneRun, len(cuts))
 	for i, c := range cuts {
-		runs[i] = &laneRun{idx: i, reply: make(chan bool, 4), blocks: true, from: c[0], to: c[1], rowsPerBlock: rowsPerBlock}
+		runs[i] = &laneRun{idx: i, reply: make(chan bool, 4), blocks: true, from: c[0], to: c[1]}
 		if len(cuts) > 1 {
 			lo, hi := strconv.FormatUint(uint64(c[0]), 10), strconv.FormatUint(uint64(c[1]), 10)
 			t.plan = append(t.plan, state.Lane{Lo: &lo, Hi: &hi})
@@ -911,10 +914,20 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 				return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
 			}
 		}
-		to = min(r.to, from+min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock), r.to-min(from, r.to)))
+		to = min(r.to, from+min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-min(from, r.to)))
+		r.prevBlocks = to - min(from, to)
 		sql, err = copySource(rel.Target).BlockChunkSQL(cols, from, to)
-	} else {
-		sql, err = copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, s.inc.limit)
+	}
+	limit := s.inc.limit
+	if !r.blocks {
+		// Rows are bounded by SNAPSHOT_CHUNK_ROWS, and by BATCH_MAX_BYTES
+		// at the width the lane's rows had so far: a chunk is held in
+		// memory whole, and TOASTed values make rows of any width.
+		limit = min(limit, firstKeyChunk)
+		if r.bytesPerRow > 0 {
+			limit = max(1, min(s.inc.limit, int(float64(s.c.cfg.BatchMaxBytes)/r.bytesPerRow)))
+		}
+		sql, err = copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -932,23 +945,23 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if r.blocks {
-		// The relfilenode the COPY scanned: the chunk's lock on the table
-		// holds until its commit, so no rewrite comes between the two.
-		if err := s.checkFilenode(ctx, conn, t, what); err != nil {
+		// The relfilenode the COPY scanned, read before the commit: the
+		// chunk's lock on the table holds until then, so no rewrite
+		// comes between the two.
+		if err := s.commitChunk(ctx, tx, t); err != nil {
 			return nil, err
 		}
-	}
-	if err := tx.commit(ctx); err != nil {
+	} else if err := tx.commit(ctx); err != nil {
 		return nil, err
 	}
 	ch.rows = int(n)
+	if !r.blocks && n > 0 {
+		r.bytesPerRow = float64(len(ch.raw)) / float64(n)
+	}
 	if r.blocks {
 		if to > from && n > 0 {
 			r.rowsPerBlock = float64(n) / float64(to-from)
 			r.bytesPerBlock = float64(len(ch.raw)) / float64(to-from)
-		} else if r.bytesPerBlock == 0 {
-			// Nothing read yet to size chunks by: twice as many blocks next.
-			r.rowsPerBlock = float64(s.inc.limit) / float64(2*max(to-from, 1))
 		}
 		ch.last = []string{strconv.FormatUint(uint64(to), 10)}
 		ch.done = to >= r.to
@@ -970,7 +983,7 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		}
 	}
 	if !r.blocks {
-		ch.done = n < int64(s.inc.limit)
+		ch.done = n < int64(limit)
 	}
 	ch.encoded = make(chan struct{})
 	go func() {
@@ -982,19 +995,28 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	return ch, nil
 }
 
-// checkFilenode fails the chunk when its table is not the relfilenode
-// its block ranges were planned for: the table was rewritten, and rows
-// not read yet may have moved into blocks read already. The session ends;
-// the next one finds the state's plan stale and reads the table again
-// from its first block (planBlocks).
-func (s *stream) checkFilenode(ctx context.Context, conn *pgx.Conn, t *chunkTable, what string) error {
-	var filenode uint32
-	if err := conn.QueryRow(ctx, "SELECT coalesce(pg_relation_filenode($1::regclass), 0::oid)", t.rel.Target.Source()).Scan(&filenode); err != nil {
-		return fmt.Errorf("%s: read its relfilenode: %w", what, err)
+// commitChunk reads the relfilenode a block-range chunk's COPY scanned
+// and commits the chunk, in one round trip, and fails the chunk when the
+// relfilenode is not the one its plan was made for: the table was
+// rewritten, and rows not read yet may have moved into blocks read
+// already. The session ends; the next one finds the state's plan stale
+// and reads the table again from its first block (planBlocks).
+func (s *stream) commitChunk(ctx context.Context, tx *chunkTx, t *chunkTable) error {
+	res, err := tx.conn.PgConn().Exec(ctx, "SELECT coalesce(pg_relation_filenode("+quoteLiteral(t.rel.Target.Source())+"::regclass), 0::oid)::text;COMMIT").ReadAll()
+	if err != nil {
+		return fmt.Errorf("%s: read its relfilenode and commit: %w", tx.what, err)
 	}
-	if filenode != t.blocks.Filenode && !s.c.noFilenode {
+	tx.done = true
+	if len(res) == 0 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return fmt.Errorf("%s: read its relfilenode: no row", tx.what)
+	}
+	filenode, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+	if err != nil {
+		return fmt.Errorf("%s: relfilenode %q: %w", tx.what, res[0].Rows[0][0], err)
+	}
+	if uint32(filenode) != t.blocks.Filenode && !s.c.noFilenode {
 		return fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
-			what, filenode, t.blocks.Filenode)
+			tx.what, filenode, t.blocks.Filenode)
 	}
 	return nil
 }

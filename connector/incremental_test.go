@@ -276,3 +276,53 @@ func exactUnlessUnsafe(t *testing.T, d string, unsafe bool, variant, want string
 	}
 	return true
 }
+
+// Chunks are bounded in bytes, not only in rows: a chunk is held in memory
+// whole, and a row can be as wide as its TOASTed values. Rows of 64 KiB
+// under BATCH_MAX_BYTES=512KiB are read a few at a time, in block ranges
+// and in key ranges alike; with the byte bound lifted, the same table is
+// read in chunks of hundreds of rows, so the test sees the difference.
+func TestIncremental_ChunksBoundedInBytes(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		byKey    bool
+		maxBytes int
+	}{{"blocks", false, 512 << 10}, {"keys", true, 512 << 10}, {"blocks/unbounded", false, 1 << 30}, {"keys/unbounded", true, 1 << 30}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, `CREATE TABLE wide (id bigint PRIMARY KEY, payload text);
+CREATE PUBLICATION pub FOR TABLE wide;`, `CREATE TABLE wide (id BIGINT NOT NULL PRIMARY KEY, payload VARCHAR);`)
+			e.exec("INSERT INTO wide SELECT g, repeat(md5(g::text), 2048) FROM generate_series(1, 600) g")
+			cfg := e.config("wide")
+			cfg.SnapshotMode = connector.SnapshotIncremental
+			cfg.BatchMaxRows = 1000
+			cfg.BatchMaxBytes = c.maxBytes
+			conn := e.newConnector(cfg, e.client)
+			if c.byKey {
+				connector.ChunkByKey(conn)
+			}
+			e.run(conn)
+			e.waitLog("snapshot: incremental: complete", 60*time.Second)
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("wide", "wide")
+			most := 0
+			for _, l := range strings.Split(e.logs.String(), "\n") {
+				if i := strings.Index(l, "chunk read"); i >= 0 {
+					var n int
+					if j := strings.Index(l, " rows="); j >= 0 {
+						fmt.Sscanf(l[j+len(" rows="):], "%d", &n)
+					}
+					most = max(most, n)
+				}
+			}
+			// 64 KiB rows: 8 fit 512 KiB; a block range reads at least
+			// one block, which holds a few of these (compressed inline).
+			if c.maxBytes < 1<<20 && (most == 0 || most > 16) {
+				t.Fatalf("the largest chunk held %d rows of 64 KiB, want at most 16 under BATCH_MAX_BYTES=512KiB", most)
+			}
+			if c.maxBytes >= 1<<20 && most <= 16 {
+				t.Fatalf("with the byte bound lifted the largest chunk held %d rows: the test cannot see the bound", most)
+			}
+			t.Logf("largest chunk: %d rows", most)
+		})
+	}
+}

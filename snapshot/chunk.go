@@ -407,22 +407,25 @@ func BlockLanes(end uint32, n int) [][2]uint32 {
 }
 
 // BlocksPerChunk is how many blocks the next chunk reads: about rows rows
-// and at most maxBytes bytes, from what the chunks before read (rows and
-// bytes per block), at least one block. Before any chunk, rowsPerBlock
-// is the catalog's estimate, or 0 for none: then one block is read first.
-func BlocksPerChunk(rows, maxBytes int, rowsPerBlock, bytesPerBlock float64) uint32 {
-	if rowsPerBlock <= 0 {
-		return 1
+// and at most maxBytes bytes, at the rows and bytes per block the chunks
+// before read, at least one block. Until a chunk has read a row, nothing
+// says how wide the rows are (one block of TOAST pointers can stand for
+// gigabytes): the first chunk reads one block, and each empty one twice
+// as many as prev, the one before.
+func BlocksPerChunk(rows, maxBytes int, rowsPerBlock, bytesPerBlock float64, prev uint32) uint32 {
+	const most = 1 << 20
+	if rowsPerBlock <= 0 || bytesPerBlock <= 0 {
+		return min(max(1, 2*prev), most)
 	}
 	n := float64(rows) / rowsPerBlock
-	if bytesPerBlock > 0 && maxBytes > 0 {
+	if maxBytes > 0 {
 		n = min(n, float64(maxBytes)/bytesPerBlock)
 	}
 	if n < 1 {
 		return 1
 	}
-	if n > 1<<20 {
-		return 1 << 20
+	if n > most {
+		return most
 	}
 	return uint32(n)
 }

@@ -323,17 +323,19 @@ func TestBlocksPerChunk(t *testing.T) {
 	for _, c := range []struct {
 		rows, maxBytes              int
 		rowsPerBlock, bytesPerBlock float64
-		want                        uint32
+		prev, want                  uint32
 	}{
-		{10000, 4 << 20, 0, 0, 1},           // nothing known: one block first
-		{10000, 4 << 20, 100, 0, 100},       // the catalog's estimate
-		{10000, 4 << 20, 100, 8000, 100},    // rows bound
-		{10000, 4 << 20, 100, 1 << 20, 4},   // bytes bound (TOASTed values)
-		{10000, 4 << 20, 100, 64 << 20, 1},  // one block holds more than the bound: still one
-		{10000, 4 << 20, 0.001, 1, 1 << 20}, // a nearly empty heap: capped
+		{10000, 4 << 20, 0, 0, 0, 1},             // nothing read yet: one block first
+		{10000, 4 << 20, 100, 0, 0, 1},           // an estimate of rows says nothing of their width
+		{10000, 4 << 20, 0, 0, 8, 16},            // empty so far: twice the last
+		{10000, 4 << 20, 0, 0, 1 << 20, 1 << 20}, // capped
+		{10000, 4 << 20, 100, 8000, 1, 100},      // rows bound
+		{10000, 4 << 20, 100, 1 << 20, 1, 4},     // bytes bound (TOASTed values)
+		{10000, 4 << 20, 100, 64 << 20, 1, 1},    // one block holds more than the bound: still one
+		{10000, 4 << 20, 0.001, 1, 1, 1 << 20},   // a nearly empty heap: capped
 	} {
-		if got := snapshot.BlocksPerChunk(c.rows, c.maxBytes, c.rowsPerBlock, c.bytesPerBlock); got != c.want {
-			t.Errorf("BlocksPerChunk(%d, %d, %v, %v) = %d, want %d", c.rows, c.maxBytes, c.rowsPerBlock, c.bytesPerBlock, got, c.want)
+		if got := snapshot.BlocksPerChunk(c.rows, c.maxBytes, c.rowsPerBlock, c.bytesPerBlock, c.prev); got != c.want {
+			t.Errorf("BlocksPerChunk(%d, %d, %v, %v, %d) = %d, want %d", c.rows, c.maxBytes, c.rowsPerBlock, c.bytesPerBlock, c.prev, got, c.want)
 		}
 	}
 }
