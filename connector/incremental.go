@@ -27,8 +27,9 @@ import (
 
 // Incremental snapshots (SNAPSHOT_MODE=incremental, issue 17): the slot
 // is created without an exported snapshot, the stream starts at once, and
-// a worker on its own connection reads each table in primary-key chunks,
-// each in its own short REPEATABLE READ transaction bracketed by a low and
+// a worker on its own connection reads each table in chunks (ranges of
+// its heap's blocks, or of its primary key for a partitioned table: see
+// planBlocks), each in its own short REPEATABLE READ transaction bracketed by a low and
 // a high watermark it writes into the stream (pg_logical_emit_message, so
 // they are ordered with the data and need no table on the source). The
 // stream loop reconciles each chunk with the changes between its
@@ -231,9 +232,11 @@ type incremental struct {
 }
 
 // chunkKey reads a table's primary key (its columns in index order and
-// their types) and checks that it is the Feldera table's key: chunks are
-// key ranges of the primary key's btree, and the reconciliation is by the
-// Feldera key, so the two must be the same columns.
+// their types) and checks that it is the Feldera table's key: key-range
+// chunks are ranges of the primary key's btree, and the reconciliation is
+// by the Feldera key, so the two must be the same columns. (Block-range
+// chunks would not need it; the refusal is kept for every table, so that
+// a table's mode does not decide what is accepted.)
 func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.KeyCol, []int, error) {
 	t := rel.Target
 	if !rel.Keyed() {
@@ -501,9 +504,11 @@ func (s *stream) chunkConn(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// planLanes is how t is read: the lanes the state lists (those not done),
-// else, for a table not begun and SNAPSHOT_PARALLELISM above 1, lanes cut
-// at the histogram of its first key column, else one lane from its After.
+// planLanes is how t is read: in block ranges (planBlocks) when it can
+// be, else in key ranges (planKeyLanes): the lanes the state lists (those
+// not done), else, for a table not begun and SNAPSHOT_PARALLELISM above 1,
+// lanes cut at the histogram of its first key column, else one lane from
+// its After.
 func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
 	runs, ok, err := s.planBlocks(ctx, conn, t)
 	if err != nil || ok {
