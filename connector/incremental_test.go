@@ -83,9 +83,7 @@ func TestIncremental_ExactUnderWrites(t *testing.T) {
 			e.exec("ANALYZE users")
 			e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
 			e.fel.SetCompletionDelay(5 * time.Millisecond)
-			cfg := e.config("users,public.items:catalog_items")
-			cfg.SnapshotMode = connector.SnapshotIncremental
-			cfg.BatchMaxRows = 1000
+			cfg := e.incrementalConfig("users,public.items:catalog_items", 1000)
 			cfg.SnapshotParallelism = c.lanes
 			lanes := c.lanes
 			c := e.newConnector(cfg, e.client)
@@ -188,9 +186,7 @@ func truncateInWindow(t *testing.T, byKey bool) {
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 5000) g")
 	e.exec("ANALYZE users")
-	cfg := e.config("users,public.items:catalog_items")
-	cfg.SnapshotMode = connector.SnapshotIncremental
-	cfg.BatchMaxRows = 500
+	cfg := e.incrementalConfig("users,public.items:catalog_items", 500)
 	c := e.newConnector(cfg, e.client)
 	if byKey {
 		connector.ChunkByKey(c)
@@ -230,9 +226,7 @@ func TestIncremental_RewriteDuringBlocks(t *testing.T) {
 			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 20000) g")
 			e.exec("DELETE FROM users WHERE id <= 15000")
 			e.exec("ANALYZE users")
-			cfg := e.config("users,public.items:catalog_items")
-			cfg.SnapshotMode = connector.SnapshotIncremental
-			cfg.BatchMaxRows = 1000
+			cfg := e.incrementalConfig("users,public.items:catalog_items", 1000)
 			c := e.newConnector(cfg, e.client)
 			var once sync.Once
 			connector.SetChunkReadHook(c, func(table string, keys []string) {
@@ -292,9 +286,7 @@ func TestIncremental_ChunksBoundedInBytes(t *testing.T) {
 			e := newEnv(t, `CREATE TABLE wide (id bigint PRIMARY KEY, payload text);
 CREATE PUBLICATION pub FOR TABLE wide;`, `CREATE TABLE wide (id BIGINT NOT NULL PRIMARY KEY, payload VARCHAR);`)
 			e.exec("INSERT INTO wide SELECT g, repeat(md5(g::text), 2048) FROM generate_series(1, 150) g")
-			cfg := e.config("wide")
-			cfg.SnapshotMode = connector.SnapshotIncremental
-			cfg.BatchMaxRows = 1000
+			cfg := e.incrementalConfig("wide", 1000)
 			cfg.BatchMaxBytes = c.maxBytes
 			conn := e.newConnector(cfg, e.client)
 			if c.byKey {
@@ -335,9 +327,7 @@ func TestIncremental_KeyRangeStateResumesInKeys(t *testing.T) {
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 20000) g")
 	e.fel.SetCompletionDelay(20 * time.Millisecond)
-	cfg := e.config("users")
-	cfg.SnapshotMode = connector.SnapshotIncremental
-	cfg.BatchMaxRows = 1000
+	cfg := e.incrementalConfig("users", 1000)
 	c := e.newConnector(cfg, e.client)
 	connector.ChunkByKey(c)
 	r := e.run(c)
@@ -367,4 +357,13 @@ func TestIncremental_KeyRangeStateResumesInKeys(t *testing.T) {
 	if strings.Contains(second, "block ranges") || !strings.Contains(second, "resume_after="+st.Tables[0].After[0]) {
 		t.Fatalf("the second run did not resume the key-range read after key %v", st.Tables[0].After)
 	}
+}
+
+// incrementalConfig is e.config(tables) for an incremental snapshot in
+// batches (and chunks) of batchRows rows.
+func (e *env) incrementalConfig(tables string, batchRows int) connector.Config {
+	cfg := e.config(tables)
+	cfg.SnapshotMode = connector.SnapshotIncremental
+	cfg.BatchMaxRows = batchRows
+	return cfg
 }
