@@ -919,8 +919,11 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 				return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
 			}
 		}
-		to = min(r.to, from+min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-min(from, r.to)))
-		r.prevBlocks = to - min(from, to)
+		if from > r.to {
+			return nil, fatal(fmt.Errorf("chunk %d of %s: resumes at block %d, past its range's end %d", seq, rel.Target.Qualified(), from, r.to))
+		}
+		r.prevBlocks = min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-from)
+		to = from + r.prevBlocks
 		sql, err = copySource(rel.Target).BlockChunkSQL(cols, from, to)
 	}
 	limit := s.inc.limit
