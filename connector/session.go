@@ -337,7 +337,7 @@ func (s *stream) run(ctx context.Context) error {
 			return err
 		}
 		if s.inc != nil {
-			if err := s.saveChunks(); err != nil {
+			if err := s.saveChunks(false); err != nil {
 				return err
 			}
 		}
@@ -922,7 +922,7 @@ func (s *stream) shutdown() error {
 		return err
 	}
 	if s.inc != nil {
-		if err := s.saveChunks(); err != nil {
+		if err := s.saveChunks(true); err != nil {
 			return err
 		}
 	}

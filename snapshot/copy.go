@@ -128,33 +128,6 @@ func CopySQL(ctx context.Context, conn *pgx.Conn, qualified, sql string, fn func
 	return w.n, w.err
 }
 
-// CopyRaw runs one COPY … TO STDOUT statement and appends its data, whole
-// lines each ending in a newline, to *dst. It returns the number of
-// lines; errors name qualified.
-func CopyRaw(ctx context.Context, conn *pgx.Conn, qualified, sql string, dst *[]byte) (int64, error) {
-	w := rawWriter{buf: *dst}
-	_, err := conn.PgConn().CopyTo(ctx, &w, sql)
-	*dst = w.buf
-	if err != nil {
-		return w.n, fmt.Errorf("copy %s: %w", qualified, err)
-	}
-	if len(w.buf) > 0 && w.buf[len(w.buf)-1] != '\n' {
-		return w.n, fmt.Errorf("copy %s: unterminated last line", qualified)
-	}
-	return w.n, nil
-}
-
-type rawWriter struct {
-	buf []byte
-	n   int64
-}
-
-func (w *rawWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	w.n += int64(bytes.Count(p, []byte{'\n'}))
-	return len(p), nil
-}
-
 // lineWriter splits COPY data into lines; Postgres sends one row per
 // CopyData message, but nothing depends on it.
 type lineWriter struct {

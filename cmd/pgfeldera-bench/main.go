@@ -157,7 +157,7 @@ func run() int {
 // runs inherit them (e.g. BATCH_MAX_ROWS), so the report must say so.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"BATCH_MAX_ROWS", "BATCH_MAX_BYTES", "BATCH_MAX_IN_FLIGHT", "BATCH_LINGER_MS", "FELDERA_ACK_MODE"} {
+	for _, k := range []string{"BATCH_MAX_ROWS", "BATCH_MAX_BYTES", "BATCH_MAX_IN_FLIGHT", "BATCH_LINGER_MS", "FELDERA_ACK_MODE", "SNAPSHOT_CHUNK_ROWS"} {
 		if v := os.Getenv(k); v != "" {
 			m[k] = v
 		}
@@ -252,7 +252,9 @@ func (b *bench) close() {
 	}
 	b.cluster.Stop()
 	os.RemoveAll(b.cluster.Dir)
-	os.RemoveAll(b.dir)
+	if os.Getenv("BENCH_KEEP") == "" {
+		os.RemoveAll(b.dir)
+	}
 }
 
 // exec runs SQL with the simple protocol, so DO blocks may COMMIT.
