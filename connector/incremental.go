@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -912,19 +913,24 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		return nil, err
 	}
 	what := fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified())
-	tx, snap, err := beginChunk(ctx, conn, what, marks)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.end(ctx)
 	ch := newChunk()
-	ch.seq, ch.table, ch.from, ch.snap, ch.lane, ch.reply = seq, t, after, snap, r.idx, r.reply
-	// The rows are encoded as they arrive, as the initial snapshot's
-	// are: the COPY's sender and this encoder then run side by side.
-	var size int64
+	ch.seq, ch.table, ch.from, ch.lane, ch.reply = seq, t, after, r.idx, r.reply
+	// The whole chunk is one query, one round trip: the watermarks
+	// (committed first), the chunk's transaction, its snapshot (and, in
+	// block ranges, the relfilenode its COPY scans) as the first COPY
+	// line, the rows, and the COMMIT. The rows are encoded as they
+	// arrive, as the initial snapshot's are: the COPY's sender and this
+	// encoder then run side by side.
+	var size, n int64
+	var head []byte
 	var lastLine []byte
 	cr := decode.CopyRow{Rel: rel}
-	n, err := snapshot.CopySQL(ctx, conn, rel.Target.Qualified(), sql, func(line []byte) error {
+	_, err = snapshot.CopySQL(ctx, conn, rel.Target.Qualified(), chunkSQL(marks, rel.Target.Source(), r.blocks, sql), func(line []byte) error {
+		if head == nil {
+			head = append([]byte{}, line...)
+			return nil
+		}
+		n++
 		size += int64(len(line)) + 1
 		if !r.blocks {
 			lastLine = append(lastLine[:0], line...)
@@ -932,18 +938,15 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		return ch.encodeLine(&cr, line)
 	})
 	if err != nil {
+		// A failure after the BEGIN leaves the transaction open.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		ch.recycle()
+		if len(marks) > 0 {
+			return nil, fmt.Errorf("%s (with the %s watermark of chunk %d): %w", what, marks[0].W, marks[0].Chunk, err)
+		}
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if r.blocks {
-		// The relfilenode the COPY scanned, read before the commit: the
-		// chunk's lock on the table holds until then, so no rewrite
-		// comes between the two.
-		if err := s.commitChunk(ctx, tx, t); err != nil {
-			ch.recycle()
-			return nil, err
-		}
-	} else if err := tx.commit(ctx); err != nil {
+	if ch.snap, err = s.chunkHead(t, r.blocks, what, head); err != nil {
 		ch.recycle()
 		return nil, err
 	}
@@ -979,30 +982,60 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	return ch, nil
 }
 
-// commitChunk reads the relfilenode a block-range chunk's COPY scanned
-// and commits the chunk, in one round trip, and fails the chunk when the
-// relfilenode is not the one its plan was made for: the table was
-// rewritten, and rows not read yet may have moved into blocks read
-// already. The session ends; the next one finds the state's plan stale
-// and reads the table again from its first block (planBlocks).
-func (s *stream) commitChunk(ctx context.Context, tx *chunkTx, t *chunkTable) error {
-	res, err := tx.conn.PgConn().Exec(ctx, "SELECT coalesce(pg_relation_filenode("+quoteLiteral(t.rel.Target.Source())+"::regclass), 0::oid)::text;COMMIT").ReadAll()
-	if err != nil {
-		return fmt.Errorf("%s: read its relfilenode and commit: %w", tx.what, err)
+// chunkSQL is a chunk's one query: marks (the watermarks before it, its
+// own low one last) in one transaction, committed; then the chunk's
+// REPEATABLE READ READ ONLY transaction, whose first COPY line is its
+// snapshot (for the xip rule) and, for a block range, the relfilenode
+// its COPY scans; copy (the rows); and its COMMIT. A COMMIT in a
+// multi-statement query commits the statements before it; a BEGIN then
+// starts a transaction block within the query.
+//
+// In block ranges the table is locked (ACCESS SHARE, the lock its COPY
+// takes anyway) before the relfilenode is read: the lock holds to the
+// COMMIT, so no rewrite commits between the read and the COPY's scan,
+// and the COPY scans the relfilenode read.
+func chunkSQL(marks []watermark, table string, blocks bool, copy string) string {
+	q := watermarkSQL(marks)
+	if q != "" {
+		q += "COMMIT;"
 	}
-	tx.done = true
-	if len(res) == 0 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-		return fmt.Errorf("%s: read its relfilenode: no row", tx.what)
+	q += "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+	if blocks {
+		q += "LOCK TABLE " + table + " IN ACCESS SHARE MODE;" +
+			"COPY (SELECT pg_current_snapshot()::text, coalesce(pg_relation_filenode(" + quoteLiteral(table) + "::regclass), 0::oid)::text) TO STDOUT;"
+	} else {
+		q += "COPY (SELECT pg_current_snapshot()::text) TO STDOUT;"
 	}
-	filenode, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+	return q + copy + ";COMMIT"
+}
+
+// chunkHead reads a chunk's first COPY line: its snapshot and, in block
+// ranges, the relfilenode its COPY scanned, which must be the one its
+// plan was made for. Otherwise the table was rewritten, and rows not read
+// yet may have moved into blocks read already: the chunk fails, the
+// session ends, and the next one finds the state's plan stale and reads
+// the table again from its first block (planBlocks).
+func (s *stream) chunkHead(t *chunkTable, blocks bool, what string, head []byte) (snapshot.TxSnapshot, error) {
+	if head == nil {
+		return snapshot.TxSnapshot{}, fmt.Errorf("%s: no snapshot line", what)
+	}
+	text, node, _ := bytes.Cut(head, []byte{'\t'})
+	snap, err := snapshot.ParseSnapshot(string(text))
 	if err != nil {
-		return fmt.Errorf("%s: relfilenode %q: %w", tx.what, res[0].Rows[0][0], err)
+		return snapshot.TxSnapshot{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if !blocks {
+		return snap, nil
+	}
+	filenode, err := strconv.ParseUint(string(node), 10, 32)
+	if err != nil {
+		return snapshot.TxSnapshot{}, fmt.Errorf("%s: relfilenode %q: %w", what, node, err)
 	}
 	if uint32(filenode) != t.blocks.Filenode && !s.c.noFilenode {
-		return fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
-			tx.what, filenode, t.blocks.Filenode)
+		return snapshot.TxSnapshot{}, fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
+			what, filenode, t.blocks.Filenode)
 	}
-	return nil
+	return snap, nil
 }
 
 // encodeLine appends one COPY line to the chunk as an NDJSON insert line
