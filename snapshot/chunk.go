@@ -362,8 +362,10 @@ func Lanes(bounds []string, n int) []Lane {
 //     version only by writing a new one (an UPDATE, which the stream
 //     carries), except when the table is rewritten (VACUUM FULL, CLUSTER,
 //     a rewriting ALTER TABLE, pg_repack). A rewrite gives the table a
-//     new relfilenode; each chunk reads the relfilenode its COPY scanned
-//     (the chunk's lock on the table holds until its commit), and a chunk
+//     new relfilenode; each chunk reads the relfilenode its COPY scans
+//     (it locks the table, ACCESS SHARE, before reading it, and the lock
+//     holds until its commit, so no rewrite commits between the read and
+//     the COPY's scan), and a chunk
 //     that finds another than the plan's makes the table be read again
 //     from its first block under a new plan. Without that check a rewrite
 //     that compacts the heap moves unread rows into blocks already read,
