@@ -180,27 +180,28 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil   atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
-	fenceFile    *state.FenceFile  // per-request marks for the next process; nil without a state file
-	txn          *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
-	snapTokens   map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	incarnation  string            // the pipeline process the session feeds
-	stopping     <-chan struct{}   // Run's context: closed on a graceful stop
-	hardStop     context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
-	tableStats   []*TableStats
-	nulledLogged sync.Map // table\x00column: a value was delivered as NULL (logged once)
-	health       health
-	observer     Observer
-	afterCopy    func()                              // test hook, see export_test.go
-	chunkRead    func(table string, keys []string)   // test hook, see export_test.go
-	noWindow     bool                                // test hook: keep every chunk row (unsafe)
-	chunkByKey   bool                                // test hook: read ordinary tables in key ranges too
-	noFilenode   bool                                // test hook: block chunks ignore a rewrite (unsafe)
-	retractRead  func(table string, absent []string) // test hook, see export_test.go
-	retractOnly  bool                                // test hook: a resnapshot retracts and reads no chunk
-	sessionHook  func(ctx context.Context) error     // test hook: replaces session
-	onBackoff    func(interval time.Duration)        // test hook: sees each backoff interval
-	stats        Stats
+	fenceUntil     atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
+	fenceFile      *state.FenceFile  // per-request marks for the next process; nil without a state file
+	txn            *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
+	snapTokens     map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
+	incarnation    string            // the pipeline process the session feeds
+	stopping       <-chan struct{}   // Run's context: closed on a graceful stop
+	hardStop       context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
+	tableStats     []*TableStats
+	nulledLogged   sync.Map // table\x00column: a value was delivered as NULL (logged once)
+	health         health
+	observer       Observer
+	afterCopy      func()                              // test hook, see export_test.go
+	chunkRead      func(table string, keys []string)   // test hook, see export_test.go
+	noWindow       bool                                // test hook: keep every chunk row (unsafe)
+	chunkByKey     bool                                // test hook: read ordinary tables in key ranges too
+	noFilenode     bool                                // test hook: block chunks ignore a rewrite (unsafe)
+	retractRead    func(table string, absent []string) // test hook, see export_test.go
+	retractOnly    bool                                // test hook: a resnapshot retracts and reads no chunk
+	noStartRetract bool                                // test hook: an incremental resnapshot at startup skips the retraction (unsafe)
+	sessionHook    func(ctx context.Context) error     // test hook: replaces session
+	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
+	stats          Stats
 
 	gate            atomic.Int32  // the Gate of the current session (status, metrics)
 	checkpointWaits atomic.Int64  // unix nanos since completed work waits for a checkpoint; 0: none waits

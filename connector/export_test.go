@@ -28,6 +28,12 @@ func DisableChunkWindow(c *Connector) { c.noWindow = true }
 // ranges: tests cover both ways.
 func ChunkByKey(c *Connector) { c.chunkByKey = true }
 
+// SkipStartupRetraction makes an incremental resnapshot decided at
+// startup read the tables again without first deleting the rows Feldera
+// holds and Postgres lacks: the unsafe variant the tests show leaving
+// them.
+func SkipStartupRetraction(c *Connector) { c.noStartRetract = true }
+
 // IgnoreRewrite makes block-range chunks ignore that the table was
 // rewritten (a new relfilenode) while they read it: the unsafe variant
 // that shows the check is what keeps the copy exact.

@@ -286,7 +286,15 @@ func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 // slot without an exported snapshot (nothing pins xmin), then the state
 // with every table incremental from its beginning. Tables that cannot be
 // chunked are refused before anything is created.
-func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping) error {
+//
+// A resnapshot (retract: Feldera may hold rows Postgres no longer has)
+// first records every table as pending, so that a crash before the new
+// slot exists decides a resnapshot again, then drops the old slot
+// (slotExists), creates the new one, and records every table as
+// incremental with its retraction to do: the worker deletes, batch by
+// batch, the keys Feldera holds and Postgres lacks, then reads the table
+// in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
+func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, slotExists, retract bool) error {
 	conn, err := pgx.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("incremental snapshot: connect: %w", err)
@@ -297,19 +305,31 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 			return err
 		}
 	}
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
+	for _, m := range mappings {
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
+	}
+	if slotExists {
+		if err := state.Save(c.cfg.StateFile, st); err != nil {
+			return fatal(err)
+		}
+		if err := snapshot.DropSlot(ctx, rconn, c.cfg.Slot); err != nil {
+			return err
+		}
+		c.logger.Info("snapshot: dropped the old slot")
+	}
 	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover)
 	if err != nil {
 		return err
 	}
-	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
-	for _, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Incremental})
+	for i := range st.Tables {
+		st.Tables[i].Status, st.Tables[i].Retract = state.Incremental, retract
 	}
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
 		return fatal(err)
 	}
 	c.logger.Info("snapshot: incremental: created the slot without an exported snapshot; streaming, and reading the tables in chunks meanwhile",
-		"consistent_point", created.ConsistentPoint, "chunk_rows", c.chunkRows())
+		"consistent_point", created.ConsistentPoint, "chunk_rows", c.chunkRows(), "retract_first", retract)
 	return nil
 }
 

@@ -367,3 +367,76 @@ func (e *env) incrementalConfig(tables string, batchRows int) connector.Config {
 	cfg.BatchMaxRows = batchRows
 	return cfg
 }
+
+// A resnapshot decided at startup under SNAPSHOT_MODE=incremental is
+// incremental too: a new slot without an exported snapshot, and every
+// table retracted and read again in chunks while the stream runs. Here the
+// slot was dropped while pgfeldera was stopped, rows were deleted and
+// changed meanwhile, and Feldera holds a row Postgres never had: the
+// retraction deletes what Feldera holds and Postgres lacks, so Feldera
+// ends exact. Without the retraction (the unsafe variant), the deleted
+// rows and the stray one stay in Feldera.
+func TestIncremental_StartupResnapshot(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "retract", true: "noRetract"}[unsafe], func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
+			e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 500) g")
+			cfg := e.incrementalConfig("users,public.items:catalog_items", 500)
+			complete := func(sessions int) {
+				t.Helper()
+				e.poll("the incremental snapshot to complete", 60*time.Second, func() bool {
+					return strings.Count(e.logs.String(), "snapshot: incremental: complete") >= sessions
+				})
+				e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			}
+			r := e.start(cfg)
+			complete(1)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			e.assertEqual("users", "users")
+
+			e.dropSlot(e.slot)
+			e.exec("DELETE FROM users WHERE id <= 10")
+			e.exec("UPDATE users SET name = 'changed while down' WHERE id BETWEEN 11 AND 20")
+			e.exec("DELETE FROM items WHERE sku <= 5")
+			if err := e.fel.Put("users", `{"id": 777777, "name": "stray", "score": 0}`); err != nil {
+				t.Fatal(err)
+			}
+			c := e.newConnector(cfg, e.client)
+			if unsafe {
+				connector.SkipStartupRetraction(c)
+			}
+			r = e.run(c)
+			complete(2)
+			e.exec("INSERT INTO users VALUES (9999, 'after', 0)")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			logs := e.logs.String()
+			if !strings.Contains(logs, "startup: resnapshot") {
+				t.Fatalf("no resnapshot was decided at startup:\n%s", tail(logs, 3000))
+			}
+			if strings.Contains(logs, "created slot with exported snapshot") {
+				t.Fatal("the resnapshot exported a snapshot: it read the tables the initial mode's way")
+			}
+			if n := strings.Count(logs, "created the slot without an exported snapshot"); n != 2 {
+				t.Fatalf("%d incremental slots created, want 2", n)
+			}
+			if !exactUnlessUnsafe(t, e.diff("users", "users"), unsafe, "without the retraction",
+				"without the retraction, the rows deleted while the slot was gone should have stayed in Feldera") {
+				return
+			}
+			e.assertEqual("items", "catalog_items")
+			if !strings.Contains(logs, "resnapshot: retraction done") {
+				t.Fatal("no retraction logged")
+			}
+			st, err := state.Load(cfg.StateFile)
+			if err != nil || !st.Complete() || st.Tables[0].Retracted != 11 || st.Tables[1].Retracted != 5 {
+				t.Fatalf("state = %+v, %v; want users 11 rows retracted (10 deleted, 1 stray), items 5", st, err)
+			}
+		})
+	}
+}

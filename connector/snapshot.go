@@ -48,10 +48,11 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 	}
 	c.logger.Warn("startup: "+decision.Action.String(), "reason", decision.Reason)
 	if c.cfg.SnapshotMode == SnapshotIncremental {
-		if decision.Action == snapshot.Snapshot {
-			return c.startIncremental(ctx, p, rconn, mappings)
-		}
-		c.logger.Warn("startup: SNAPSHOT_MODE=incremental: a resnapshot with retraction reads every table under one exported snapshot (the initial mode's way) until chunked retraction exists")
+		// A resnapshot too is incremental: a new slot without an exported
+		// snapshot, every table read again in chunks while streaming,
+		// after a retraction of the rows Feldera holds that Postgres
+		// lacks, as `pgfeldera resnapshot` does for one table.
+		return c.startIncremental(ctx, p, rconn, mappings, slot.Exists, decision.Action == snapshot.Resnapshot && !c.noStartRetract)
 	}
 	return c.snapshot(ctx, p, rconn, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
 }

@@ -54,8 +54,10 @@ type Table struct {
 	After  []string `json:"after,omitempty"`
 	Chunks int64    `json:"chunks,omitempty"`
 	Copied int64    `json:"copied,omitempty"`
-	// Retract is, for an Incremental table a resnapshot request started,
-	// that the rows Feldera holds and Postgres lacks are still to be
+	// Retract is, for an Incremental table a resnapshot started (a
+	// request, or a resnapshot decided at startup under
+	// SNAPSHOT_MODE=incremental), that the rows Feldera holds and
+	// Postgres lacks are still to be
 	// deleted (before the chunks are read). The retraction is not
 	// resumable: a restart does it again from the start.
 	Retract bool `json:"retract,omitempty"`
