@@ -294,7 +294,8 @@ func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 // incremental with its retraction to do: the worker deletes, batch by
 // batch, the keys Feldera holds and Postgres lacks, then reads the table
 // in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
-func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, slotExists, retract bool) error {
+// The resnapshot requests of old (the state replaced) are kept.
+func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
 	conn, err := pgx.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return fmt.Errorf("incremental snapshot: connect: %w", err)
@@ -309,6 +310,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	for _, m := range mappings {
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
 	}
+	st.CarryRequests(old) // they settle as the tables complete (saveChunks)
 	if slotExists {
 		if err := state.Save(c.cfg.StateFile, st); err != nil {
 			return fatal(err)

@@ -404,6 +404,16 @@ func TestIncremental_StartupResnapshot(t *testing.T) {
 			if err := e.fel.Put("users", `{"id": 777777, "name": "stray", "score": 0}`); err != nil {
 				t.Fatal(err)
 			}
+			// A `pgfeldera resnapshot --wait users` taken before the slot
+			// was lost: it must end when the resnapshot read users again.
+			st, err := state.Load(cfg.StateFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.AddRequest(state.Request{ID: "before", Tables: []string{"public.users"}})
+			if err := state.Save(cfg.StateFile, st); err != nil {
+				t.Fatal(err)
+			}
 			c := e.newConnector(cfg, e.client)
 			if unsafe {
 				connector.SkipStartupRetraction(c)
@@ -433,9 +443,12 @@ func TestIncremental_StartupResnapshot(t *testing.T) {
 			if !strings.Contains(logs, "resnapshot: retraction done") {
 				t.Fatal("no retraction logged")
 			}
-			st, err := state.Load(cfg.StateFile)
+			st, err = state.Load(cfg.StateFile)
 			if err != nil || !st.Complete() || st.Tables[0].Retracted != 11 || st.Tables[1].Retracted != 5 {
 				t.Fatalf("state = %+v, %v; want users 11 rows retracted (10 deleted, 1 stray), items 5", st, err)
+			}
+			if r := st.Request("before"); r == nil || !r.Done {
+				t.Fatalf("the request taken before the resnapshot = %+v, want it kept and done", r)
 			}
 		})
 	}

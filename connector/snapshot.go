@@ -52,9 +52,9 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 		// snapshot, every table read again in chunks while streaming,
 		// after a retraction of the rows Feldera holds that Postgres
 		// lacks, as `pgfeldera resnapshot` does for one table.
-		return c.startIncremental(ctx, p, rconn, mappings, slot.Exists, decision.Action == snapshot.Resnapshot && !c.noStartRetract)
+		return c.startIncremental(ctx, p, rconn, mappings, st, slot.Exists, decision.Action == snapshot.Resnapshot && !c.noStartRetract)
 	}
-	return c.snapshot(ctx, p, rconn, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
+	return c.snapshot(ctx, p, rconn, st, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
 }
 
 func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.Slot, error) {
@@ -71,11 +71,14 @@ func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.
 // snapshot copies every table into Feldera under the new slot's exported
 // snapshot, so the stream resumes exactly after what the copy saw. retract
 // removes from Feldera what an earlier attempt left that no longer exists.
-func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, slotExists, retract bool, mappings []snapshot.Mapping) error {
+// The resnapshot requests of old (the state it replaces) are kept, and
+// settle with the copy.
+func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists, retract bool, mappings []snapshot.Mapping) error {
 	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
 	for _, m := range mappings {
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
 	}
+	st.CarryRequests(old)
 	// Pending first: a crash from here on means "read the tables again".
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
 		return fatal(err)
@@ -127,6 +130,7 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 		st.Tables[i].Status = state.Complete
 		st.Tables[i].Rows = counts[i]
 	}
+	st.SettleRequests()
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
 		return fatal(err)
 	}

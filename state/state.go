@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/renameio/v2"
@@ -152,6 +153,29 @@ func (s *State) AddRequest(r Request) {
 	s.Requests = append(s.Requests, r)
 	if n := len(s.Requests) - MaxRequests; n > 0 {
 		s.Requests = append(s.Requests[:0:0], s.Requests[n:]...)
+	}
+}
+
+// CarryRequests keeps old's resnapshot requests in s, a state that
+// replaces old because the connector resnapshots every table (so a
+// `pgfeldera resnapshot --wait` waiting on one sees it end). A request
+// still open whose tables s lists settles once they are read again; one
+// naming a table s no longer lists is refused, naming it.
+func (s *State) CarryRequests(old *State) {
+	if old == nil {
+		return
+	}
+	for _, r := range old.Requests {
+		if !r.Done && r.Refused == "" {
+			for _, name := range r.Tables {
+				if !slices.ContainsFunc(s.Tables, func(t Table) bool { return t.Source == name }) {
+					r.Refused = fmt.Sprintf("the connector resnapshotted its tables, and %s is no longer one of them", name)
+					break
+				}
+			}
+		}
+		r.Tables = slices.Clone(r.Tables)
+		s.AddRequest(r)
 	}
 }
 

@@ -131,3 +131,42 @@ func TestSaveLoad_Incremental(t *testing.T) {
 		t.Fatal("only the incremental table records an after-key")
 	}
 }
+
+// A resnapshot of every table replaces the state; the requests it carries
+// over settle when their tables are read again, and one naming a table no
+// longer streamed is refused, naming it.
+func TestCarryRequests(t *testing.T) {
+	old := &state.State{Requests: []state.Request{
+		{ID: "done", Tables: []string{"public.a"}, Done: true},
+		{ID: "open", Tables: []string{"public.a", "public.b"}},
+		{ID: "gone", Tables: []string{"public.c"}},
+		{ID: "refused", Tables: []string{"public.a"}, Refused: "earlier"},
+	}}
+	s := &state.State{Tables: []state.Table{{Source: "public.a", Status: state.Incremental}, {Source: "public.b", Status: state.Incremental}}}
+	s.CarryRequests(old)
+	s.CarryRequests(nil)
+	if len(s.Requests) != 4 {
+		t.Fatalf("requests = %+v", s.Requests)
+	}
+	if r := s.Request("gone"); r == nil || !strings.Contains(r.Refused, "public.c is no longer one of them") {
+		t.Fatalf("gone = %+v", r)
+	}
+	if r := s.Request("refused"); r.Refused != "earlier" {
+		t.Fatalf("refused = %+v", r)
+	}
+	s.SettleRequests()
+	if r := s.Request("open"); r.Done {
+		t.Fatal("a request settled before its tables were read again")
+	}
+	for i := range s.Tables {
+		s.Tables[i].Status = state.Complete
+	}
+	s.SettleRequests()
+	if r := s.Request("open"); !r.Done {
+		t.Fatal("a carried request did not settle once its tables were read again")
+	}
+	old.Requests[1].Tables[0] = "changed"
+	if s.Request("open").Tables[0] != "public.a" {
+		t.Fatal("the carried request shares its tables with the old state")
+	}
+}
