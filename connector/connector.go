@@ -199,6 +199,8 @@ type Connector struct {
 	retractRead    func(table string, absent []string) // test hook, see export_test.go
 	retractOnly    bool                                // test hook: a resnapshot retracts and reads no chunk
 	noStartRetract bool                                // test hook: an incremental resnapshot at startup skips the retraction (unsafe)
+	failAfterSlot  bool                                // test hook: an incremental start fails right after creating its slot
+	noPendingFirst bool                                // test hook: an incremental start records no pending state first (unsafe)
 	sessionHook    func(ctx context.Context) error     // test hook: replaces session
 	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
 	stats          Stats

@@ -34,6 +34,12 @@ func ChunkByKey(c *Connector) { c.chunkByKey = true }
 // them.
 func SkipStartupRetraction(c *Connector) { c.noStartRetract = true }
 
+// FailAfterSlot makes an incremental start fail right after it created
+// its slot, before the state records it (as a crash there would), and,
+// with unsafe, skip the pending state it writes first: the variant the
+// tests show losing what was committed while the old slot was gone.
+func FailAfterSlot(c *Connector, unsafe bool) { c.failAfterSlot, c.noPendingFirst = true, unsafe }
+
 // IgnoreRewrite makes block-range chunks ignore that the table was
 // rewritten (a new relfilenode) while they read it: the unsafe variant
 // that shows the check is what keeps the copy exact.

@@ -287,10 +287,10 @@ func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 // with every table incremental from its beginning. Tables that cannot be
 // chunked are refused before anything is created.
 //
-// A resnapshot (retract: Feldera may hold rows Postgres no longer has)
-// first records every table as pending, so that a crash before the new
-// slot exists decides a resnapshot again, then drops the old slot
-// (slotExists), creates the new one, and records every table as
+// It first records every table as pending, so that a crash before the
+// state records the new slot decides a resnapshot again; a resnapshot
+// (retract: Feldera may hold rows Postgres no longer has) then drops the
+// old slot (slotExists), creates the new one, and records every table as
 // incremental with its retraction to do: the worker deletes, batch by
 // batch, the keys Feldera holds and Postgres lacks, then reads the table
 // in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
@@ -311,10 +311,15 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
 	}
 	st.CarryRequests(old) // they settle as the tables complete (saveChunks)
-	if slotExists {
+	// Pending first, always: a state left complete while a new slot is
+	// created would, after a crash here, stream from the new slot and
+	// miss what was committed since the old one's position.
+	if !c.noPendingFirst {
 		if err := state.Save(c.cfg.StateFile, st); err != nil {
 			return fatal(err)
 		}
+	}
+	if slotExists {
 		if err := snapshot.DropSlot(ctx, rconn, c.cfg.Slot); err != nil {
 			return err
 		}
@@ -323,6 +328,9 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover)
 	if err != nil {
 		return err
+	}
+	if c.failAfterSlot {
+		return fatal(errors.New("test hook: stopped after creating the slot, before the state records it"))
 	}
 	for i := range st.Tables {
 		st.Tables[i].Status, st.Tables[i].Retract = state.Incremental, retract

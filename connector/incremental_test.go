@@ -453,3 +453,62 @@ func TestIncremental_StartupResnapshot(t *testing.T) {
 		})
 	}
 }
+
+// An incremental start records every table as pending before it creates
+// its slot: a crash after the slot exists and before the state records
+// it then decides a resnapshot on the next start. Here the old slot was
+// lost while pgfeldera was stopped and rows were committed meanwhile; the
+// start that replaces it fails right after creating the new slot. Without
+// the pending state first (the unsafe variant), the next start finds the
+// old complete state and a slot, streams from the new slot, and the rows
+// committed while no slot existed never reach Feldera.
+func TestIncremental_CrashAfterNewSlot(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pendingFirst", true: "noPendingFirst"}[unsafe], func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
+			cfg := e.incrementalConfig("users", 500)
+			count := func(s string) int { return strings.Count(e.logs.String(), s) }
+			r := e.start(cfg)
+			e.poll("the first snapshot", 60*time.Second, func() bool { return count("snapshot: incremental: complete") == 1 })
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+
+			e.dropSlot(e.slot)
+			e.exec("INSERT INTO users SELECT g, 'while no slot', g FROM generate_series(5001, 5010) g")
+			c := e.newConnector(cfg, e.client)
+			connector.FailAfterSlot(c, unsafe)
+			r = e.run(c)
+			select {
+			case err := <-r.done:
+				close(r.done)
+				if err == nil || !strings.Contains(err.Error(), "test hook") {
+					t.Fatalf("the failing start returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the failing start did not end")
+			}
+
+			sessions := count("session: streaming")
+			r = e.start(cfg)
+			e.poll("the next session", 60*time.Second, func() bool { return count("session: streaming") > sessions })
+			if !unsafe {
+				e.poll("the resnapshot", 60*time.Second, func() bool { return count("snapshot: incremental: complete") == 2 })
+			}
+			e.exec("INSERT INTO users VALUES (9999, 'after', 0)")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			if !exactUnlessUnsafe(t, e.diff("users", "users"), unsafe, "without the pending state first",
+				"without the pending state first, the rows committed while no slot existed should be missing") {
+				return
+			}
+			if !strings.Contains(e.logs.String(), "did not complete") {
+				t.Fatal("the start after the failed one did not decide a resnapshot")
+			}
+		})
+	}
+}
