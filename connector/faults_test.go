@@ -100,6 +100,11 @@ func TestFaults(t *testing.T) {
 			conn := e.newConnector(cfg, e.client)
 			e.run(conn)
 			e.waitSlot()
+			// The faults are meant to end a streaming session: one that
+			// hits the startup (a walsender terminated during the copy)
+			// ends an attempt that never counted as a session (the CI of
+			// stop 31 failed on that race).
+			e.waitLog("session: streaming", 60*time.Second)
 			c.during(e)
 			e.settle(120 * time.Second)
 			if c.fired != nil {
