@@ -567,6 +567,9 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 		return Result{}, fmt.Errorf("psql COPY: %w", err)
 	}
 	copyRate := float64(rows) / time.Since(copyStart).Seconds()
+	// pgfeldera's CPU seconds per run, by mode and lanes: the split the
+	// ratio depends on, on a machine whose CPUs the runs saturate.
+	cpu := map[string][]float64{}
 	load := func(mode string, r int, lanes int) (float64, error) {
 		slot := fmt.Sprintf("inc_%s_%d_%d", mode, lanes, r)
 		p, err := b.startPGF(slot, "t", "pub", mode, map[string]string{"SNAPSHOT_PARALLELISM": strconv.Itoa(lanes)}, nil)
@@ -574,9 +577,15 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 			return 0, err
 		}
 		d, err := p.waitFor("the "+mode+" snapshot", 10*time.Minute, func() (bool, error) { return p.fel.CountedRows("t") >= rows, nil })
-		if _, _, serr := p.stop(); err == nil {
+		_, sec, serr := p.stop()
+		if err == nil {
 			err = serr
 		}
+		key := mode
+		if lanes > 1 {
+			key += "_" + strconv.Itoa(lanes)
+		}
+		cpu[key] = append(cpu[key], sec)
 		b.dropSlot(slot)
 		return float64(rows) / d.Seconds(), err
 	}
@@ -600,11 +609,13 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 		if err := alternate(r, runRef, runInc); err != nil {
 			return Result{}, err
 		}
-		fmt.Printf("    round %d: initial %.0f rows/s, incremental %.0f rows/s, at parallelism 2 %.0f rows/s\n", r+1, ref[r], inc[r], inc2[r])
+		fmt.Printf("    round %d: initial %.0f rows/s (%.2f CPU s), incremental %.0f rows/s (%.2f CPU s), at parallelism 2 %.0f rows/s (%.2f CPU s)\n",
+			r+1, ref[r], cpu["initial"][r], inc[r], cpu["incremental"][r], inc2[r], cpu["incremental_2"][r])
 	}
 	res := ratioResult("k", fmt.Sprintf("incremental snapshot of %d rows, SNAPSHOT_PARALLELISM 1 (chunks of BATCH_MAX_ROWS), against initial; at SNAPSHOT_PARALLELISM 2: %.0f rows/s, %.2f × initial; COPY to /dev/null %.0f rows/s, incremental ÷ COPY %.2f (parallelism 2: %.2f)",
 		rows, median(inc2), median(inc2)/median(ref), copyRate, median(inc)/copyRate, median(inc2)/copyRate),
 		"rows/s", "SNAPSHOT_MODE=initial", ref, inc, 0.8)
+	res.Extra = cpuExtra(cpu, rows)
 	return res, nil
 }
 
