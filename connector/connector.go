@@ -200,7 +200,7 @@ type Connector struct {
 	retractOnly    bool                                // test hook: a resnapshot retracts and reads no chunk
 	noStartRetract bool                                // test hook: an incremental resnapshot at startup skips the retraction (unsafe)
 	failAfterSlot  bool                                // test hook: an incremental start fails right after creating its slot
-	noPendingFirst bool                                // test hook: an incremental start records no pending state first (unsafe)
+	noPendingFirst bool                                // test hook: a snapshot start records no pending state first (unsafe)
 	sessionHook    func(ctx context.Context) error     // test hook: replaces session
 	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
 	stats          Stats

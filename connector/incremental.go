@@ -306,24 +306,10 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 			return err
 		}
 	}
-	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
-	for _, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
-	}
-	st.CarryRequests(old) // they settle as the tables complete (saveChunks)
-	// Pending first, always: a state left complete while a new slot is
-	// created would, after a crash here, stream from the new slot and
-	// miss what was committed since the old one's position.
-	if !c.noPendingFirst {
-		if err := state.Save(c.cfg.StateFile, st); err != nil {
-			return fatal(err)
-		}
-	}
-	if slotExists {
-		if err := snapshot.DropSlot(ctx, rconn, c.cfg.Slot); err != nil {
-			return err
-		}
-		c.logger.Info("snapshot: dropped the old slot")
+	// Requests carried from old settle as the tables complete (saveChunks).
+	st, err := c.pendingState(ctx, p, rconn, old, slotExists, mappings)
+	if err != nil {
+		return err
 	}
 	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover)
 	if err != nil {

@@ -74,20 +74,9 @@ func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.
 // The resnapshot requests of old (the state it replaces) are kept, and
 // settle with the copy.
 func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists, retract bool, mappings []snapshot.Mapping) error {
-	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
-	for _, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
-	}
-	st.CarryRequests(old)
-	// Pending first: a crash from here on means "read the tables again".
-	if err := state.Save(c.cfg.StateFile, st); err != nil {
-		return fatal(err)
-	}
-	if slotExists {
-		if err := snapshot.DropSlot(ctx, rconn, c.cfg.Slot); err != nil {
-			return err
-		}
-		c.logger.Info("snapshot: dropped the old slot")
+	st, err := c.pendingState(ctx, p, rconn, old, slotExists, mappings)
+	if err != nil {
+		return err
 	}
 	var snapName string
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
@@ -136,6 +125,31 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 	}
 	c.logger.Info("snapshot: complete; streaming from the slot's consistent point")
 	return nil
+}
+
+// pendingState begins a snapshot of every table, in either mode: a new
+// state with every table pending, carrying old's resnapshot requests,
+// written before anything else (a crash from here until the state records
+// the new slot means "read the tables again", never "stream from a slot
+// the state does not know"), then the old slot dropped.
+func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
+	for _, m := range mappings {
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
+	}
+	st.CarryRequests(old)
+	if !c.noPendingFirst {
+		if err := state.Save(c.cfg.StateFile, st); err != nil {
+			return nil, fatal(err)
+		}
+	}
+	if slotExists {
+		if err := snapshot.DropSlot(ctx, rconn, c.cfg.Slot); err != nil {
+			return nil, err
+		}
+		c.logger.Info("snapshot: dropped the old slot")
+	}
+	return st, nil
 }
 
 // copyAll copies each table through the decoder into batches flushed to
