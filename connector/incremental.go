@@ -130,7 +130,6 @@ type chunk struct {
 	discard bool
 	lane    int       // the lane it belongs to
 	reply   chan bool // where the loop answers: true reads it again
-	rows    int       // how many lines it holds
 	// retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
@@ -824,7 +823,7 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 		if err != nil {
 			return err
 		}
-		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", ch.rows, "took", time.Since(t0))
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
 		open = append(open, ch)
 		if handed {
 			again, redo, err := answer()
@@ -966,7 +965,6 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		ch.recycle()
 		return nil, err
 	}
-	ch.rows = int(n)
 	if !r.blocks && n > 0 {
 		r.bytesPerRow = float64(size) / float64(n)
 	}

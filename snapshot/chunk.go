@@ -365,9 +365,9 @@ func Lanes(bounds []string, n int) []Lane {
 //     new relfilenode; each chunk reads the relfilenode its COPY scans
 //     (it locks the table, ACCESS SHARE, before reading it, and the lock
 //     holds until its commit, so no rewrite commits between the read and
-//     the COPY's scan), and a chunk
-//     that finds another than the plan's makes the table be read again
-//     from its first block under a new plan. Without that check a rewrite
+//     the COPY's scan), and a chunk that finds another than the plan's
+//     makes the table be read again from its first block under a new
+//     plan. Without that check a rewrite
 //     that compacts the heap moves unread rows into blocks already read,
 //     and they are lost (TestIncremental_RewriteDuringBlocks shows it).
 //
