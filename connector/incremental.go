@@ -1243,6 +1243,9 @@ func (s *stream) appendChunk(ch *chunk) error {
 	} else if err := s.copyChunk(ch, route, now); err != nil {
 		return err
 	}
+	if ch.done && s.filling.total > 0 {
+		s.filling.sealNow = true
+	}
 	return s.chunkAppended(ch)
 }
 

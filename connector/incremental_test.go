@@ -512,3 +512,23 @@ func TestIncremental_CrashAfterNewSlot(t *testing.T) {
 		})
 	}
 }
+
+// A table's last chunk is sent as soon as the outbox may send it, not at
+// the linger deadline: no more rows of the read are coming to fill its
+// batch, and the table is exact in Feldera only once they are complete.
+// With BATCH_LINGER_MS at its largest (an hour), the snapshot still ends;
+// a last chunk left to the linger would hold it for that hour.
+func TestIncremental_LastChunkNotLeftToLinger(t *testing.T) {
+	for _, lanes := range []int{1, 2} {
+		t.Run(fmt.Sprintf("lanes%d", lanes), func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2500) g")
+			cfg := e.incrementalConfig("users", 1000)
+			cfg.BatchLinger = time.Hour
+			cfg.SnapshotParallelism = lanes
+			e.start(cfg)
+			e.waitLog("snapshot: incremental: complete", 60*time.Second)
+			e.assertEqual("users", "users")
+		})
+	}
+}

@@ -630,7 +630,7 @@ func (s *stream) flushDue(now time.Time) bool {
 	case s.c.full(b):
 		// Inside a transaction the next change seals it (see handle).
 		return !s.open
-	case s.c.cfg.BatchLinger == 0:
+	case s.c.cfg.BatchLinger == 0 || b.sealNow:
 		return !s.open
 	}
 	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
