@@ -13,6 +13,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -165,6 +166,9 @@ type Connector struct {
 
 	// srv is the server the current session reached (failover.go).
 	srv server
+	// spareConn: a connection for chunks startup opened, which the
+	// session's incremental snapshot takes (keepChunkConn).
+	spareConn *pgx.Conn
 	// sentHigh is the highest WAL position of a change this process sent
 	// Feldera: after a failover, a fork before it means phantom rows.
 	sentHigh pglogrepl.LSN

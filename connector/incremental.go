@@ -206,6 +206,7 @@ type incremental struct {
 	lanes  int // SNAPSHOT_PARALLELISM
 
 	mu      sync.Mutex
+	conn    *pgx.Conn         // a connection for the first worker, opened at the session's start
 	queue   []*chunkTable     // for the worker
 	running bool              // a worker runs (it exits when the queue is empty)
 	handed  map[uint64]*chunk // worker → loop: put before the chunk's high watermark is written
@@ -295,14 +296,22 @@ func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 // in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
 // The resnapshot requests of old (the state replaced) are kept.
 func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	// The connection that checks the keys is kept for the session's
+	// worker to read chunks on (a connection costs a backend's start:
+	// milliseconds on the path to the first chunk).
+	conn, err := c.chunkConn(ctx)
 	if err != nil {
-		return fmt.Errorf("incremental snapshot: connect: %w", err)
+		return fmt.Errorf("incremental snapshot: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, rel := range p.rels {
-		if _, _, err := chunkKey(ctx, conn, rel); err != nil {
-			return err
+	keys, err := p.chunkKeys(ctx, conn)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return err
+	}
+	c.keepChunkConn(conn)
+	for _, k := range keys {
+		if k.err != nil {
+			return k.err
 		}
 	}
 	// Requests carried from old settle as the tables complete (saveChunks).
@@ -320,6 +329,9 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	for i := range st.Tables {
 		st.Tables[i].Status, st.Tables[i].Retract = state.Incremental, retract
 	}
+	// The slot is this server's: recorded in this write, so that
+	// recordServer has none of its own to do.
+	st.SystemID, st.Timeline = c.srv.systemID, c.srv.timeline
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
 		return fatal(err)
 	}
@@ -362,20 +374,23 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		started: time.Now(), lastLog: time.Now(),
 	}
 	// Every table's key is read now, so that a resnapshot request is
-	// answered at once, in the stream loop, without a query.
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("incremental snapshot: connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	inc.keys = make([]keyInfo, len(p.rels))
-	for i, rel := range p.rels {
-		k := &inc.keys[i]
-		k.key, k.at, k.err = chunkKey(ctx, conn, rel)
-		if k.err != nil && !isFatal(k.err) {
-			return nil, k.err // the query failed
+	// answered at once, in the stream loop, without a query. The
+	// connection is kept for the worker when a table is left to read.
+	conn := c.takeChunkConn()
+	if conn == nil {
+		if conn, err = c.chunkConn(ctx); err != nil {
+			return nil, fmt.Errorf("incremental snapshot: %w", err)
 		}
 	}
+	if inc.keys, err = p.chunkKeys(ctx, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	defer func() {
+		if inc.conn == nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	if inc.never {
 		return inc, nil
 	}
@@ -391,6 +406,9 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.key)))
 		}
 		inc.add(i)
+	}
+	if len(inc.queue) > 0 {
+		inc.conn = conn
 	}
 	return inc, nil
 }
@@ -453,9 +471,12 @@ func (s *stream) worker(ctx context.Context) {
 
 func (s *stream) readChunks(ctx context.Context) error {
 	inc := s.inc
-	conn, err := s.chunkConn(ctx)
-	if err != nil {
-		return err
+	conn := inc.takeConn()
+	if conn == nil {
+		var err error
+		if conn, err = s.c.chunkConn(ctx); err != nil {
+			return err
+		}
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for t := inc.take(); t != nil; t = inc.take() {
@@ -479,35 +500,77 @@ func (s *stream) readChunks(ctx context.Context) error {
 	return nil
 }
 
-// chunkConn opens a connection that reads chunks.
-func (s *stream) chunkConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, s.c.cfg.DSN)
+// chunkConn opens a connection that reads chunks, set up in one round
+// trip: the pinned settings, and synchronous_commit.
+//
+// A watermark reaches the stream once its commit is flushed: under
+// synchronous_commit = off that waits for the WAL writer (up to
+// wal_writer_delay, 200 ms by default, per watermark), which measured 10
+// times slower chunks. This connection flushes its own commits (local);
+// any other setting is the server's and is kept.
+func (c *Connector) chunkConn(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	for _, q := range pinnedGUCs {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("%s: %w", q, err)
-		}
-	}
-	// A watermark reaches the stream once its commit is flushed: under
-	// synchronous_commit = off that waits for the WAL writer (up to
-	// wal_writer_delay, 200 ms by default, per watermark), which measured
-	// 10 times slower chunks. This connection flushes its own commits
-	// (local); any other setting is the server's and is kept.
-	var sc string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&sc); err != nil {
+	if _, err := conn.Exec(ctx, chunkConnSetup); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("read synchronous_commit: %w", err)
-	}
-	if sc == "off" {
-		if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("SET synchronous_commit = local: %w", err)
-		}
+		return nil, fmt.Errorf("set up a connection for chunks (%s): %w", chunkConnSetup, err)
 	}
 	return conn, nil
+}
+
+// chunkConnSetup is chunkConn's one query (the simple protocol: Exec
+// without arguments).
+var chunkConnSetup = strings.Join(pinnedGUCs, ";") +
+	";SELECT set_config('synchronous_commit', 'local', false) WHERE current_setting('synchronous_commit') = 'off'"
+
+// keepChunkConn keeps a connection startup opened for the session's
+// incremental snapshot (newIncremental takes it); the session closes it
+// if nothing took it.
+func (c *Connector) keepChunkConn(conn *pgx.Conn) {
+	c.closeChunkConn()
+	c.spareConn = conn
+}
+
+func (c *Connector) takeChunkConn() *pgx.Conn {
+	conn := c.spareConn
+	c.spareConn = nil
+	return conn
+}
+
+func (c *Connector) closeChunkConn() {
+	if conn := c.takeChunkConn(); conn != nil {
+		conn.Close(context.Background())
+	}
+}
+
+// takeConn is the connection newIncremental kept for the first worker, or
+// nil.
+func (inc *incremental) takeConn() *pgx.Conn {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	conn := inc.conn
+	inc.conn = nil
+	return conn
+}
+
+// chunkKeys is every table's key (chunkKey), read once per session: a
+// refusal is the table's err; a failed query is returned.
+func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]keyInfo, error) {
+	if p.keys != nil {
+		return p.keys, nil
+	}
+	keys := make([]keyInfo, len(p.rels))
+	for i, rel := range p.rels {
+		k := &keys[i]
+		k.key, k.at, k.err = chunkKey(ctx, conn, rel)
+		if k.err != nil && !isFatal(k.err) {
+			return nil, k.err
+		}
+	}
+	p.keys = keys
+	return keys, nil
 }
 
 // planLanes is how t is read: in block ranges (planBlocks) when it can
@@ -674,7 +737,7 @@ func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		c := conn
 		if i > 0 {
 			var err error
-			if c, err = s.chunkConn(ctx); err != nil {
+			if c, err = s.c.chunkConn(ctx); err != nil {
 				cancel(err)
 				break
 			}

@@ -27,6 +27,7 @@ var pinnedGUCs = []string{
 
 // plan is what a session learned before streaming.
 type plan struct {
+	keys           []keyInfo // per target: its primary key for an incremental snapshot (chunkKeys), read once
 	targets        []*decode.Target
 	rels           []*decode.Rel    // per target: the catalog's columns, for COPY
 	routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table

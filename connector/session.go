@@ -99,6 +99,7 @@ func (c *Connector) session(ctx context.Context) error {
 		return fmt.Errorf("replication connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	defer c.closeChunkConn()
 	for _, q := range pinnedGUCs {
 		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
 			return fmt.Errorf("replication connection: %s: %w", q, err)
@@ -196,6 +197,11 @@ func (c *Connector) session(ctx context.Context) error {
 	c.health.flushSince.Store(0)
 	s.abort()
 	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
+	if inc != nil {
+		if conn := inc.takeConn(); conn != nil { // no worker took it
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}
 	c.abandonTxn()
 	return err
 }
