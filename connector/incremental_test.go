@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -531,4 +532,58 @@ func TestIncremental_LastChunkNotLeftToLinger(t *testing.T) {
 			e.assertEqual("users", "users")
 		})
 	}
+}
+
+// slowSink takes a while over every push, so that the stream often has a
+// batch in flight when a table's last chunk enters the outbox.
+type slowSink struct {
+	*feldera.Client
+	d time.Duration
+}
+
+func (s slowSink) Ingress(ctx context.Context, table string, body []byte) (string, error) {
+	time.Sleep(s.d)
+	return s.Client.Ingress(ctx, table, body)
+}
+
+// A table's last chunk that cannot be sent at once (a push is running)
+// waits, when a source transaction has begun meanwhile, for its COMMIT,
+// and is sent then. It once livelocked instead: the linger deadline,
+// already past, ended every receive before it read, so the COMMIT never
+// came and the snapshot never completed. The writer's transactions each
+// change one row of users and then many of a table outside the
+// publication, so the stream spends a while inside each one.
+func TestIncremental_LastChunkWhileTransactionsStream(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
+	e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
+	cfg := e.incrementalConfig("users,public.items:catalog_items", 250)
+	cfg.BatchLinger = 5 * time.Millisecond
+	cfg.SnapshotParallelism = 3
+	c := e.newConnector(cfg, slowSink{e.client, 20 * time.Millisecond})
+	conn, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 1; !stop.Load(); i++ {
+			if _, err := conn.Exec(context.Background(), fmt.Sprintf(`BEGIN; UPDATE users SET score = score + 1 WHERE id = %d;
+INSERT INTO unpublished (payload) SELECT 'x' FROM generate_series(1, 20000); COMMIT`, i%3000+1)); err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+		}
+	}()
+	e.run(c)
+	e.waitLog("snapshot: incremental: complete", 60*time.Second)
+	stop.Store(true)
+	wg.Wait()
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	e.assertEqual("items", "catalog_items")
 }

@@ -380,12 +380,8 @@ func (s *stream) run(ctx context.Context) error {
 		if s.front.pending() && now.Add(checkpointPoll).Before(deadline) {
 			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
 		}
-		if s.filling.total > 0 && !s.c.full(s.filling) && s.canPost() && s.c.cfg.BatchLinger > 0 {
-			// (A full batch inside a transaction waits for the next
-			// change, which seals it, not for the linger deadline.)
-			if ld := s.filling.first.Add(s.c.cfg.BatchLinger); ld.Before(deadline) {
-				deadline = ld
-			}
+		if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
+			deadline = ld
 		}
 		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
 		if err != nil {
@@ -624,6 +620,22 @@ func (s *stream) status() error {
 	}
 	s.nextStatus = time.Now().Add(s.interval)
 	return nil
+}
+
+// lingerDeadline is when the filling batch is due by its linger, when
+// that deadline applies: once it passes, flushDue holds, so a receive
+// bounded by it never ends before it reads without a flush following. A
+// full batch, or one a table's last chunk marked (sealNow), waits inside
+// a source transaction for the change that seals it or its COMMIT
+// instead. (A sealNow batch once took the deadline too: inside a
+// transaction, with the deadline past, every receive ended before it
+// read, the COMMIT never came, and the snapshot never completed.)
+func (s *stream) lingerDeadline() (time.Time, bool) {
+	b := s.filling
+	if b.total == 0 || s.c.full(b) || b.sealNow || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
+		return time.Time{}, false
+	}
+	return b.first.Add(s.c.cfg.BatchLinger), true
 }
 
 func (s *stream) flushDue(now time.Time) bool {
