@@ -1313,10 +1313,12 @@ func (s *stream) appendChunk(ch *chunk) error {
 }
 
 // copyChunk copies a chunk's rows into the outbox, sealing batches at
-// their bounds.
+// their bounds: each batch takes, in one copy, the lines up to the one
+// that reaches BATCH_MAX_ROWS or BATCH_MAX_BYTES (as the stream seals a
+// batch after the change that reached a bound).
 func (s *stream) copyChunk(ch *chunk, route int, now time.Time) error {
-	start := 0
-	for _, end := range ch.ends {
+	maxRows, maxBytes := s.c.cfg.BatchMaxRows, s.c.cfg.BatchMaxBytes
+	for i, start := 0, 0; i < len(ch.ends); {
 		if s.c.full(s.filling) {
 			for !s.canPost() {
 				if err := s.waitEvent(); err != nil {
@@ -1325,9 +1327,16 @@ func (s *stream) copyChunk(ch *chunk, route int, now time.Time) error {
 			}
 			s.startFlush(false)
 		}
-		s.filling.bufs[route] = append(s.filling.bufs[route], ch.buf[start:end]...)
-		s.filling.added(route, 1, now)
-		start = end
+		b := s.filling
+		rows, size := b.total, b.size()
+		j := i
+		for j < len(ch.ends)-1 && rows+j-i+1 < maxRows && size+ch.ends[j]-start < maxBytes {
+			j++
+		}
+		end := ch.ends[j]
+		b.bufs[route] = append(b.bufs[route], ch.buf[start:end]...)
+		b.added(route, j-i+1, now)
+		i, start = j+1, end
 	}
 	return nil
 }

@@ -587,3 +587,47 @@ INSERT INTO unpublished (payload) SELECT 'x' FROM generate_series(1, 20000); COM
 	e.assertEqual("users", "users")
 	e.assertEqual("items", "catalog_items")
 }
+
+// Chunks whose size is not the batch's are cut into batches at the
+// bounds, each batch filled to BATCH_MAX_ROWS (or BATCH_MAX_BYTES) before
+// it is sent: no request over a bound, and no more requests than the
+// bounds make.
+func TestIncremental_ChunksCutAtBatchBounds(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		chunk, maxRows int
+		maxBytes       int
+	}{{"rows", 700, 500, 4 << 20}, {"bytes", 700, 5000, 16 << 10}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, mixedPG, mixedFeldera)
+			const rows = 12000
+			e.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", rows))
+			cfg := e.incrementalConfig("users", c.maxRows)
+			cfg.SnapshotChunkRows = c.chunk
+			cfg.BatchMaxBytes = c.maxBytes
+			cfg.BatchLinger = time.Hour // only the bounds (and a table's end) send a batch
+			e.start(cfg)
+			e.waitLog("snapshot: incremental: complete", 60*time.Second)
+			e.assertEqual("users", "users")
+			var reqs, lines, bytes, most, widest int
+			for _, r := range e.fel.Requests() {
+				if r.Table != "users" || r.Lines == 0 {
+					continue
+				}
+				reqs++
+				lines, bytes = lines+r.Lines, bytes+r.Bytes
+				most, widest = max(most, r.Lines), max(widest, r.Bytes)
+			}
+			line := 64 // an upper bound of one users line here
+			if most > c.maxRows || widest > c.maxBytes+line {
+				t.Fatalf("a request of %d lines or %d bytes: over BATCH_MAX_ROWS=%d or BATCH_MAX_BYTES=%d", most, widest, c.maxRows, c.maxBytes)
+			}
+			// Full batches, but for the table's last one (and a chunk
+			// read again, which ends the batch its first read filled).
+			if want := max((lines+c.maxRows-1)/c.maxRows, (bytes+c.maxBytes-1)/c.maxBytes); reqs > want+1 {
+				t.Fatalf("%d requests for %d lines (%d bytes), where full batches make %d: batches not filled to the bounds (%d rows, %d bytes)", reqs, lines, bytes, want, c.maxRows, c.maxBytes)
+			}
+			t.Logf("%d requests for %d lines (%d bytes), the largest %d lines, %d bytes", reqs, lines, bytes, most, widest)
+		})
+	}
+}
