@@ -86,7 +86,7 @@ type Config struct {
 	CompletionTimeout time.Duration
 	BatchMaxRows      int
 	// SnapshotChunkRows is an incremental snapshot's chunk size in rows
-	// (0: BatchMaxRows).
+	// (0: DefaultChunkRows); BatchMaxBytes bounds a chunk too.
 	SnapshotChunkRows int
 	// SnapshotParallelism is how many chunks of a table are read at once,
 	// each lane on its own connection (0 or 1: one).

@@ -340,16 +340,24 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	return nil
 }
 
-// chunkRows is how many rows a chunk reads: SNAPSHOT_CHUNK_ROWS, else
-// BATCH_MAX_ROWS.
+// DefaultChunkRows is a chunk's rows when SNAPSHOT_CHUNK_ROWS is empty.
+// A chunk is also bounded by BATCH_MAX_BYTES, which bounds its memory
+// (two per lane), so more rows cost no memory over that bound; each chunk
+// costs the backend a plan, a scan's start and a transaction, and the
+// lane a round trip with the backend idle, so fewer, larger chunks read
+// faster: bench k measured 0.62 and 0.73 × initial with 30,000-row chunks
+// against 0.54 and 0.65 with 10,000 (BATCH_MAX_ROWS, the default before),
+// alternating in one run each; the 4 MiB byte bound holds those chunks
+// near 32,000 rows.
+const DefaultChunkRows = 50000
+
+// chunkRows is how many rows a chunk reads at most: SNAPSHOT_CHUNK_ROWS,
+// else DefaultChunkRows.
 func (c *Connector) chunkRows() int {
 	if c.cfg.SnapshotChunkRows > 0 {
 		return c.cfg.SnapshotChunkRows
 	}
-	if c.cfg.BatchMaxRows > 0 {
-		return c.cfg.BatchMaxRows
-	}
-	return 10000
+	return DefaultChunkRows
 }
 
 // newIncremental plans the session's incremental snapshots from the state

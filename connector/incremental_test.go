@@ -366,6 +366,7 @@ func (e *env) incrementalConfig(tables string, batchRows int) connector.Config {
 	cfg := e.config(tables)
 	cfg.SnapshotMode = connector.SnapshotIncremental
 	cfg.BatchMaxRows = batchRows
+	cfg.SnapshotChunkRows = batchRows
 	return cfg
 }
 

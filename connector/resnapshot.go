@@ -170,6 +170,7 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 		return err
 	}
 	var rows [][]byte
+	size := 0 // of rows: a batch is bounded like a chunk, in rows and in bytes
 	vals := make([][]string, len(rel.KeyCols))
 	reply := make(chan bool, 1)
 	batch := func(last bool) error {
@@ -207,7 +208,9 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 			return err
 		}
 		rows = append(rows, line)
-		if len(rows) >= inc.limit {
+		size += len(line)
+		if len(rows) >= inc.limit || size >= s.c.cfg.BatchMaxBytes {
+			size = 0
 			if err := batch(false); err != nil {
 				return err
 			}

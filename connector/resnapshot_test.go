@@ -206,6 +206,7 @@ func TestResnapshot_TableBeingRead(t *testing.T) {
 	cfg := e.config("users,public.items:catalog_items")
 	cfg.SnapshotMode = connector.SnapshotIncremental
 	cfg.BatchMaxRows = 200
+	cfg.SnapshotChunkRows = 200
 	c := e.newConnector(cfg, e.client)
 	var chunks atomic.Int64
 	connector.SetChunkReadHook(c, func(table string, keys []string) {

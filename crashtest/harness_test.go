@@ -176,7 +176,7 @@ func (w *world) env() []string {
 		"TABLES=users,public.items:catalog_items",
 		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
 		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
-		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
+		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "SNAPSHOT_CHUNK_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
 		// A short fence: with batches in flight, a crash where a batch
 		// completes (after_complete, after_ack) may catch the next
 		// batch's POST outstanding, and the restart must then wait the

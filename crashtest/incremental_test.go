@@ -149,7 +149,7 @@ func TestIncremental_KillResumes(t *testing.T) {
 	w.exec("ANALYZE users")
 	w.fel.SetCompletionDelay(100 * time.Millisecond)
 	chunk := n / 200 // 200 chunks
-	env := []string{"SNAPSHOT_MODE=incremental", "BATCH_MAX_ROWS=" + strconv.Itoa(chunk), "BATCH_MAX_IN_FLIGHT=1", "BATCH_MAX_BYTES=268435456"}
+	env := []string{"SNAPSHOT_MODE=incremental", "BATCH_MAX_ROWS=" + strconv.Itoa(chunk), "SNAPSHOT_CHUNK_ROWS=" + strconv.Itoa(chunk), "BATCH_MAX_IN_FLIGHT=1", "BATCH_MAX_BYTES=268435456"}
 
 	conn, err := pgx.Connect(context.Background(), w.dsn)
 	if err != nil {

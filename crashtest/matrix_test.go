@@ -227,7 +227,7 @@ var workloads = []workload{
 		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
 	},
 	{
-		// an incremental snapshot (chunks of BATCH_MAX_ROWS=100, in two
+		// an incremental snapshot (chunks of SNAPSHOT_CHUNK_ROWS=100, in two
 		// lanes) under a writer changing random keys of the table being read
 		name:   "incremental",
 		timed:  true,

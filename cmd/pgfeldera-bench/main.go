@@ -612,7 +612,7 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 		fmt.Printf("    round %d: initial %.0f rows/s (%.2f CPU s), incremental %.0f rows/s (%.2f CPU s), at parallelism 2 %.0f rows/s (%.2f CPU s)\n",
 			r+1, ref[r], cpu["initial"][r], inc[r], cpu["incremental"][r], inc2[r], cpu["incremental_2"][r])
 	}
-	res := ratioResult("k", fmt.Sprintf("incremental snapshot of %d rows, SNAPSHOT_PARALLELISM 1 (chunks of BATCH_MAX_ROWS), against initial; at SNAPSHOT_PARALLELISM 2: %.0f rows/s, %.2f × initial; COPY to /dev/null %.0f rows/s, incremental ÷ COPY %.2f (parallelism 2: %.2f)",
+	res := ratioResult("k", fmt.Sprintf("incremental snapshot of %d rows, SNAPSHOT_PARALLELISM 1 (chunks of the default SNAPSHOT_CHUNK_ROWS), against initial; at SNAPSHOT_PARALLELISM 2: %.0f rows/s, %.2f × initial; COPY to /dev/null %.0f rows/s, incremental ÷ COPY %.2f (parallelism 2: %.2f)",
 		rows, median(inc2), median(inc2)/median(ref), copyRate, median(inc)/copyRate, median(inc2)/copyRate),
 		"rows/s", "SNAPSHOT_MODE=initial", ref, inc, 0.8)
 	res.Extra = cpuExtra(cpu, rows)

@@ -188,7 +188,7 @@ var settings = []setting{
 			c.BatchMaxRows = n
 			return nil
 		}},
-	{Env: "SNAPSHOT_CHUNK_ROWS", Default: "", Help: "SNAPSHOT_MODE=incremental: rows per chunk, each read in its own short transaction and held in memory whole, two at a time (empty: BATCH_MAX_ROWS)",
+	{Env: "SNAPSHOT_CHUNK_ROWS", Default: "", Help: "SNAPSHOT_MODE=incremental: rows per chunk, each read in its own short transaction and held in memory whole, two per lane, and also bounded by BATCH_MAX_BYTES (empty: 50000)",
 		parse: func(c *Config, v string) error {
 			if v == "" {
 				return nil
@@ -261,7 +261,7 @@ var settings = []setting{
 			c.BatchLinger = time.Duration(n) * time.Millisecond
 			return nil
 		}},
-	{Env: "SNAPSHOT_MODE", Default: "initial", Help: "initial: snapshot under the slot's exported snapshot; incremental: stream at once and read each table in primary-key chunks of BATCH_MAX_ROWS, resumable, no long-held snapshot; never: stream only; inconsistent: copy then slot (UNSAFE, demonstrates loss)",
+	{Env: "SNAPSHOT_MODE", Default: "initial", Help: "initial: snapshot under the slot's exported snapshot; incremental: stream at once and read each table in chunks of SNAPSHOT_CHUNK_ROWS (block or primary-key ranges), resumable, no long-held snapshot; never: stream only; inconsistent: copy then slot (UNSAFE, demonstrates loss)",
 		parse: func(c *Config, v string) error {
 			if v != "initial" && v != "incremental" && v != "never" && v != "inconsistent" {
 				return badValue("SNAPSHOT_MODE", v, "initial, incremental, never or inconsistent")
