@@ -1,0 +1,38 @@
+package connector
+
+import "testing"
+
+// A chunk's buffers are reused while a worker reads (newChunk gets back
+// what recycle kept, capacity and all), at most cap(free) of them, and
+// dropped once the worker has no table left, so a finished snapshot holds
+// no chunk memory.
+func TestChunkFreeList(t *testing.T) {
+	inc := &incremental{free: make(chan *chunk, 2), running: true}
+	for i := 0; i < 3; i++ {
+		inc.recycle(&chunk{buf: make([]byte, 10, 1<<20), ends: []int{10}, keyBuf: []byte("k"), keyEnds: []int{1}})
+	}
+	if len(inc.free) != 2 {
+		t.Fatalf("the free list holds %d chunks, want its capacity, 2", len(inc.free))
+	}
+	ch := inc.newChunk()
+	if cap(ch.buf) != 1<<20 || len(ch.buf) != 0 || len(ch.ends) != 0 || len(ch.keyBuf) != 0 || len(ch.keyEnds) != 0 {
+		t.Fatalf("a reused chunk has buf %d/%d, %d ends, %d key bytes, %d keys: want empty buffers of the old capacity",
+			len(ch.buf), cap(ch.buf), len(ch.ends), len(ch.keyBuf), len(ch.keyEnds))
+	}
+	if ch.seq != 0 || ch.table != nil || ch.done || ch.discard || ch.last != nil {
+		t.Fatalf("a reused chunk kept the old chunk's fields: %+v", ch)
+	}
+	if inc.take() != nil {
+		t.Fatal("take with an empty queue returned a table")
+	}
+	if len(inc.free) != 0 {
+		t.Fatalf("the free list still holds %d chunks after the worker's last table", len(inc.free))
+	}
+	inc.recycle(&chunk{buf: make([]byte, 0, 1<<20)})
+	if len(inc.free) != 0 {
+		t.Fatal("a chunk recycled with no worker reading was kept")
+	}
+	if ch := inc.newChunk(); cap(ch.buf) != 0 {
+		t.Fatal("newChunk with an empty free list reused a buffer")
+	}
+}
