@@ -393,7 +393,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.rels, groups: p.groups,
 		lanes: max(c.cfg.SnapshotParallelism, 1), handed: map[uint64]*chunk{}, loop: newChunkLoop(),
 		// each lane holds two chunks, and the loop one it appends
-		free: make(chan *chunk, 2*max(c.cfg.SnapshotParallelism, 1)+1),
+		free:    make(chan *chunk, 2*max(c.cfg.SnapshotParallelism, 1)+1),
 		started: time.Now(), lastLog: time.Now(),
 	}
 	// Every table's key is read now, so that a resnapshot request is
