@@ -36,3 +36,24 @@ func TestChunkFreeList(t *testing.T) {
 		t.Fatal("newChunk with an empty free list reused a buffer")
 	}
 }
+
+// reserve sizes an empty chunk's buffers for the rows it expects, with a
+// little headroom, and leaves buffers that are large enough alone.
+func TestChunkReserve(t *testing.T) {
+	ch := &chunk{}
+	ch.reserve(1000, 100, 8)
+	if cap(ch.buf) < 100000 || cap(ch.buf) > 110000 || cap(ch.ends) < 1000 || cap(ch.keyBuf) < 8000 || cap(ch.keyEnds) < 1000 {
+		t.Fatalf("reserve(1000 rows, 100 B, 8 B): buf %d, ends %d, keys %d, key ends %d", cap(ch.buf), cap(ch.ends), cap(ch.keyBuf), cap(ch.keyEnds))
+	}
+	big := make([]byte, 0, 1<<20)
+	ch = &chunk{buf: big}
+	ch.reserve(1000, 100, 8)
+	if cap(ch.buf) != 1<<20 || &ch.buf[:1][0] != &big[:1][0] {
+		t.Fatal("reserve replaced a buffer that was large enough")
+	}
+	ch = &chunk{}
+	ch.reserve(1000, 0, 0) // a lane's first chunk: no width known yet
+	if cap(ch.buf) != 0 {
+		t.Fatal("reserve without a known width allocated")
+	}
+}

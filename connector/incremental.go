@@ -99,6 +99,9 @@ type laneRun struct {
 	// so far (0: none yet), which bounds the next chunk's rows by
 	// BATCH_MAX_BYTES.
 	bytesPerRow float64
+	// The NDJSON and key bytes per row of the lane's last chunk: a new
+	// chunk's buffers are sized from them (reserve).
+	lineBytes, keyBytes float64
 }
 
 // firstKeyChunk is how many rows a lane read in key ranges reads first,
@@ -134,6 +137,30 @@ type chunk struct {
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
 	retract bool
+}
+
+// reserve sizes a new chunk's buffers for rows rows of the given bytes per
+// row (NDJSON, key), when they hold less: appended to from empty, a
+// buffer of megabytes is copied dozens of times as it grows (by a quarter
+// at a time), which measured 7 % of an incremental snapshot's CPU over a
+// lane's first chunks.
+func (ch *chunk) reserve(rows int, lineBytes, keyBytes float64) {
+	if rows <= 0 || lineBytes <= 0 {
+		return
+	}
+	rows += rows / 16
+	if n := int(float64(rows) * lineBytes); cap(ch.buf) < n {
+		ch.buf = make([]byte, 0, n)
+	}
+	if cap(ch.ends) < rows {
+		ch.ends = make([]int, 0, rows)
+	}
+	if n := int(float64(rows) * keyBytes); cap(ch.keyBuf) < n {
+		ch.keyBuf = make([]byte, 0, n)
+	}
+	if cap(ch.keyEnds) < rows {
+		ch.keyEnds = make([]int, 0, rows)
+	}
 }
 
 // key is line i's key.
@@ -1018,6 +1045,11 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	}
 	what := fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified())
 	ch := s.inc.newChunk()
+	expect := limit
+	if r.blocks {
+		expect = int(float64(to-from) * r.rowsPerBlock)
+	}
+	ch.reserve(expect, r.lineBytes, r.keyBytes)
 	ch.seq, ch.table, ch.from, ch.lane, ch.reply = seq, t, after, r.idx, r.reply
 	// The whole chunk is one query, one round trip: the watermarks
 	// (committed first), the chunk's transaction, its snapshot (and, in
@@ -1056,6 +1088,9 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	}
 	if !r.blocks && n > 0 {
 		r.bytesPerRow = float64(size) / float64(n)
+	}
+	if n > 0 {
+		r.lineBytes, r.keyBytes = float64(len(ch.buf))/float64(n), float64(len(ch.keyBuf))/float64(n)
 	}
 	if r.blocks {
 		if to > from && n > 0 {
