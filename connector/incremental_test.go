@@ -17,15 +17,34 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// mutator commits random inserts, updates and deletes of keys in [1, n]
-// until stopped.
+// mutator commits what its SQL function returns, one query after
+// another on its own connection, until stopped.
 type mutator struct {
 	stop atomic.Bool
 	ops  atomic.Int64
 	wg   sync.WaitGroup
 }
 
+// startMutator commits random inserts, updates and deletes of keys in
+// [1, n] of table.
 func (e *env) startMutator(table string, n int, seed int64) *mutator {
+	rng := rand.New(rand.NewSource(seed))
+	return e.startWrites(func() string {
+		id := rng.Intn(n) + 1
+		switch rng.Intn(3) {
+		case 0:
+			return fmt.Sprintf("INSERT INTO %s VALUES (%d, 'ins', %d) ON CONFLICT (id) DO UPDATE SET name = 'reins', score = excluded.score", table, id, rng.Intn(1000))
+		case 1:
+			return fmt.Sprintf("UPDATE %s SET name = 'upd', score = score + 1 WHERE id = %d", table, id)
+		default:
+			return fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, id)
+		}
+	})
+}
+
+// startWrites runs next's queries (the simple protocol: several
+// statements, a transaction, may be one) until halted.
+func (e *env) startWrites(next func() string) *mutator {
 	m := &mutator{}
 	conn, err := pgx.Connect(context.Background(), e.dsn)
 	if err != nil {
@@ -35,19 +54,8 @@ func (e *env) startMutator(table string, n int, seed int64) *mutator {
 	go func() {
 		defer m.wg.Done()
 		defer conn.Close(context.Background())
-		rng := rand.New(rand.NewSource(seed))
 		for !m.stop.Load() {
-			id := rng.Intn(n) + 1
-			var sql string
-			switch rng.Intn(3) {
-			case 0:
-				sql = fmt.Sprintf("INSERT INTO %s VALUES (%d, 'ins', %d) ON CONFLICT (id) DO UPDATE SET name = 'reins', score = excluded.score", table, id, rng.Intn(1000))
-			case 1:
-				sql = fmt.Sprintf("UPDATE %s SET name = 'upd', score = score + 1 WHERE id = %d", table, id)
-			default:
-				sql = fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, id)
-			}
-			if _, err := conn.Exec(context.Background(), sql); err != nil {
+			if _, err := conn.Exec(context.Background(), next()); err != nil {
 				e.t.Errorf("mutator: %v", err)
 				return
 			}
@@ -562,28 +570,15 @@ func TestIncremental_LastChunkWhileTransactionsStream(t *testing.T) {
 	cfg.BatchLinger = 5 * time.Millisecond
 	cfg.SnapshotParallelism = 3
 	c := e.newConnector(cfg, slowSink{e.client, 20 * time.Millisecond})
-	conn, err := pgx.Connect(context.Background(), e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 1; !stop.Load(); i++ {
-			if _, err := conn.Exec(context.Background(), fmt.Sprintf(`BEGIN; UPDATE users SET score = score + 1 WHERE id = %d;
-INSERT INTO unpublished (payload) SELECT 'x' FROM generate_series(1, 20000); COMMIT`, i%3000+1)); err != nil {
-				t.Errorf("writer: %v", err)
-				return
-			}
-		}
-	}()
+	i := 0
+	m := e.startWrites(func() string {
+		i++
+		return fmt.Sprintf(`BEGIN; UPDATE users SET score = score + 1 WHERE id = %d;
+INSERT INTO unpublished (payload) SELECT 'x' FROM generate_series(1, 20000); COMMIT`, i%3000+1)
+	})
 	e.run(c)
 	e.waitLog("snapshot: incremental: complete", 60*time.Second)
-	stop.Store(true)
-	wg.Wait()
+	m.halt()
 	e.waitConfirmed(e.currentLSN(), 30*time.Second)
 	e.assertEqual("users", "users")
 	e.assertEqual("items", "catalog_items")

@@ -138,6 +138,16 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if inc != nil {
+		// The connection newIncremental kept for the first worker, when
+		// no worker took it (the session ended first). Deferred, so that
+		// a session failing before its loop does not leak it.
+		defer func() {
+			if conn := inc.takeConn(); conn != nil {
+				conn.Close(context.WithoutCancel(ctx))
+			}
+		}()
+	}
 	// messages: the incremental snapshot's watermarks and resnapshot
 	// requests are logical messages (others are ignored).
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
@@ -197,11 +207,6 @@ func (c *Connector) session(ctx context.Context) error {
 	c.health.flushSince.Store(0)
 	s.abort()
 	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
-	if inc != nil {
-		if conn := inc.takeConn(); conn != nil { // no worker took it
-			conn.Close(context.WithoutCancel(ctx))
-		}
-	}
 	c.abandonTxn()
 	return err
 }
