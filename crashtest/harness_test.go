@@ -200,6 +200,14 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.logs.Write(b)
 }
 
+// excerpt is s, or its start and end when it is longer than n bytes.
+func excerpt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n/2] + "\n…\n" + s[len(s)-n/2:]
+}
+
 func (w *world) log() string {
 	w.logMu.Lock()
 	defer w.logMu.Unlock()

@@ -167,7 +167,9 @@ func TestCrashRandom(t *testing.T) {
 			}
 			w.fel.Restart() // Feldera restarts too, losing what no step took
 			restart := time.Now()
-			p2 := w.start(bytesBound, inFlight, mode)
+			// The restart logs at debug level: a failure below prints its
+			// log, which then shows each chunk's read.
+			p2 := w.start(bytesBound, inFlight, mode, "LOG_LEVEL=debug")
 			if msg := w.caughtUp(p2, 60*time.Second); msg != "" {
 				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d, %d rows before, %s): %s\nhistory:\n%s", s, how, point, n, pre, settings, msg, strings.Join(stmts, ";\n"))
 			}
@@ -177,7 +179,7 @@ func TestCrashRandom(t *testing.T) {
 			first := w.firstPostAfter(restart)
 			fenced := p2.fenced()
 			if msg := checkFirstPost(point, fenced, first); how == "crash point" && msg != "" {
-				t.Fatalf("CRASHTEST_SEED=%d (%s): %s", s, settings, msg)
+				t.Fatalf("CRASHTEST_SEED=%d (%s): %s\nthe restart's log:\n%s", s, settings, msg, excerpt(p2.output(), 30000))
 			}
 			if m := w.maxLines(); m > maxRequestLines {
 				t.Fatalf("CRASHTEST_SEED=%d: a request carried %d lines, more than BATCH_MAX_ROWS=%d", s, m, batchMaxRows)
