@@ -13,9 +13,9 @@ import (
 func SetAfterCopyHook(c *Connector, f func()) { c.afterCopy = f }
 
 // SetChunkReadHook runs f with each incremental chunk's table and keys
-// (decode.KeyText) after its transaction committed, before its high
-// watermark is written: tests change rows of the chunk in exactly that
-// window.
+// (decode.KeyText) after its transaction committed and it was handed to
+// the loop, before its high watermark is written: tests change rows of
+// the chunk in exactly that window, or hold its watermark back.
 func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.chunkRead = f }
 
 // DisableChunkWindow makes the incremental snapshot keep every chunk row,
@@ -78,3 +78,6 @@ func SetGate(c *Connector, g Gate) { c.forceGate = &g }
 // publication's row filter, as it did before it read rowfilter: tests use
 // it to show the snapshot copying rows the stream will never maintain.
 func IgnoreRowFilter(c *Connector) { c.ignoreFilter = true }
+
+// WatermarkNudge is watermarkNudge, for the tests that count nudges.
+const WatermarkNudge = watermarkNudge

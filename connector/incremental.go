@@ -133,6 +133,8 @@ type chunk struct {
 	discard bool
 	lane    int       // the lane it belongs to
 	reply   chan bool // where the loop answers: true reads it again
+	// handedAt: when the worker put it for the loop (see watermarkNudge)
+	handedAt time.Time
 	// retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
@@ -849,11 +851,56 @@ func (s *stream) hand(ctx context.Context, conn *pgx.Conn, ch *chunk) error {
 	return s.emitWatermarks(ctx, conn, s.mark(ch.table, ch.seq, "high"))
 }
 
-// put leaves a chunk for the loop, which takes it at its high watermark.
+// put leaves a chunk for the loop, which takes it at its high watermark,
+// and wakes the loop, which then bounds its receive by the chunk's nudge
+// (watermarkNudge).
 func (s *stream) put(ch *chunk) {
+	ch.handedAt = time.Now()
 	s.inc.mu.Lock()
 	s.inc.handed[ch.seq] = ch
 	s.inc.mu.Unlock()
+	s.wake.fire() // a receive under way has no nudge deadline yet
+}
+
+// awaited is when the oldest chunk still waiting for its high watermark
+// was handed; zero when none waits.
+func (inc *incremental) awaited() time.Time {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	var at time.Time
+	for _, ch := range inc.handed {
+		if at.IsZero() || ch.handedAt.Before(at) {
+			at = ch.handedAt
+		}
+	}
+	return at
+}
+
+// watermarkNudge is how long a handed chunk's high watermark may take to
+// reach the loop before the loop sends a status update, and then how
+// often it sends one while the watermark has not come. The watermark is
+// committed and flushed right after the chunk is handed, so it comes
+// within milliseconds unless the stream is busy decoding what precedes
+// it; a status update makes the walsender's socket readable, so a
+// walsender asleep without having seen the flush looks again. Without it
+// such a wait lasted until the next regular status update (the status
+// interval, 10 s by default): CI saw a restart whose first chunk took
+// 10.035 s, once, on PostgreSQL 16.
+const watermarkNudge = 500 * time.Millisecond
+
+// nudgeAt is when the loop next sends a status update for a chunk handed
+// at handed whose high watermark has not come: watermarkNudge after the
+// chunk was handed and after the last status update. ok is false when no
+// chunk waits (handed is zero).
+func nudgeAt(handed, lastStatus time.Time) (at time.Time, ok bool) {
+	if handed.IsZero() {
+		return time.Time{}, false
+	}
+	from := handed
+	if lastStatus.After(from) {
+		from = lastStatus
+	}
+	return from.Add(watermarkNudge), true
 }
 
 // readLane reads one lane's chunks, from r.after to its end.
@@ -889,10 +936,10 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 	handOut := func(chs []*chunk) []watermark {
 		var marks []watermark
 		for _, ch := range chs {
+			s.put(ch)
 			if s.c.chunkRead != nil && !ch.discard {
 				s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
 			}
-			s.put(ch)
 			marks = append(marks, s.mark(t, ch.seq, "high"))
 		}
 		return marks

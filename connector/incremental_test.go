@@ -543,6 +543,30 @@ func TestIncremental_LastChunkNotLeftToLinger(t *testing.T) {
 	}
 }
 
+// A chunk whose high watermark is late gets the stream loop to send
+// status updates (which wake a walsender that slept through the
+// watermark's flush) every watermarkNudge until it comes, instead of
+// waiting for the next regular one (10 s here). The hook holds the
+// first chunk's watermark back 1.3 s: two or three nudges.
+func TestIncremental_LateWatermarkNudgesTheWalsender(t *testing.T) {
+	e := newEnv(t, mixedPG, mixedFeldera)
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 300) g")
+	c := e.newConnector(e.incrementalConfig("users", 100), e.client)
+	var held atomic.Bool
+	connector.SetChunkReadHook(c, func(string, []string) {
+		if held.CompareAndSwap(false, true) {
+			time.Sleep(1300 * time.Millisecond)
+		}
+	})
+	e.run(c)
+	e.waitLog("snapshot: incremental: complete", 60*time.Second)
+	e.assertEqual("users", "users")
+	const nudge = "a chunk's high watermark has not come: status update sent to wake the walsender"
+	if n := strings.Count(e.logs.String(), nudge); n < 2 {
+		t.Fatalf("%d status updates while a chunk's watermark was held 1.3 s; want at least 2 (one per %s)", n, connector.WatermarkNudge)
+	}
+}
+
 // slowSink takes a while over every push, so that the stream often has a
 // batch in flight when a table's last chunk enters the outbox.
 type slowSink struct {

@@ -59,6 +59,7 @@ type stream struct {
 	abort    context.CancelFunc
 
 	nextStatus time.Time
+	lastStatus time.Time       // when the last status update was sent
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
 	front      *frontier       // the acknowledgement rule
@@ -372,6 +373,20 @@ func (s *stream) run(ctx context.Context) error {
 				return err
 			}
 		}
+		// A chunk whose high watermark is late: nudge the walsender (see
+		// watermarkNudge), and look again no later than the next nudge.
+		var nudge time.Time
+		waiting := false
+		if s.inc != nil {
+			handed := s.inc.awaited()
+			if nudge, waiting = nudgeAt(handed, s.lastStatus); waiting && !now.Before(nudge) {
+				s.logger.Debug("snapshot: incremental: a chunk's high watermark has not come: status update sent to wake the walsender", "waited", now.Sub(handed).Round(time.Millisecond))
+				if err := s.status(); err != nil {
+					return err
+				}
+				nudge, _ = nudgeAt(handed, s.lastStatus)
+			}
+		}
 		// The filling batch is full and cannot be sent yet (a POST runs,
 		// or BATCH_MAX_IN_FLIGHT batches are in flight): stop reading
 		// (the memory bound) but keep reporting.
@@ -387,6 +402,9 @@ func (s *stream) run(ctx context.Context) error {
 		}
 		if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
 			deadline = ld
+		}
+		if waiting && nudge.Before(deadline) {
+			deadline = nudge
 		}
 		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
 		if err != nil {
@@ -623,7 +641,8 @@ func (s *stream) status() error {
 	if err := sendStatus(s.conn, s.received, s.c.acked); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
-	s.nextStatus = time.Now().Add(s.interval)
+	s.lastStatus = time.Now()
+	s.nextStatus = s.lastStatus.Add(s.interval)
 	return nil
 }
 
