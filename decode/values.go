@@ -2,7 +2,6 @@ package decode
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -392,7 +391,7 @@ func encString(dst, s []byte) ([]byte, error) {
 }
 
 func encJSONInline(dst, s []byte) ([]byte, error) {
-	if !json.Valid(s) {
+	if !validJSON(s) {
 		return dst, fmt.Errorf("invalid JSON value")
 	}
 	return append(dst, bytes.TrimSpace(s)...), nil
