@@ -47,6 +47,9 @@ type server struct {
 	systemID string
 	timeline int32
 	failover bool // slots are created with FAILOVER, and converted
+	// walEnd is IDENTIFY_SYSTEM's xlogpos: the server's WAL flush
+	// position when the session began (see idleKeepalive).
+	walEnd pglogrepl.LSN
 }
 
 // identify reads the server's version, system identifier and timeline on
@@ -62,7 +65,7 @@ func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, 
 	if err != nil {
 		return srv, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
-	srv.systemID, srv.timeline = id.SystemID, id.Timeline
+	srv.systemID, srv.timeline, srv.walEnd = id.SystemID, id.Timeline, id.XLogPos
 	switch c.cfg.SlotFailover {
 	case FailoverOn:
 		if major < minFailoverVersion {

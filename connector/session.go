@@ -60,6 +60,7 @@ type stream struct {
 
 	nextStatus time.Time
 	lastStatus time.Time       // when the last status update was sent
+	startEnd   pglogrepl.LSN   // the server's WAL end when the session began (idleKeepalive)
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
 	front      *frontier       // the acknowledgement rule
@@ -172,6 +173,7 @@ func (c *Connector) session(ctx context.Context) error {
 		flightSize: map[uint64][2]int{},
 		front:      newFrontier(p.gate, c.acked),
 		inc:        inc,
+		startEnd:   c.srv.walEnd,
 	}
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.routes))
@@ -474,7 +476,9 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 			// to unpublished tables move the WAL head too).
 			moved = pkm.ServerWALEnd > s.c.acked
 			s.reach(pkm.ServerWALEnd)
-			s.c.healthy = time.Now()
+			if idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
+				s.c.healthy = time.Now()
+			}
 		}
 		if pkm.ReplyRequested || moved {
 			return s.status()
@@ -644,6 +648,19 @@ func (s *stream) status() error {
 	s.lastStatus = time.Now()
 	s.nextStatus = s.lastStatus.Add(s.interval)
 	return nil
+}
+
+// idleKeepalive reports whether a keepalive that found nothing pending
+// (nothing open, buffered or in flight) shows the session idle, which
+// restarts the NO_PROGRESS_TIMEOUT clock: only once the server has sent
+// everything it had when the session began (walEnd, the keepalive's
+// position, at or past startEnd). PostgreSQL 18.4 sends a keepalive at
+// the slot's confirmed position as streaming starts, before the WAL after
+// it; taken as idle, it restarted the clock at every reconnect, and a
+// Feldera that never completed kept the process reconnecting forever
+// instead of exiting 1 (TestBinary_NoProgressTimeoutExits1 on 18.4).
+func idleKeepalive(walEnd, startEnd pglogrepl.LSN) bool {
+	return walEnd >= startEnd
 }
 
 // lingerDeadline is when the filling batch is due by its linger, when
