@@ -252,7 +252,11 @@ type incremental struct {
 	queue   []*chunkTable     // for the worker
 	running bool              // a worker runs (it exits when the queue is empty)
 	handed  map[uint64]*chunk // worker → loop: put before the chunk's high watermark is written
-	seq     atomic.Uint64     // the last chunk's number
+	// nHanded is len(handed), kept beside it under mu, so that the loop
+	// asks awaited on every message without taking mu once no chunk is
+	// handed (the whole session after the snapshot, with a state file).
+	nHanded atomic.Int32
+	seq     atomic.Uint64 // the last chunk's number
 
 	loop    *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
 	retries int
@@ -858,6 +862,7 @@ func (s *stream) put(ch *chunk) {
 	ch.handedAt = time.Now()
 	s.inc.mu.Lock()
 	s.inc.handed[ch.seq] = ch
+	s.inc.nHanded.Store(int32(len(s.inc.handed)))
 	s.inc.mu.Unlock()
 	s.wake.fire() // a receive under way has no nudge deadline yet
 }
@@ -865,6 +870,9 @@ func (s *stream) put(ch *chunk) {
 // awaited is when the oldest chunk still waiting for its high watermark
 // was handed; zero when none waits.
 func (inc *incremental) awaited() time.Time {
+	if inc.nHanded.Load() == 0 {
+		return time.Time{}
+	}
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	var at time.Time
@@ -1375,6 +1383,7 @@ func (s *stream) highWatermark(seq uint64) error {
 	inc.mu.Lock()
 	ch := inc.handed[seq]
 	delete(inc.handed, seq)
+	inc.nHanded.Store(int32(len(inc.handed)))
 	inc.mu.Unlock()
 	route := -1
 	if w := inc.loop.wins[seq]; w != nil {
