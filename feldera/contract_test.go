@@ -86,10 +86,21 @@ func rows(s *felderatest.Server, table string) string {
 	return strings.Join(out, "\n")
 }
 
+// wantRows waits up to 10 s for a table to hold want: steps take time,
+// and what a request queued shows only once its step ended.
 func wantRows(t *testing.T, s *felderatest.Server, table, want string) {
 	t.Helper()
-	if got := rows(s, table); got != strings.TrimSpace(want) {
-		t.Fatalf("%s rows:\n got: %s\nwant: %s", table, got, strings.TrimSpace(want))
+	want = strings.TrimSpace(want)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := rows(s, table)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s rows:\n got: %s\nwant: %s", table, got, want)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -392,8 +403,8 @@ func TestCompletion(t *testing.T) {
 		t.Fatalf("inprogress: %d %q", st, body)
 	}
 	s.HoldCompletion(false)
-	if done, _ := c.Completion(ctx(t), tok); !done {
-		t.Fatal("released: not complete")
+	if err := c.WaitComplete(ctx(t), tok); err != nil {
+		t.Fatalf("released: %v", err)
 	}
 	// Monotonic: an earlier token of the endpoint stays complete.
 	tok2 := push(t, c, "users", `{"insert":{"id":2}}`)

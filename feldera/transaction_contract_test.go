@@ -29,6 +29,25 @@ func waitCommitted(t *testing.T, c *feldera.Client, id int64) {
 	}
 }
 
+// waitStats polls /stats until cond holds, for up to 10 s.
+func waitStats(t *testing.T, c *feldera.Client, what string, cond func(feldera.GlobalMetrics) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := c.Stats(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(st.GlobalMetrics) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: /stats %+v", what, st.GlobalMetrics)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Inside a transaction, ingress answers 200 with tokens as usual, but
 // nothing is visible and no token completes until the commit; the commit
 // makes both tables visible in one state.
@@ -72,9 +91,10 @@ func TestTransaction_AtomicAtCommit(t *testing.T) {
 	if err := c.CommitTransaction(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := c.Stats(ctx(t)); st.GlobalMetrics.TransactionStatus != "CommitInProgress" || st.GlobalMetrics.TransactionID != id {
-		t.Fatalf("committing: %+v", st.GlobalMetrics)
-	}
+	// The commit begins at the next step, once the one that runs ended.
+	waitStats(t, c, "the commit to begin", func(g feldera.GlobalMetrics) bool {
+		return g.TransactionStatus == "CommitInProgress" && g.TransactionID == id
+	})
 	// No input is fed while a commit runs.
 	tokLate, err := c.Ingress(ctx(t), "users", []byte(`{"insert":{"id":3}}`))
 	if err != nil {

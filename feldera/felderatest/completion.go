@@ -35,7 +35,7 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "UnknownEndpointInCompletionToken", "The completion token refers to an unknown input endpoint", nil)
 		return
 	}
-	s.step(time.Now())
+	s.run(time.Now(), true) // a poll may begin a step (Config.StepsOnPoll)
 	status := "inprogress"
 	var step any
 	if ep.completed >= tok.C {

@@ -100,8 +100,12 @@ func (s *Server) checkpointLocked(now time.Time) {
 // /checkpoints sees them on time).
 func (s *Server) periodic(now time.Time) {
 	every := s.interval()
-	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints || s.txn != nil {
-		return // checkpoints wait for a transaction to commit
+	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
+		return
+	}
+	s.advance(now)
+	if s.cur != nil || s.state.phase != txnNone {
+		return // taken between steps, and never inside a transaction
 	}
 	if s.lastCheckpoint.IsZero() {
 		s.lastCheckpoint = now
@@ -233,18 +237,17 @@ func (s *Server) CheckpointRequests() int {
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
-	if s.cfg.StepsOnPoll && s.inTxn() {
-		// A connector waiting for its transaction's input to be taken
-		// polls /stats: under StepsOnPoll that wait runs the steps.
-		s.step(time.Now())
-	}
+	now := time.Now()
+	// A connector waiting for its transaction's input to be taken polls
+	// /stats: under StepsOnPoll that wait runs the steps.
+	s.run(now, !s.cfg.StepsOnPoll || s.init.active() || s.state.phase != txnNone)
 	outputs := make([]map[string]any, 0, len(s.cfg.OutputEndpoints))
 	for _, name := range s.cfg.OutputEndpoints {
 		outputs = append(outputs, map[string]any{"endpoint_name": name, "config": map[string]any{"stream": name}})
 	}
 	activity := map[string]any{"status": "idle"}
 	txnStatus, txnID := s.txnStats()
+	msecs, records, progress := s.txnMetrics(now)
 	if s.deferredCheckpoint {
 		activity = map[string]any{"status": "delayed", "reasons": []string{"TransactionInProgress"}}
 	}
@@ -255,6 +258,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			"total_processed_records": s.processed,
 			"transaction_status":      txnStatus,
 			"transaction_id":          txnID,
+			"transaction_msecs":       msecs,
+			"transaction_records":     records,
+			"commit_progress":         progress,
 			"transaction_initiators":  s.txnInitiators(),
 		},
 		"inputs":              s.inputStats(),
@@ -272,8 +278,9 @@ func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.advance(time.Now())
-	if s.txn != nil {
-		// Checkpoints wait while a transaction is open or committing.
+	if s.cur != nil || s.state.phase != txnNone {
+		// Taken between steps, after the transaction that runs commits
+		// (the request is answered at once either way).
 		s.deferredCheckpoint = true
 		s.ckptRequests++
 		writeJSON(w, 200, map[string]any{"checkpoint_sequence_number": s.ckptSeq + 1, "incarnation_uuid": s.incarnation})

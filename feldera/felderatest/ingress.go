@@ -75,24 +75,27 @@ type parseError struct {
 	InvalidText *string `json:"invalid_text"`
 }
 
-func (s *Server) lookupTable(w http.ResponseWriter, escaped string) (*table, string, bool) {
-	name, err := url.PathUnescape(escaped)
+// lookupTable finds the table a path segment names; raw is the segment
+// as sent, unescaped: Feldera names the endpoint after it, quotes and all
+// (server.rs, input_endpoint).
+func (s *Server) lookupTable(w http.ResponseWriter, escaped string) (t *table, canon, raw string, ok bool) {
+	raw, err := url.PathUnescape(escaped)
 	if err != nil {
 		writeError(w, 400, "InvalidParam", "bad table name", nil)
-		return nil, "", false
+		return nil, "", "", false
 	}
-	canon := feldera.TableIdent(name)
+	canon = feldera.TableIdent(raw)
 	s.mu.Lock()
-	t, ok := s.tables[canon]
+	t, ok = s.tables[canon]
 	s.mu.Unlock()
 	if !ok {
-		ep := canon + ".api-ingress-0000000000000000"
+		ep := raw + ".api-ingress-0000000000000000"
 		writeError(w, http.StatusNotFound, "ConfigError.UnknownInputStream",
 			fmt.Sprintf("invalid controller configuration: Input endpoint '%s' specifies unknown table '%s'", ep, canon),
 			map[string]any{"config_error": map[string]any{"endpoint_name": ep, "stream_name": canon}})
-		return nil, "", false
+		return nil, "", "", false
 	}
-	return t, canon, true
+	return t, canon, raw, true
 }
 
 // waitRunning blocks while the pipeline is paused, up to IngressTimeout.
@@ -109,14 +112,20 @@ func (s *Server) waitRunning(w http.ResponseWriter, r *http.Request, force bool)
 		select {
 		case <-unblock:
 		case <-deadline.C:
-			writeError(w, http.StatusServiceUnavailable, "PipelineInteractionUnreachable",
-				fmt.Sprintf("Pipeline %s is unreachable: timeout (%ds) was reached", s.cfg.Pipeline, int(s.cfg.IngressTimeout.Seconds())),
-				map[string]any{"pipeline_name": s.cfg.Pipeline, "request": "ingress", "error": "timeout"})
+			s.unreachable(w)
 			return false
 		case <-r.Context().Done():
 			return false
 		}
 	}
+}
+
+// unreachable is the manager's answer to an ingress request the pipeline
+// held past its forward timeout.
+func (s *Server) unreachable(w http.ResponseWriter) {
+	writeError(w, http.StatusServiceUnavailable, "PipelineInteractionUnreachable",
+		fmt.Sprintf("Pipeline %s is unreachable: timeout (%ds) was reached", s.cfg.Pipeline, int(s.cfg.IngressTimeout.Seconds())),
+		map[string]any{"pipeline_name": s.cfg.Pipeline, "request": "ingress", "error": "timeout"})
 }
 
 func (s *Server) ingress(w http.ResponseWriter, r *http.Request, escaped string) {
@@ -127,8 +136,26 @@ func (s *Server) ingressPartial(w http.ResponseWriter, r *http.Request, escaped 
 	s.ingressWith(w, r, escaped, true)
 }
 
+// intake is one ingress request as it is read.
+type intake struct {
+	t      *table
+	canon  string
+	args   ingressArgs
+	ep     *endpoint
+	seq    int
+	events int // parsed so far (parse errors number them across chunks)
+	req    Request
+	perrs  []parseError
+}
+
+// ingressWith reads a request body the way Feldera's HTTP input does
+// (http/input.rs, complete_request): read by read, each read split at
+// record boundaries, parsed and queued at once, so steps run between the
+// reads of one request and a view can see a prefix of it. While the
+// endpoint's queue is full it stops reading. The answer comes once the
+// whole body was read: the token covers all of it.
 func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped string, partial bool) {
-	t, canon, ok := s.lookupTable(w, escaped)
+	t, canon, raw, ok := s.lookupTable(w, escaped)
 	if !ok {
 		return
 	}
@@ -140,122 +167,219 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if !s.waitRunning(w, r, r.URL.Query().Get("force") == "true") {
 		return
 	}
-	if s.cfg.CountOnly {
-		var n int
-		var err error
-		if s.cfg.OnIngress != nil {
-			var body []byte
-			if body, err = io.ReadAll(r.Body); err == nil {
-				s.cfg.OnIngress(canon, body, time.Now())
-				n = bytes.Count(body, []byte{'\n'})
-			}
-		} else {
-			n, err = countLines(r.Body)
-		}
+	in := &intake{t: t, canon: canon, args: args, req: Request{Time: time.Now(), Table: canon}}
+	s.mu.Lock()
+	in.ep = s.endpointFor(raw, t, args.endpointKey)
+	s.requestSeq++
+	in.seq = s.requestSeq
+	s.mu.Unlock()
+	body := io.Reader(r.Body)
+	if partial || s.cfg.CountOnly && s.cfg.OnIngress != nil {
+		whole, err := io.ReadAll(r.Body)
 		if err != nil {
 			return // client went away mid-body
 		}
-		s.mu.Lock()
-		s.countOnly[canon] += n
-		ep := s.endpointFor(canon, t, args.endpointKey)
-		ep.queued += uint64(n)
-		if s.delay > 0 || s.txn != nil {
-			// Completes d after arrival, like any push (SetCompletionDelay).
-			now := time.Now()
-			s.queue = append(s.queue, &batch{ep: ep, readyAt: now.Add(s.delay), upTo: ep.queued, rows: n})
-			s.notePeak()
-			s.advance(now)
-		} else {
-			ep.completed = ep.queued
+		if partial {
+			whole = firstHalf(t, whole, args)
 		}
-		tok := s.token(ep)
-		s.mu.Unlock()
-		writeJSON(w, 200, map[string]string{"token": tok})
-		return
+		if s.cfg.OnIngress != nil {
+			s.cfg.OnIngress(canon, whole, time.Now())
+		}
+		body = bytes.NewReader(whole)
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
+	full := false
+	err := readChunks(body, s.cfg.ReadBytes, func(chunk []byte) error {
+		if !s.roomFor(r, in.ep) {
+			full = true
+			return errFull
+		}
+		s.take(in, chunk)
+		return nil
+	})
+	if err != nil && !full {
 		return // client went away mid-body
 	}
-	ops, perrs := parseBody(t, body, args)
+	s.mu.Lock()
+	tok := s.token(in.ep)
+	in.req.Errors = len(in.perrs)
+	switch {
+	case partial || full:
+		in.req.Status = http.StatusServiceUnavailable
+	case len(in.perrs) > 0:
+		in.req.Status = http.StatusBadRequest
+	default:
+		in.req.Status = http.StatusOK
+	}
+	if late, _ := r.Context().Value(lateKey{}).(bool); late {
+		s.lateApplied++
+		in.req.Late = true
+	}
+	if !s.cfg.CountOnly {
+		s.requests = append(s.requests, in.req)
+	}
+	s.mu.Unlock()
+	switch {
+	case partial || full:
+		s.unreachable(w)
+	case len(in.perrs) > 0:
+		writeParseErrors(w, in.perrs)
+	default:
+		writeJSON(w, 200, map[string]string{"token": tok})
+	}
+}
+
+var errFull = fmt.Errorf("felderatest: ingress queue full past the forward timeout")
+
+// take parses one chunk of a request and queues it for a step.
+func (s *Server) take(in *intake, chunk []byte) {
+	b := &buffer{ep: in.ep, req: in.seq, bytes: len(chunk)}
 	lines := 0
-	for _, l := range bytes.Split(body, []byte{'\n'}) {
+	for _, l := range bytes.Split(chunk, []byte{'\n'}) {
 		if len(bytes.TrimSpace(l)) > 0 {
 			lines++
 		}
 	}
-	if partial {
-		ops = ops[:len(ops)/2]
+	in.req.Lines += lines
+	in.req.Bytes += len(chunk)
+	if s.cfg.CountOnly {
+		b.records = lines
+	} else {
+		var perrs []parseError
+		b.ops, perrs, in.events = parseBody(in.t, chunk, in.args, in.events)
+		in.perrs = append(in.perrs, perrs...)
+		b.records = len(b.ops)
 	}
-	req := Request{Time: time.Now(), Table: canon, Errors: len(perrs), Lines: lines, Bytes: len(body)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.CountOnly {
+		s.countOnly[in.canon] += lines
+	}
+	s.noteOps(in, b.ops)
+	s.queueBuffer(b, time.Now())
+}
+
+// noteOps counts a chunk's commands into its request's log entry and,
+// for a keyed table, its inserts per key.
+func (s *Server) noteOps(in *intake, ops []op) {
+	t := in.t
+	var ki map[string]int
+	if t.keyed() && len(ops) > 0 {
+		if ki = s.keyInserts[in.canon]; ki == nil {
+			ki = map[string]int{}
+			s.keyInserts[in.canon] = ki
+		}
+	}
 	for _, o := range ops {
 		switch o.kind {
 		case 'i':
-			req.Inserts++
-		case 'd':
-			req.Deletes++
-		case 'u':
-			req.Updates++
-		}
-	}
-	s.mu.Lock()
-	if t.keyed() {
-		ki := s.keyInserts[canon]
-		if ki == nil {
-			ki = map[string]int{}
-			s.keyInserts[canon] = ki
-		}
-		for _, o := range ops {
-			switch o.kind {
-			case 'i':
+			in.req.Inserts++
+			if ki != nil {
 				k := keyText(o.row, t.pk)
 				ki[k]++
-				req.InsertKeys = append(req.InsertKeys, k)
-			case 'd':
-				req.DeleteKeys = append(req.DeleteKeys, keyText(o.row, t.pk))
+				in.req.InsertKeys = append(in.req.InsertKeys, k)
 			}
+		case 'd':
+			in.req.Deletes++
+			if ki != nil {
+				in.req.DeleteKeys = append(in.req.DeleteKeys, keyText(o.row, t.pk))
+			}
+		case 'u':
+			in.req.Updates++
 		}
 	}
-	ep := s.endpointFor(canon, t, args.endpointKey)
-	ep.queued += uint64(len(ops))
-	now := time.Now()
-	s.queue = append(s.queue, &batch{ep: ep, ops: ops, readyAt: now.Add(s.delay), upTo: ep.queued, rows: len(ops)})
-	s.notePeak()
-	s.advance(now)
-	tok := s.token(ep)
-	switch {
-	case partial:
-		req.Status = http.StatusServiceUnavailable
-	case len(perrs) > 0:
-		req.Status = http.StatusBadRequest
-	default:
-		req.Status = http.StatusOK
-	}
-	if late, _ := r.Context().Value(lateKey{}).(bool); late {
-		s.lateApplied++
-		req.Late = true
-	}
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
+}
 
-	switch {
-	case partial:
-		writeError(w, http.StatusServiceUnavailable, "PipelineInteractionUnreachable",
-			"Pipeline is unreachable: timeout (30s) was reached", map[string]any{"request": "ingress", "error": "timeout"})
-	case len(perrs) > 0:
-		var b strings.Builder
-		fmt.Fprintf(&b, "Errors parsing input data (%d errors):", len(perrs))
-		for _, e := range perrs {
-			fmt.Fprintf(&b, "\n    Parse error (event #%d): %s", e.EventNumber, e.Description)
+// roomFor waits while ep queues Config.MaxQueuedRecords records: the
+// endpoint stops reading the body until a step takes some (DURABILITY.md
+// §4). It reports false when the wait outlasted IngressTimeout (the
+// manager's forward timeout; what was read stays queued) or the client
+// left.
+func (s *Server) roomFor(r *http.Request, ep *endpoint) bool {
+	start := time.Now()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		s.advance(now)
+		n, _ := s.buffered(ep)
+		wake := now.Add(5 * time.Millisecond)
+		if s.cur != nil && s.cur.end.Before(wake) {
+			wake = s.cur.end
 		}
-		listed := perrs
-		if len(listed) > 1000 {
-			listed = listed[:1000]
+		s.mu.Unlock()
+		if n < s.cfg.MaxQueuedRecords {
+			return true
 		}
-		writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
-	default:
-		writeJSON(w, 200, map[string]string{"token": tok})
+		if now.Sub(start) >= s.cfg.IngressTimeout {
+			return false
+		}
+		select {
+		case <-r.Context().Done():
+			return false
+		case <-time.After(time.Until(wake) + 100*time.Microsecond):
+		}
 	}
+}
+
+// readChunks reads body size bytes at a time and calls fn with the whole
+// records read so far (up to the last newline; at the end, the rest).
+// fn may keep the chunk.
+func readChunks(body io.Reader, size int, fn func([]byte) error) error {
+	buf := make([]byte, size)
+	var pending []byte
+	for {
+		n, err := io.ReadFull(body, buf)
+		pending = append(pending, buf[:n]...)
+		eof := err == io.EOF || err == io.ErrUnexpectedEOF
+		if err != nil && !eof {
+			return err
+		}
+		cut := len(pending)
+		if !eof {
+			cut = bytes.LastIndexByte(pending, '\n') + 1
+		}
+		if cut > 0 {
+			if err := fn(append([]byte(nil), pending[:cut]...)); err != nil {
+				return err
+			}
+			pending = append(pending[:0], pending[cut:]...)
+		}
+		if eof {
+			return nil
+		}
+	}
+}
+
+// firstHalf keeps the lines of body that hold the first half of its good
+// events (PartialThen503).
+func firstHalf(t *table, body []byte, args ingressArgs) []byte {
+	ops, _, _ := parseBody(t, body, args, 0)
+	keep := len(ops) / 2
+	var out []byte
+	for _, line := range bytes.SplitAfter(body, []byte{'\n'}) {
+		if keep == 0 {
+			break
+		}
+		o, _, _ := parseBody(t, line, args, 0)
+		if len(o) > keep {
+			break
+		}
+		keep -= len(o)
+		out = append(out, line...)
+	}
+	return out
+}
+
+func writeParseErrors(w http.ResponseWriter, perrs []parseError) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Errors parsing input data (%d errors):", len(perrs))
+	for _, e := range perrs {
+		fmt.Fprintf(&b, "\n    Parse error (event #%d): %s", e.EventNumber, e.Description)
+	}
+	listed := perrs
+	if len(listed) > 1000 {
+		listed = listed[:1000]
+	}
+	writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
 }
 
 // countLines counts newlines while streaming the body through a small buffer.
@@ -280,12 +404,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (s *Server) endpointFor(canon string, t *table, key string) *endpoint {
-	k := canon + "?" + key
+// endpointFor finds or creates the endpoint of a path segment (as sent)
+// and query: Feldera hashes the two into the endpoint's name, so `users`,
+// `USERS` and `"users"` are three endpoints of one table.
+func (s *Server) endpointFor(raw string, t *table, key string) *endpoint {
+	k := raw + "?" + key
 	ep, ok := s.endpoints[k]
 	if !ok {
 		s.nextEndpoint++
-		ep = &endpoint{id: s.nextEndpoint, table: t, name: fmt.Sprintf("%s.api-ingress-%016x", canon, s.nextEndpoint)}
+		ep = &endpoint{id: s.nextEndpoint, table: t, name: fmt.Sprintf("%s.api-ingress-%016x", raw, s.nextEndpoint)}
 		s.endpoints[k] = ep
 		s.endpointByID[ep.id] = ep
 	}
@@ -331,23 +458,24 @@ func parseToken(tok string) (tokenBody, error) {
 // parseBody parses NDJSON (or arrays with array=true) into commands; bad
 // events are reported and skipped, good ones kept, as Feldera does. A
 // syntactically broken document ends the parse.
-func parseBody(t *table, body []byte, a ingressArgs) ([]op, []parseError) {
+//
+// event is how many events came before body (a request parsed chunk by
+// chunk numbers its events across chunks); the count after it returns.
+func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseError, int) {
 	var ops []op
 	var errs []parseError
 	if !a.formatIsJSON {
 		// format defaults to csv: a JSON body is not CSV the double can read.
-		n := 0
 		for _, line := range bytes.Split(body, []byte{'\n'}) {
 			if len(bytes.TrimSpace(line)) == 0 {
 				continue
 			}
-			n++
-			errs = append(errs, parseError{Description: "felderatest: CSV input is not supported (did you forget format=json? Feldera's default is csv)", EventNumber: n})
+			event++
+			errs = append(errs, parseError{Description: "felderatest: CSV input is not supported (did you forget format=json? Feldera's default is csv)", EventNumber: event})
 		}
-		return nil, errs
+		return nil, errs, event
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
-	event := 0
 	for {
 		var v json.RawMessage
 		if err := dec.Decode(&v); err == io.EOF {
@@ -389,7 +517,7 @@ func parseBody(t *table, body []byte, a ingressArgs) ([]op, []parseError) {
 		}
 		ops = append(ops, o...)
 	}
-	return ops, errs
+	return ops, errs, event
 }
 
 func toParseError(err error, event int) parseError {

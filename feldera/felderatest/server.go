@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -98,6 +99,58 @@ type Config struct {
 	// OutputEndpoints are the output connectors /stats lists; none by
 	// default (then completion can run ahead of the steps: feldera#7169).
 	OutputEndpoints []string
+
+	// How the pipeline steps (circuit.go). Zero values take the
+	// defaults, which follow Feldera's own where it has one.
+	//
+	// A step takes StepTime (DefaultStepTime), plus a random part of
+	// StepJitter (DefaultStepJitter), plus StepPerRecord for each record
+	// it feeds; set StepTime negative for steps that take no time.
+	StepTime, StepJitter, StepPerRecord time.Duration
+	// CommitPerRecord is how long an API or connector transaction's
+	// commit takes per record it holds, on top of SetCommitDelay: a long
+	// commit runs over many steps and feeds no input meanwhile.
+	CommitPerRecord time.Duration
+	// StepRecords is the per-endpoint soft cap of records one step
+	// feeds (DefaultStepRecords: 8 workers × 10,000).
+	StepRecords int
+	// ReadBytes is how much of a request body one read takes: each read
+	// is split at record boundaries and queued at once, so a step can
+	// take a prefix of a request (DefaultReadBytes).
+	ReadBytes int
+	// MaxQueuedRecords is how many records an ingress endpoint queues
+	// before it stops reading a body until a step takes some
+	// (DefaultMaxQueuedRecords); a body held past IngressTimeout is
+	// answered 503, as the manager does, with what was read queued.
+	MaxQueuedRecords int
+	// NoAutoTransactions turns off automatic per-step transactions, as
+	// Feldera's dev_tweaks.disable_auto_transaction does.
+	NoAutoTransactions bool
+	// Seed seeds the step jitter (0: the clock).
+	Seed uint64
+}
+
+// withDefaults fills the stepping defaults.
+func (cfg Config) withDefaults() Config {
+	switch {
+	case cfg.StepTime == 0:
+		cfg.StepTime = DefaultStepTime
+		if cfg.StepJitter == 0 {
+			cfg.StepJitter = DefaultStepJitter
+		}
+	case cfg.StepTime < 0:
+		cfg.StepTime = 0
+	}
+	if cfg.StepRecords <= 0 {
+		cfg.StepRecords = DefaultStepRecords
+	}
+	if cfg.ReadBytes <= 0 {
+		cfg.ReadBytes = DefaultReadBytes
+	}
+	if cfg.MaxQueuedRecords <= 0 {
+		cfg.MaxQueuedRecords = DefaultMaxQueuedRecords
+	}
+	return cfg
 }
 
 // Request is one ingress request as the double saw it.
@@ -148,19 +201,11 @@ type Fault struct {
 
 type endpoint struct {
 	id        uint64
-	name      string // <table>.api-ingress-<16 hex>, as /stats lists it
+	name      string // <path segment as sent>.api-ingress-<16 hex>, as /stats lists it
 	table     *table
-	queued    uint64
-	completed uint64
+	queued    uint64 // records queued so far
+	completed uint64 // records processed and visible so far
 	step      uint64 // the step that completed the endpoint's last records
-}
-
-type batch struct {
-	ep      *endpoint
-	ops     []op
-	readyAt time.Time
-	upTo    uint64
-	rows    int // records it carries
 }
 
 // Server is a running Feldera double.
@@ -179,7 +224,11 @@ type Server struct {
 	endpoints     map[string]*endpoint
 	endpointByID  map[uint64]*endpoint
 	nextEndpoint  uint64
-	queue         []*batch
+	queue         []*buffer // input no step took yet, in arrival order
+	cur           *stepRun  // the step in progress
+	idleAt        time.Time // when the last step ended
+	resumedAt     time.Time // when HoldCompletion(false) let steps run again
+	rng           *mrand.Rand
 	hold          bool
 	delay         time.Duration
 	faults        []*Fault
@@ -195,12 +244,14 @@ type Server struct {
 	peakQueued    int // the most ingress requests queued and not yet completed at once
 	peakRows      int // the most records queued and not yet completed at once
 
-	txnIDs             int64   // per process, like Feldera's transaction counter
-	txn                *apiTxn // the API's open or committing transaction
-	nextTxn            *apiTxn // started while a commit ran: begins after it
+	lastTID            int64      // per process: last_transaction_id
+	init               initiators // who wants a transaction
+	state              txnState   // the transaction the circuit runs
 	commitDelay        time.Duration
 	txnCommits         int
 	txnConflicts       int
+	txnDropped         int
+	requestSeq         int
 	deferredCheckpoint bool // asked for during a transaction: taken after its commit
 	orderViolations    int
 
@@ -237,7 +288,8 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 	if cfg.FaultTolerance != "" && !json.Valid([]byte(cfg.FaultTolerance)) {
 		return nil, fmt.Errorf("felderatest: FaultTolerance %q is not JSON", cfg.FaultTolerance)
 	}
-	s := &Server{cfg: cfg, tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, rng: newRNG(cfg.Seed), tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
 	for _, rel := range cfg.Tables {
 		t, err := newTable(rel)
 		if err != nil {
@@ -287,10 +339,12 @@ func (s *Server) newIncarnation() {
 	s.deploymentID = newUUID()
 	s.endpoints = map[string]*endpoint{}
 	s.endpointByID = map[uint64]*endpoint{}
-	s.queue = nil
-	// Transactions live in the process's memory only: a restart drops an
-	// open one, its data, and the ID counter.
-	s.txn, s.nextTxn, s.txnIDs, s.deferredCheckpoint = nil, nil, 0, false
+	// Input not yet processed, the step in progress and transactions
+	// live in the process's memory only: a restart drops them, their
+	// data, and the transaction id counter.
+	s.queue, s.cur = nil, nil
+	s.idleAt = time.Now()
+	s.lastTID, s.init, s.state, s.deferredCheckpoint = 0, initiators{}, txnState{}, false
 }
 
 // ---- knobs ----
@@ -300,8 +354,13 @@ func (s *Server) newIncarnation() {
 func (s *Server) HoldCompletion(hold bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.advance(now)
+	if s.hold && !hold {
+		s.resumedAt = now
+	}
 	s.hold = hold
-	s.advance(time.Now())
+	s.advance(now)
 }
 
 // SetCompletionDelay makes each push complete d after it arrived.
@@ -470,52 +529,6 @@ func (s *Server) direct(tableName, rowJSON string, kind byte) error {
 	}
 	t.apply(op{kind: kind, row: vals, set: set})
 	return nil
-}
-
-// advance runs every step whose time has come, in arrival order, unless
-// steps run only on a completion poll (Config.StepsOnPoll).
-func (s *Server) advance(now time.Time) {
-	s.finishCommit(now)
-	if s.cfg.StepsOnPoll {
-		return
-	}
-	s.step(now)
-}
-
-func (s *Server) step(now time.Time) {
-	s.finishCommit(now)
-	for len(s.queue) > 0 && !s.hold && !s.committing() && !s.queue[0].readyAt.After(now) {
-		b := s.queue[0]
-		s.queue = s.queue[1:]
-		s.steps++ // one step per batch: its records are processed at this step
-		s.processed += uint64(len(b.ops))
-		if s.inTxn() {
-			// Indexed, not visible: it waits in the transaction, and its
-			// tokens complete only at the commit.
-			s.txn.stepped = true
-			s.txn.batches = append(s.txn.batches, b)
-			continue
-		}
-		s.applyBatch(b)
-		s.exposed()
-	}
-}
-
-// applyBatch makes a stepped batch's records part of the tables and
-// completes its endpoint up to it, at the current step.
-func (s *Server) applyBatch(b *batch) {
-	for _, o := range b.ops {
-		if !b.ep.table.inOrder(o) {
-			s.orderViolations++
-		}
-		if b.ep.table.apply(o) {
-			s.missedDeletes++
-		}
-	}
-	if b.upTo > b.ep.completed {
-		b.ep.completed = b.upTo
-		b.ep.step = s.steps
-	}
 }
 
 // View reads the tables inside a Config.OnState hook.
@@ -813,12 +826,22 @@ func (s *Server) PeakQueuedRecords() int {
 	return s.peakRows
 }
 
+// notePeak records how many requests and records wait to complete: in
+// the queue, or taken into a transaction not yet committed.
 func (s *Server) notePeak() {
-	s.peakQueued = max(s.peakQueued, len(s.queue))
+	reqs := map[int]bool{}
 	n := 0
-	for _, b := range s.queue {
-		n += b.rows
+	lists := [][]*buffer{s.queue, s.state.fed}
+	if s.cur != nil && s.state.phase == txnNone {
+		lists = append(lists, s.cur.fed)
 	}
+	for _, list := range lists {
+		for _, b := range list {
+			reqs[b.req] = true
+			n += b.records
+		}
+	}
+	s.peakQueued = max(s.peakQueued, len(reqs))
 	s.peakRows = max(s.peakRows, n)
 }
 

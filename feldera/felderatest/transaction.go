@@ -8,43 +8,23 @@ import (
 
 // ---- transactions (DURABILITY.md §1) ----
 //
-// One API transaction at a time, pipeline-wide. While it is open, steps
-// still take queued input (it is "indexed"), but nothing becomes visible
-// and no token completes: the data waits in the transaction. A commit only
-// starts on POST /commit_transaction; it takes SetCommitDelay, feeds no
-// input meanwhile, and then makes everything visible in one state, at one
-// step. /stats shows transaction_status and transaction_id the way Feldera
-// does. A restart drops an open transaction and its data.
-//
-// Transactions started by connectors (Delta, Iceberg transaction_mode)
-// are modelled by StartConnectorTransaction: the API joins them, and the
-// commit waits for every participant. Not modelled: exactly_once's replay of the journaled part of an open transaction
-// (Feldera then commits that part; the double drops it, as without fault
-// tolerance).
+// Feldera keeps two things (controller.rs, TransactionInfo): the
+// initiators, who want a transaction (the API, input connectors), with
+// the id it will have; and the transaction state the circuit runs
+// (circuit.go). POST /start_transaction only records the API as an
+// initiator, under the initiators' id or last_transaction_id + 1
+// (start_transaction_from_api): it answers at once, even while a commit
+// runs, and the transaction starts at the next step that runs, which is
+// the next one input triggers. POST /commit_transaction marks the API's
+// part committed (start_commit_transaction_from_api); when every
+// initiator committed, the next step begins the commit, which feeds no
+// input and may take several steps; a commit asked before the
+// transaction's first step drops the transaction, and the input it would
+// have taken goes to later ordinary steps. Transactions live in the
+// process's memory: a restart drops them, their data and the id counter.
 
-type txnPhase int
-
-const (
-	txnStarted txnPhase = iota
-	txnCommitting
-)
-
-type apiTxn struct {
-	id        int64
-	phase     txnPhase
-	stepped   bool      // a step ran since start: /stats shows it in progress
-	commitAt  time.Time // committing: when the commit finishes
-	batches   []*batch  // input its steps took: applied at commit
-	commitAsk bool      // a pending next transaction whose commit was already asked
-	api       bool      // the API holds it and has not asked for its commit
-	apiDone   bool      // the API asked for its commit: a new start is a 409 until it begins
-	// connectors are the input connectors (Delta, Iceberg transaction_mode)
-	// that started or joined it and have not committed: it commits only
-	// once the API and every one of them did.
-	connectors map[string]bool
-}
-
-// SetCommitDelay makes each transaction commit take d (default 0).
+// SetCommitDelay makes each API or connector transaction's commit take d
+// (on top of Config.CommitPerRecord).
 func (s *Server) SetCommitDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -59,93 +39,83 @@ func (s *Server) TransactionConflicts() int {
 	return s.txnConflicts
 }
 
-// TransactionsCommitted is how many API transactions committed with data.
+// TransactionsCommitted is how many API or connector transactions
+// committed with data.
 func (s *Server) TransactionsCommitted() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.txnCommits
 }
 
-// inTxn reports whether input is going into an open transaction now.
-func (s *Server) inTxn() bool { return s.txn != nil && s.txn.phase == txnStarted }
-
-// committing reports whether a commit runs (no input is fed meanwhile).
-func (s *Server) committing() bool { return s.txn != nil && s.txn.phase == txnCommitting }
-
-// finishCommit ends a commit whose time has come: every batch of the
-// transaction is applied at once, at one step, and becomes one visible
-// state; the API's next transaction, if it asked for one, begins.
-func (s *Server) finishCommit(now time.Time) {
-	if !s.committing() || now.Before(s.txn.commitAt) {
-		return
-	}
-	s.steps++
-	for _, b := range s.txn.batches {
-		s.applyBatch(b)
-	}
-	s.txnCommits++
-	s.txn, s.nextTxn = s.nextTxn, nil
-	s.exposed()
-	if s.txn != nil && s.txn.commitAsk {
-		s.beginCommit(s.txn, now)
-	}
-	if s.deferredCheckpoint && s.txn == nil {
-		s.deferredCheckpoint = false
-		s.checkpointLocked(now) // checkpoints wait for transactions
-	}
+// TransactionsDropped is how many API transactions were committed before
+// their first step, which drops them (their input lands outside).
+func (s *Server) TransactionsDropped() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txnDropped
 }
 
-func (s *Server) beginCommit(t *apiTxn, now time.Time) {
-	if !t.stepped {
-		// Nothing executed a step since start: the commit just drops it.
-		s.txn = s.nextTxn
-		s.nextTxn = nil
-		return
-	}
-	t.phase = txnCommitting
-	t.commitAt = now.Add(s.commitDelay)
-}
-
-// txnStats is /stats' view of the transaction.
+// txnStats is /stats' transaction_status and transaction_id
+// (controller/stats.rs, to_api_type): the running transaction's id
+// first, else the one that starts at the next step, else 0.
 func (s *Server) txnStats() (status string, id int64) {
-	switch {
-	case s.txn == nil:
-		return "NoTransaction", 0
-	case s.txn.phase == txnCommitting:
-		return "CommitInProgress", s.txn.id
-	case s.txn.stepped:
-		return "TransactionInProgress", s.txn.id
+	switch s.state.phase {
+	case txnStarted:
+		return "TransactionInProgress", s.state.tid
+	case txnCommitting:
+		return "CommitInProgress", s.state.tid
 	}
-	// Right after start_transaction, before any step: the pending ID, and
-	// the status stays NoTransaction until the next step.
-	return "NoTransaction", s.txn.id
+	return "NoTransaction", s.init.tid
+}
+
+// txnMetrics is /stats' transaction_msecs, transaction_records and
+// commit_progress: null without a transaction; the time in the current
+// phase, the records fed to the transaction, and, while it commits, how
+// far the commit got (Feldera counts operators; the double counts
+// hundredths of the commit's work).
+func (s *Server) txnMetrics(now time.Time) (msecs, records, progress any) {
+	st := &s.state
+	if st.phase == txnNone {
+		return nil, nil, nil
+	}
+	msecs = now.Sub(st.since).Milliseconds()
+	records = st.records
+	if st.phase == txnCommitting && !st.auto {
+		done := 100
+		if st.commitWork > 0 {
+			done = int(100 * (st.commitWork - st.commitLeft) / st.commitWork)
+		}
+		inProgress := 0
+		if done < 100 {
+			inProgress = 1
+		}
+		progress = map[string]any{
+			"completed": done, "in_progress": inProgress, "remaining": 100 - done - inProgress,
+			"in_progress_processed_records": (st.commitWork - st.commitLeft).Milliseconds(),
+			"in_progress_total_records":     st.commitWork.Milliseconds(),
+		}
+	}
+	return msecs, records, progress
 }
 
 func (s *Server) startTransaction(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	s.advance(now)
-	switch {
-	case s.inTxn() && !s.txn.api && !s.txn.apiDone && s.nextTxn == nil:
-		// A connector's transaction: the API joins it, no conflict.
-		s.txn.api = true
-		writeJSON(w, 200, map[string]any{"transaction_id": s.txn.id})
-		return
-	case s.inTxn() || s.nextTxn != nil:
+	s.advance(time.Now())
+	// start_transaction_from_api: only a transaction the API itself
+	// already holds (started, or committed but not yet committing) is a
+	// conflict; a connector's is joined, a running commit is waited for.
+	if s.init.api != 0 {
 		s.txnConflicts++
 		writeError(w, http.StatusConflict, "TransactionInProgress", "Cannot perform this operation while there is a transaction in progress", nil)
 		return
-	case s.committing():
-		// It succeeds with a new ID and begins once the commit finished.
-		s.txnIDs++
-		s.nextTxn = &apiTxn{id: s.txnIDs, api: true}
-		writeJSON(w, 200, map[string]any{"transaction_id": s.nextTxn.id})
-		return
 	}
-	s.txnIDs++
-	s.txn = &apiTxn{id: s.txnIDs, api: true}
-	writeJSON(w, 200, map[string]any{"transaction_id": s.txn.id})
+	if s.init.tid == 0 {
+		s.lastTID++
+		s.init.tid = s.lastTID
+	}
+	s.init.api = phaseStarted
+	writeJSON(w, 200, map[string]any{"transaction_id": s.init.tid})
 }
 
 func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) {
@@ -153,111 +123,124 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.advance(now)
-	switch {
-	case s.nextTxn != nil && !s.nextTxn.commitAsk:
-		s.nextTxn.commitAsk = true // it commits as soon as it begins
-	case s.inTxn() && s.txn.api:
-		s.txn.api, s.txn.apiDone = false, true
-		if len(s.txn.connectors) == 0 {
-			s.beginCommit(s.txn, now)
-			s.advance(now)
-		}
-	default:
+	if s.init.api != phaseStarted {
 		writeError(w, http.StatusBadRequest, "NoTransactionInProgress", "This operation requires an active transaction, but none is currently in progress", nil)
 		return
 	}
+	s.init.api = phaseCommitted
+	s.askCommit(now)
 	writeJSON(w, 200, "Transaction commit initiated")
 }
 
+// askCommit follows an initiator's commit: when every initiator committed
+// before the transaction started, it is dropped (the step that would have
+// started it never ran: start_commit_transaction_from_api); otherwise the
+// next step begins the commit.
+func (s *Server) askCommit(now time.Time) {
+	if !s.init.readyToCommit() {
+		return
+	}
+	if s.state.phase != txnStarted {
+		if s.init.api != 0 {
+			s.txnDropped++
+		}
+		s.init.clear()
+		return
+	}
+	s.state.commitFrom = now
+	s.advance(now)
+}
+
 // StartConnectorTransaction makes the input connector endpoint start (or
-// join) a transaction, as Delta's transaction_mode does: the API joins it
-// silently, and it commits only after CommitConnectorTransaction for
-// every connector in it and the API's commit, if the API joined.
+// join) a transaction, as Delta's transaction_mode does
+// (start_transaction_from_connector): refused while a commit runs; the
+// API joins it silently, and it commits only after
+// CommitConnectorTransaction for every connector in it and the API's
+// commit, if the API joined.
 func (s *Server) StartConnectorTransaction(endpoint string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	s.advance(now)
-	switch {
-	case s.committing() || s.nextTxn != nil:
+	s.advance(time.Now())
+	if s.state.phase == txnCommitting {
 		return fmt.Errorf("felderatest: connector %s cannot start a transaction during a commit", endpoint)
-	case s.txn == nil:
-		s.txnIDs++
-		s.txn = &apiTxn{id: s.txnIDs}
 	}
-	if s.txn.connectors == nil {
-		s.txn.connectors = map[string]bool{}
+	if _, ok := s.init.connectors[endpoint]; ok {
+		return fmt.Errorf("felderatest: connector %s already holds a transaction", endpoint)
 	}
-	s.txn.connectors[endpoint] = true
+	if s.init.tid == 0 {
+		s.lastTID++
+		s.init.tid = s.lastTID
+	}
+	if s.init.connectors == nil {
+		s.init.connectors = map[string]int{}
+	}
+	s.init.connectors[endpoint] = phaseStarted
 	return nil
 }
 
-// CommitConnectorTransaction is the connector's side of the commit.
+// CommitConnectorTransaction is the connector's side of the commit
+// (commit_transaction_from_connector).
 func (s *Server) CommitConnectorTransaction(endpoint string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.advance(now)
-	if !s.inTxn() || !s.txn.connectors[endpoint] {
+	if s.init.connectors[endpoint] != phaseStarted {
 		return fmt.Errorf("felderatest: connector %s holds no transaction", endpoint)
 	}
-	delete(s.txn.connectors, endpoint)
-	if len(s.txn.connectors) == 0 && !s.txn.api {
-		s.beginCommit(s.txn, now)
-		s.advance(now)
-	}
+	s.init.connectors[endpoint] = phaseCommitted
+	s.askCommit(now)
 	return nil
 }
 
-// OpenTransaction reports the ID of the transaction open or committing,
-// 0 when there is none: a test's check that nothing was left open.
+// OpenTransaction reports the id of the transaction that is open,
+// committing or pending (initiated, not yet started), 0 when there is
+// none: a test's check that nothing was left open. An automatic step's
+// transaction is not one.
 func (s *Server) OpenTransaction() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance(time.Now())
-	if s.txn == nil {
-		return 0
+	if s.state.phase != txnNone && !s.state.auto {
+		return s.state.tid
 	}
-	return s.txn.id
+	return s.init.tid
 }
 
-// txnInitiators is /stats global_metrics.transaction_initiators.
+// txnInitiators is /stats global_metrics.transaction_initiators
+// (TransactionInitiators::to_api_type).
 func (s *Server) txnInitiators() map[string]any {
 	out := map[string]any{"transaction_id": nil, "initiated_by_api": nil, "initiated_by_connectors": map[string]any{}}
-	t := s.txn
-	if s.nextTxn != nil {
-		t = s.nextTxn
+	if s.init.tid != 0 {
+		out["transaction_id"] = s.init.tid
 	}
-	if t == nil || t.phase == txnCommitting {
-		return out
-	}
-	out["transaction_id"] = t.id
-	switch {
-	case t.api:
+	switch s.init.api {
+	case phaseStarted:
 		out["initiated_by_api"] = "Started"
-	case t.apiDone:
+	case phaseCommitted:
 		out["initiated_by_api"] = "Committed"
 	}
 	conns := map[string]any{}
-	for name := range t.connectors {
-		conns[name] = map[string]any{"phase": "Started", "label": nil}
+	for name, p := range s.init.connectors {
+		phase := "Started"
+		if p == phaseCommitted {
+			phase = "Committed"
+		}
+		conns[name] = map[string]any{"phase": phase, "label": nil}
 	}
 	out["initiated_by_connectors"] = conns
 	return out
 }
 
 // inputStats is /stats inputs: each HTTP ingress endpoint and the records
-// it holds that no step took yet.
+// and bytes it holds that no step took yet.
 func (s *Server) inputStats() []any {
-	buffered := map[*endpoint]int{}
-	for _, b := range s.queue {
-		buffered[b.ep] += b.rows
-	}
 	out := make([]any, 0, len(s.endpoints))
 	for _, ep := range s.endpoints {
+		records, bytes := s.buffered(ep)
 		out = append(out, map[string]any{
 			"endpoint_name": ep.name,
-			"metrics":       map[string]any{"buffered_records": buffered[ep]},
+			"metrics":       map[string]any{"buffered_records": records, "buffered_bytes": bytes},
 		})
 	}
 	return out
