@@ -215,7 +215,8 @@ type Connector struct {
 	maxStep         atomic.Uint64 // the highest step any completion reported
 	probed          bool          // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs   bool
-	forceGate       *Gate // test hook: overrides the gate the model chooses
+	spoolOnce       sync.Once // stale spool files removed (spool.go)
+	forceGate       *Gate     // test hook: overrides the gate the model chooses
 	ignoreFilter    bool  // tests: read sources without the publication's row filter (the unsafe variant)
 }
 

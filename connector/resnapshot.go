@@ -1,13 +1,9 @@
 package connector
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,37 +134,11 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 	if err != nil {
 		return err
 	}
-	// The spool is named for the slot; one a crashed process left is
-	// removed first (only this slot's worker writes such files).
-	dir, prefix := filepath.Dir(s.c.cfg.StateFile), ".pgfeldera-retract-"+s.c.cfg.Slot+"-"
-	if stale, _ := filepath.Glob(filepath.Join(dir, prefix+"*")); len(stale) > 0 {
-		for _, name := range stale {
-			os.Remove(name)
-		}
-		s.logger.Info("resnapshot: removed spool files an earlier process left", "files", len(stale))
-	}
-	f, err := os.CreateTemp(dir, prefix)
+	sp, err := s.c.spoolQuery(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
-		return fatal(fmt.Errorf("resnapshot of %s: spool file for Feldera's keys: %w", rel.Target.Qualified(), err))
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	bw := bufio.NewWriter(f)
-	listed := 0
-	err = s.c.query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
-		listed++
-		bw.Write(bytes.TrimSpace(row))
-		return bw.WriteByte('\n')
-	})
-	if err != nil {
-		return queryHint(err, dest.Name)
-	}
-	if err := bw.Flush(); err != nil {
-		return fatal(fmt.Errorf("resnapshot of %s: spool file %s: %w", rel.Target.Qualified(), f.Name(), err))
-	}
-	if _, err := f.Seek(0, 0); err != nil {
 		return err
 	}
+	defer sp.close()
 	var rows [][]byte
 	size := 0 // of rows: a batch is bounded like a chunk, in rows and in bytes
 	vals := make([][]string, len(rel.KeyCols))
@@ -200,26 +170,23 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 		}
 		return nil
 	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := append([]byte(nil), sc.Bytes()...)
-		if err := keyVals(dest, line, vals); err != nil {
+	err = sp.each(func(line []byte) error {
+		del, err := keyVals(dest, line, vals)
+		if err != nil {
 			return err
 		}
-		rows = append(rows, line)
-		size += len(line)
+		rows = append(rows, del)
+		size += len(del)
 		if len(rows) >= inc.limit || size >= s.c.cfg.BatchMaxBytes {
 			size = 0
-			if err := batch(false); err != nil {
-				return err
-			}
+			return batch(false)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if err := sc.Err(); err != nil {
-		return fatal(fmt.Errorf("resnapshot of %s: spool file %s: %w", rel.Target.Qualified(), f.Name(), err))
-	}
-	s.logger.Info("resnapshot: Feldera's keys checked against Postgres", "table", rel.Target.Qualified(), "feldera_table", dest.Name, "keys", listed)
+	s.logger.Info("resnapshot: Feldera's keys checked against Postgres", "table", rel.Target.Qualified(), "feldera_table", dest.Name, "keys", sp.rows)
 	return batch(true) // the last batch, even empty, marks the retraction done in order
 }
 

@@ -89,7 +89,10 @@ func (r *retractor) done(what string) error {
 
 // retractAll deletes every row Feldera holds for a table (TRUNCATE, or a
 // keyless table before a resnapshot): by key on a keyed table, by whole
-// row on a multiset. It then checks that the table is empty.
+// row on a multiset. The rows are read whole into a spool first (an
+// ad-hoc query reads a consistent snapshot of the table), then deleted in
+// batches of BATCH_MAX_ROWS, each converted back from what /query prints
+// into what ingress takes; the COUNT(*) check catches anything left.
 func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, rel *decode.Rel) error {
 	dest := rel.Target.Dest
 	fields := dest.PrimaryKey
@@ -98,14 +101,21 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 			fields = append(fields, f.CanonicalName())
 		}
 	}
-	r := c.newRetractor(ctx, targets, rel.Target.Route)
-	// Deletes go out in batches of BATCH_MAX_ROWS while the answer streams:
-	// memory stays bounded; an ad-hoc query reads a consistent snapshot of
-	// the table, and the COUNT(*) check below catches anything left.
-	// r.delete copies the row into its batch and flushes a full one.
-	err := c.query(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), r.delete)
+	sp, err := c.spoolQuery(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
-		return queryHint(err, dest.Name)
+		return err
+	}
+	defer sp.close()
+	r := c.newRetractor(ctx, targets, rel.Target.Route)
+	err = sp.each(func(row []byte) error {
+		del, err := dest.IngressRow(row)
+		if err != nil {
+			return fmt.Errorf("retract from Feldera table %s: %w", dest.Name, err)
+		}
+		return r.delete(del)
+	})
+	if err != nil {
+		return err
 	}
 	if err := r.done("all rows"); err != nil {
 		return err
@@ -115,7 +125,7 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 
 // retractMissing deletes the keys Feldera holds that the snapshot does not:
 // rows an earlier attempt made durable and the source deleted since. The
-// keys stream from Feldera and are checked against Postgres in chunks,
+// keys are spooled from Feldera, then checked against Postgres in chunks,
 // inside the snapshot transaction, so memory stays bounded and the answer
 // is exactly "not in this snapshot".
 //
@@ -129,6 +139,11 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 	if err != nil {
 		return err
 	}
+	sp, err := c.spoolQuery(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	if err != nil {
+		return err
+	}
+	defer sp.close()
 	r := c.newRetractor(ctx, targets, rel.Target.Route)
 	var rows []json.RawMessage
 	vals := make([][]string, len(rel.KeyCols))
@@ -159,18 +174,19 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		}
 		return nil
 	}
-	err = c.query(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), func(row json.RawMessage) error {
-		if err := keyVals(dest, row, vals); err != nil {
+	err = sp.each(func(row []byte) error {
+		del, err := keyVals(dest, row, vals)
+		if err != nil {
 			return err
 		}
-		rows = append(rows, append(json.RawMessage(nil), row...))
+		rows = append(rows, del)
 		if len(rows) >= retractChunk {
 			return run()
 		}
 		return nil
 	})
 	if err != nil {
-		return queryHint(err, dest.Name)
+		return err
 	}
 	if err := run(); err != nil {
 		return err
@@ -219,24 +235,26 @@ func absentCheck(ctx context.Context, conn *pgx.Conn, rels []*decode.Rel, withKe
 }
 
 // keyVals appends a Feldera query row's key fields, as text Postgres can
-// cast, to vals (one slice per key column).
-func keyVals(dest feldera.Relation, row json.RawMessage, vals [][]string) error {
+// cast, to vals (one slice per key column), and returns the row as ingress
+// takes it (a delete's record).
+func keyVals(dest feldera.Relation, row json.RawMessage, vals [][]string) (json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(row, &m); err != nil {
-		return fmt.Errorf("feldera query row %s: %w", row, err)
+		return nil, fmt.Errorf("feldera query row %s: %w", row, err)
 	}
 	for i, k := range dest.PrimaryKey {
 		v, ok := lookupField(m, k)
 		if !ok {
-			return fmt.Errorf("feldera query row %s lacks key field %s", row, k)
+			return nil, fmt.Errorf("feldera query row %s lacks key field %s", row, k)
 		}
-		s, err := jsonText(v)
+		f, _ := dest.Field(k)
+		s, err := feldera.QueryText(f.ColumnType, v)
 		if err != nil {
-			return fmt.Errorf("key field %s of %s: %w", k, dest.Name, err)
+			return nil, fmt.Errorf("key field %s of %s: %w", k, dest.Name, err)
 		}
 		vals[i] = append(vals[i], s)
 	}
-	return nil
+	return dest.IngressRow(row)
 }
 
 // lookupField finds a key in a query row: exact, else case-insensitive
@@ -251,23 +269,6 @@ func lookupField(m map[string]json.RawMessage, name string) (json.RawMessage, bo
 		}
 	}
 	return nil, false
-}
-
-// jsonText turns a scalar JSON value into the text Postgres can cast.
-func jsonText(v json.RawMessage) (string, error) {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "", fmt.Errorf("empty value")
-	}
-	switch v[0] {
-	case '"':
-		var s string
-		err := json.Unmarshal(v, &s)
-		return s, err
-	case '[', '{', 'n':
-		return "", fmt.Errorf("value %s cannot be compared as a key", v)
-	}
-	return string(v), nil
 }
 
 // verifyCount cross-checks Feldera after a snapshot or retraction: with

@@ -193,7 +193,7 @@ func (t *Table) AddPostgres(line []byte) error {
 }
 
 // AddFeldera adds one row of Feldera's /query JSON output: an object keyed
-// by column name.
+// by column name, each value as /query prints it (feldera.IngressValue).
 func (t *Table) AddFeldera(row []byte) error {
 	return t.add(&t.fel, row, "feldera")
 }
@@ -221,7 +221,14 @@ func (t *Table) add(s *side, obj []byte, from string) error {
 		}
 		t.values[i] = Null
 		if t.seen[i] {
-			v, err := Canonical(f.ColumnType, t.fieldRaw[i])
+			raw := t.fieldRaw[i]
+			if s == &t.fel {
+				var err error
+				if raw, err = feldera.IngressValue(f.ColumnType, raw); err != nil {
+					return fmt.Errorf("%s row of %s column %s: %w", from, t.rel.Name, f.Name, err)
+				}
+			}
+			v, err := Canonical(f.ColumnType, raw)
 			if err != nil {
 				return fmt.Errorf("%s row of %s column %s: %w", from, t.rel.Name, f.Name, err)
 			}
