@@ -217,7 +217,7 @@ type Connector struct {
 	warnedOutputs   bool
 	spoolOnce       sync.Once // stale spool files removed (spool.go)
 	forceGate       *Gate     // test hook: overrides the gate the model chooses
-	ignoreFilter    bool  // tests: read sources without the publication's row filter (the unsafe variant)
+	ignoreFilter    bool      // tests: read sources without the publication's row filter (the unsafe variant)
 }
 
 // New returns a connector. It does not connect.
