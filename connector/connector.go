@@ -68,11 +68,14 @@ const (
 	DefaultBatchMaxInFlight  = 64
 	DefaultBatchLinger       = 50 * time.Millisecond
 	DefaultCompletionTimeout = 60 * time.Second
-	DefaultNoProgressTimeout = 5 * time.Minute
-	completionLogAfter       = 5 * time.Second
-	DefaultIngressFence      = 35 * time.Second
-	DefaultStopTimeout       = 20 * time.Second
-	DefaultCheckpointAfter   = 30 * time.Second
+	// DefaultCommitStallTimeout: a commit may take as long as the views
+	// need; it is given up only after this long without progress.
+	DefaultCommitStallTimeout = 5 * time.Minute
+	DefaultNoProgressTimeout  = 5 * time.Minute
+	completionLogAfter        = 5 * time.Second
+	DefaultIngressFence       = 35 * time.Second
+	DefaultStopTimeout        = 20 * time.Second
+	DefaultCheckpointAfter    = 30 * time.Second
 )
 
 // Config configures a Connector.
@@ -84,7 +87,13 @@ type Config struct {
 	AckMode           string
 	RequirePrimaryKey bool
 	CompletionTimeout time.Duration
-	BatchMaxRows      int
+	// CommitStallTimeout bounds a Feldera transaction's commit by its
+	// progress: the commit wait fails only once /stats showed no progress
+	// (commit_progress, the transaction's state, records processed) for
+	// this long. Default DefaultCommitStallTimeout
+	// (FELDERA_COMMIT_STALL_TIMEOUT).
+	CommitStallTimeout time.Duration
+	BatchMaxRows       int
 	// SnapshotChunkRows is an incremental snapshot's chunk size in rows
 	// (0: DefaultChunkRows); BatchMaxBytes bounds a chunk too.
 	SnapshotChunkRows int
@@ -187,6 +196,8 @@ type Connector struct {
 	fenceUntil     atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
 	fenceFile      *state.FenceFile  // per-request marks for the next process; nil without a state file
 	txn            *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
+	txnOpen        atomic.Bool       // a Feldera transaction of ours is open or committing (the completer's overdue)
+	txnEnded       atomic.Int64      // unix nanos: when the last one committed
 	snapTokens     map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
 	incarnation    string            // the pipeline process the session feeds
 	stopping       <-chan struct{}   // Run's context: closed on a graceful stop
@@ -246,6 +257,9 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.CompletionTimeout <= 0 {
 		cfg.CompletionTimeout = DefaultCompletionTimeout
+	}
+	if cfg.CommitStallTimeout <= 0 {
+		cfg.CommitStallTimeout = DefaultCommitStallTimeout
 	}
 	if cfg.NoProgressTimeout <= 0 {
 		cfg.NoProgressTimeout = DefaultNoProgressTimeout

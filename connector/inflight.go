@@ -268,8 +268,15 @@ func (k *completer) run(ctx context.Context) {
 func (k *completer) overdue(ctx context.Context, f *flight) error {
 	c := k.c
 	from, ok := f.since()
-	if !ok {
-		return nil // inside a Feldera transaction not yet committed
+	if !ok || c.txnOpen.Load() {
+		// Inside a Feldera transaction not yet committed, or posted
+		// before one and swept into it (a transaction takes every record
+		// buffered when it starts): it completes at that commit, whose
+		// wait is bounded by the commit's progress.
+		return nil
+	}
+	if end := time.Unix(0, c.txnEnded.Load()); end.After(from) {
+		from = end
 	}
 	waited := time.Since(from)
 	if ctx.Err() != nil {

@@ -74,6 +74,10 @@ func TestStream_InFlightWithinFelderaBuffer(t *testing.T) {
 	cfg := e.config("users")
 	cfg.BatchMaxRows = 20_000
 	cfg.BatchMaxInFlight = 64
+	// Each 20,000-row transaction would go out inside a Feldera
+	// transaction of its own (auto), one at a time: the bound is measured
+	// outside them.
+	cfg.Transactions = connector.TxnOff
 	e.start(cfg)
 	e.waitSlot()
 	e.exec(`DO $$ BEGIN FOR i IN 0..9 LOOP INSERT INTO users SELECT g, 'u', 1 FROM generate_series(i * 20000 + 1, (i + 1) * 20000) g; COMMIT; END LOOP; END $$`)

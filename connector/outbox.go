@@ -19,6 +19,11 @@ type batch struct {
 	// filling. Every row of that transaction is in this batch or an earlier
 	// one, so once this batch and all before it are complete, ackTo is safe.
 	ackTo pglogrepl.LSN
+	// multi: the batch holds a whole source transaction of more than one
+	// record (a key-changing UPDATE is two), which Feldera may feed to
+	// its views over several steps unless it is inside a Feldera
+	// transaction (txn.go).
+	multi bool
 	// sealNow: a table's (or a lane's) last chunk is in the batch. No
 	// more rows of the read are coming to fill it, and the read is done
 	// only once they are complete in Feldera, so the batch is sent as
@@ -84,7 +89,7 @@ func (b *batch) reset(seq int) {
 		b.bufs[i] = b.bufs[i][:0]
 		b.rows[i] = 0
 	}
-	b.total, b.ackTo, b.seq, b.first, b.sealNow = 0, 0, seq, time.Time{}, false
+	b.total, b.ackTo, b.seq, b.first, b.sealNow, b.multi = 0, 0, seq, time.Time{}, false, false
 }
 
 // shrink drops buffers that grew far past what a batch needs, so one huge

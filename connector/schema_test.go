@@ -164,7 +164,11 @@ CREATE PUBLICATION pub FOR TABLE ev;`
 		refused(t, "INSERT INTO ev VALUES (44, NULL, 1.23456)", "column n", "row id=44", "DECIMAL(10,2)")
 		// The unsafe variant: sent unchecked, Feldera keeps 1.23.
 		e := newEnv(t, pg, fel)
-		if _, err := e.client.Ingress(context.Background(), "ev", []byte(`{"insert":{"id":44,"n":"1.23456"}}`)); err != nil {
+		tok, err := e.client.Ingress(context.Background(), "ev", []byte(`{"insert":{"id":44,"n":"1.23456"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.client.WaitComplete(context.Background(), tok); err != nil {
 			t.Fatal(err)
 		}
 		if rows := e.fel.Rows("ev"); len(rows) != 1 || string(rows[0]["n"]) != "1.23" {

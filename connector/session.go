@@ -34,6 +34,7 @@ type stream struct {
 
 	open       bool          // inside BEGIN … COMMIT
 	openRows   bool          // the filling batch holds rows of the open transaction
+	openRecs   int           // records of the open transaction decoded so far
 	received   pglogrepl.LSN // highest WAL position read
 	filling    *batch
 	spare      *batch // nil while a POST reads it
@@ -519,9 +520,12 @@ func (s *stream) event(ev *decode.Event) error {
 	}
 	switch ev.Kind {
 	case decode.KindBegin:
-		s.open, s.openRows = true, false
+		s.open, s.openRows, s.openRecs = true, false, 0
 	case decode.KindCommit:
 		s.open = false
+		if s.openRecs > 1 && s.openRows {
+			s.filling.multi = true // its records are in this batch: whole, or the rest of it
+		}
 		// A COMMIT records how far a flush may move the position; only a
 		// completed flush moves it.
 		if s.filling.total == 0 {
@@ -545,6 +549,9 @@ func (s *stream) event(ev *decode.Event) error {
 		}
 	case decode.KindRows:
 		s.openRows = s.openRows || s.open
+		if s.open {
+			s.openRecs += ev.Rows
+		}
 		s.filling.added(ev.Route, ev.Rows, time.Now())
 		s.c.stats.StreamRows.Add(int64(ev.Rows))
 		ts := s.c.tableStats[ev.Route]
@@ -719,7 +726,7 @@ func (s *stream) startFlush(end bool) {
 				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
 		}
 	}
-	plan := planTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.tables())
+	plan := planTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.multi, b.tables())
 	s.txnOpen = plan.in && !plan.end
 	crashtest.Point("after_decode")
 	s.seq++

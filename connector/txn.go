@@ -12,40 +12,51 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// Feldera transactions (FELDERA_TRANSACTIONS; DURABILITY.md §1). A source
-// transaction that touches several tables goes out as one request per
-// table, and Feldera may apply them at different steps: its views would
-// see half a transaction. Wrapped in a Feldera transaction, everything
-// POSTed between start_transaction and commit_transaction becomes visible
-// at once, at the commit.
+// Feldera transactions (FELDERA_TRANSACTIONS; DURABILITY.md §1). Feldera
+// feeds a request body to its steps as it arrives, in chunks, and a step
+// takes at most a per-endpoint cap of records: one POST can land over
+// several steps, and a view can see a prefix of it. A source transaction
+// with more than one record is atomic in Feldera only inside a Feldera
+// transaction: everything fed between start_transaction and the commit
+// becomes visible at once, at the commit.
 //
-// A flush is wrapped (auto) when it holds more than one table, or when it
-// carries part of a source transaction that goes on in the next flush (a
-// transaction larger than the batch bound, or cut by the linger deadline):
-// the Feldera transaction then stays open across the flushes until the one
-// that ends at a source COMMIT. A single-table flush of whole source
-// transactions is one request, which Feldera takes whole into one step
-// (one request is never split below max_batch_size), so it needs none.
+// A flush is wrapped (auto) when it holds more than one table, a source
+// transaction with more than one record, or part of a source transaction
+// that goes on in the next flush (a transaction larger than the batch
+// bound, or cut by the linger deadline): the Feldera transaction then
+// stays open across the flushes until the one that ends at a source
+// COMMIT. A flush of single-record transactions of one table needs none:
+// a record is never split, and any prefix of them is a state the source
+// had.
+//
+// Feldera runs every ordinary step as an automatic transaction of its own
+// (controller.rs, advance_transaction_state), so /stats names a running
+// transaction that is not ours most of the time; ours is read from the
+// initiators, who wanted it (txnView).
 //
 // The protocol, on the poster (one request at a time, in source order):
 //  1. POST /start_transaction, retried with backoff while another client
 //     holds the API's transaction (409: a second pgfeldera on the same
-//     pipeline). A transaction an input connector started is joined.
+//     pipeline). A transaction an input connector started is joined. It
+//     starts at the next step input triggers, after any commit that runs.
 //  2. The ingress POSTs, as usual; their tokens complete only after the
 //     commit.
 //  3. Before the commit, wait until Feldera has fed every record of ours
-//     to a step of the transaction (/stats: the transaction is in
-//     progress under our ID and our ingress endpoints buffer nothing).
-//     Feldera feeds no input while a commit runs, and a commit asked
-//     before the transaction's first step drops the transaction, so
-//     records still buffered at the commit would land after it, outside.
-//  4. POST /commit_transaction, then wait until /stats' transaction_id
-//     differs from ours: the commit finished.
+//     to a step of the transaction (/stats: it runs under our ID and our
+//     ingress endpoints buffer nothing). Feldera feeds no input while a
+//     commit runs, and a commit asked before the transaction's first step
+//     drops the transaction, so records still buffered at the commit
+//     would land after it, outside, over several steps.
+//  4. POST /commit_transaction, then wait until /stats names it no more:
+//     the commit finished. A commit takes as long as the views need, so
+//     this wait is bounded by progress (FELDERA_COMMIT_STALL_TIMEOUT), not
+//     by a fixed time.
 //
 // There is no abort: every path commits, errors included (the slot replays
 // what follows, and primary keys absorb the replay). The fence file
 // records the open transaction, so a process that crashed with one open
-// has it committed by the next one.
+// has it committed by the next one, or, when its commit still runs,
+// waits for it before sending anything.
 
 // FELDERA_TRANSACTIONS values.
 const (
@@ -77,8 +88,9 @@ type txnPlan struct {
 
 // planTxn decides the plan of a batch sealed now: open tells whether a
 // Feldera transaction continues from the previous batch, spans whether the
-// batch ends inside a source transaction.
-func planTxn(mode string, open, spans bool, tables int) txnPlan {
+// batch ends inside a source transaction, multi whether it holds a source
+// transaction with more than one record.
+func planTxn(mode string, open, spans, multi bool, tables int) txnPlan {
 	var wrap bool
 	switch mode {
 	case TxnOff:
@@ -86,7 +98,7 @@ func planTxn(mode string, open, spans bool, tables int) txnPlan {
 	case TxnAlways:
 		wrap = true
 	default:
-		wrap = open || spans || tables > 1
+		wrap = open || spans || multi || tables > 1
 	}
 	if !wrap {
 		return txnPlan{}
@@ -116,6 +128,7 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 		id, err := c.sink.StartTransaction(ctx)
 		if err == nil {
 			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, tables: map[string]bool{}, mark: &txnMark{}}
+			c.txnOpen.Store(true)
 			if ff := c.fenceFile; ff != nil {
 				if err := ff.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
 					return err // c.txn is set: the caller commits it on the way out
@@ -136,7 +149,7 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 			// An unclear answer may have opened one: the next session
 			// looks at /stats (settleTransaction).
 			if feldera.IsOutcomeUnknown(err) {
-				c.txn = &felderaTxn{incarnation: c.incarnation} // ID unknown
+				c.txn = &felderaTxn{incarnation: c.incarnation, tables: map[string]bool{}} // ID unknown
 			}
 			return fmt.Errorf("start a Feldera transaction: %w", err)
 		}
@@ -175,36 +188,106 @@ func txnPoll(n int) time.Duration {
 	return min(time.Duration(1<<min(n, 5))*time.Millisecond, 25*time.Millisecond)
 }
 
+// txnState is what /stats says of a transaction this connector holds.
+type txnState int
+
+const (
+	txnGone       txnState = iota // nothing names it: committed, or dropped
+	txnPending                    // initiated by the API; it starts at the next step (after a commit that runs)
+	txnTaking                     // it runs: its steps take input
+	txnCommitting                 // its commit runs, or was asked and begins at the next step
+	txnRestarted                  // the pipeline restarted: it is gone with its process
+)
+
+func (v txnState) String() string {
+	return [...]string{"gone", "pending", "taking input", "committing", "restarted"}[v]
+}
+
+// viewTxn reads a transaction's state from /stats: the running
+// transaction's id and status first (controller/stats.rs: the circuit's
+// transaction_state), then the initiators (who want one, and the id it
+// will have). During an automatic step transaction_id names that step's
+// transaction, never ours, so "not the running one" is not "gone":
+// ours is gone only when no initiator names it either. incarnation is the
+// pipeline process it was opened in ("" when unknown).
+func viewTxn(g feldera.GlobalMetrics, id int64, incarnation string) txnState {
+	if incarnation != "" && g.IncarnationUUID != incarnation {
+		return txnRestarted
+	}
+	in := g.TransactionInitiators
+	named := in != nil && in.TransactionID != nil && *in.TransactionID == id
+	api := ""
+	if named && in.InitiatedByAPI != nil {
+		api = *in.InitiatedByAPI
+	}
+	switch {
+	case g.TransactionID == id && g.TransactionStatus == "TransactionInProgress":
+		return txnTaking
+	case g.TransactionID == id && g.TransactionStatus == "CommitInProgress":
+		return txnCommitting
+	case api == "Committed":
+		return txnCommitting
+	case api == "Started" || named && len(in.InitiatedByConnectors) > 0:
+		return txnPending
+	case in == nil && g.TransactionID == id && g.TransactionStatus == "NoTransaction":
+		return txnPending // a Feldera without initiators shows the pending id
+	}
+	return txnGone
+}
+
+// progressMark is what a wait on Feldera watches: while it changes,
+// Feldera is working (steps process input, a commit advances, our
+// buffered records are taken), and the wait goes on.
+type progressMark struct {
+	txnID     int64
+	status    string
+	processed uint64
+	commit    string
+	buffered  uint64
+}
+
+func markOf(st *feldera.Stats, tables map[string]bool) progressMark {
+	g := st.GlobalMetrics
+	return progressMark{txnID: g.TransactionID, status: g.TransactionStatus, processed: g.TotalProcessedRecords,
+		commit: string(g.CommitProgress), buffered: st.IngressBuffered(tables)}
+}
+
 // absorbed waits until the transaction has taken every record POSTed in
-// it: it runs under our ID and our ingress endpoints buffer nothing.
+// it: it runs under our ID and our ingress endpoints buffer nothing. It
+// waits while the transaction is pending behind another's commit (an
+// automatic step's, most of the time), and fails only when nothing names
+// it any more.
 func (c *Connector) absorbed(ctx context.Context) error {
 	t := c.txn
-	return c.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), func(st *feldera.Stats) (bool, error) {
+	return c.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), t.tables, c.cfg.CompletionTimeout, func(st *feldera.Stats) (bool, error) {
 		g := st.GlobalMetrics
 		c.noteJoined(st)
 		if t.incarnation == "" {
 			t.incarnation = g.IncarnationUUID
 		}
-		switch {
-		case g.IncarnationUUID != t.incarnation:
+		switch v := viewTxn(g, t.id, t.incarnation); v {
+		case txnRestarted:
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
-		case g.TransactionID != t.id:
-			return false, fmt.Errorf("feldera transaction %d is no longer open (/stats transaction_id %d, %s) before pgfeldera committed it: another client committed it; replaying from the slot", t.id, g.TransactionID, g.TransactionStatus)
-		case g.TransactionStatus == "TransactionInProgress" && st.IngressBuffered(t.tables) == 0:
-			t.unfedRows, t.unfedBytes = 0, 0
-			return true, nil
+		case txnGone, txnCommitting:
+			return false, fmt.Errorf("feldera transaction %d is %s before pgfeldera committed it (/stats transaction_id %d, %s): another client committed it; replaying from the slot", t.id, v, g.TransactionID, g.TransactionStatus)
+		case txnTaking:
+			if st.IngressBuffered(t.tables) == 0 {
+				t.unfedRows, t.unfedBytes = 0, 0
+				return true, nil
+			}
 		}
 		return false, nil
 	}, func(st *feldera.Stats) error {
-		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, st.IngressBuffered(t.tables))
+		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, st.IngressBuffered(t.tables))
 	})
 }
 
 // pollStats reads /stats on txnPoll's schedule until done reports true or
-// an error, for up to FELDERA_COMPLETION_TIMEOUT; past it, timeout makes
-// the error from the last answer.
-func (c *Connector) pollStats(ctx context.Context, what string, done func(*feldera.Stats) (bool, error), timeout func(*feldera.Stats) error) error {
-	deadline := time.Now().Add(c.cfg.CompletionTimeout)
+// an error. It gives up once Feldera showed no progress (progressMark)
+// for stall; timeout makes the error from the last answer.
+func (c *Connector) pollStats(ctx context.Context, what string, tables map[string]bool, stall time.Duration, done func(*feldera.Stats) (bool, error), timeout func(*feldera.Stats) error) error {
+	var last progressMark
+	moved := time.Now()
 	for n := 0; ; n++ {
 		st, err := c.sink.Stats(ctx)
 		if err != nil {
@@ -213,7 +296,9 @@ func (c *Connector) pollStats(ctx context.Context, what string, done func(*felde
 		if ok, err := done(st); ok || err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if m := markOf(st, tables); n == 0 || m != last {
+			last, moved = m, time.Now()
+		} else if time.Since(moved) >= stall {
 			return timeout(st)
 		}
 		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
@@ -233,12 +318,12 @@ func (c *Connector) txnRoom(ctx context.Context, b *batch) error {
 	if t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes {
 		return nil
 	}
-	return c.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), func(st *feldera.Stats) (bool, error) {
+	return c.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), t.tables, c.cfg.CompletionTimeout, func(st *feldera.Stats) (bool, error) {
 		rows, bytes := st.IngressBufferedAll(t.tables)
 		t.unfedRows, t.unfedBytes = int(rows), int(bytes)
 		return rows == 0 || t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes, nil
 	}, func(st *feldera.Stats) error {
-		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input after %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, t.unfedRows)
+		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, t.unfedRows)
 	})
 }
 
@@ -273,33 +358,55 @@ func (c *Connector) commitTxn(ctx context.Context) error {
 		}
 		return fmt.Errorf("commit Feldera transaction %d: %w", t.id, err)
 	}
-	return c.pollStats(ctx, fmt.Sprintf("wait for the commit of Feldera transaction %d", t.id), func(st *feldera.Stats) (bool, error) {
+	return c.awaitCommit(ctx)
+}
+
+// awaitCommit waits until nothing names the transaction any more: its
+// commit finished. A commit takes as long as the views need (minutes on
+// a heavy pipeline), so the wait ends only when Feldera showed no
+// progress for FELDERA_COMMIT_STALL_TIMEOUT.
+func (c *Connector) awaitCommit(ctx context.Context) error {
+	t := c.txn
+	logged := time.Now()
+	return c.pollStats(ctx, fmt.Sprintf("wait for the commit of Feldera transaction %d", t.id), t.tables, c.cfg.CommitStallTimeout, func(st *feldera.Stats) (bool, error) {
 		g := st.GlobalMetrics
-		switch {
-		case t.incarnation != "" && g.IncarnationUUID != t.incarnation:
-			c.txn = nil
-			c.clearTxnRecord()
+		switch viewTxn(g, t.id, t.incarnation) {
+		case txnRestarted:
+			c.txnDone()
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
-		case g.TransactionID != t.id:
+		case txnGone:
 			if t.mark != nil {
 				t.mark.committed.Store(time.Now().UnixNano())
 			}
-			c.txn = nil
-			c.clearTxnRecord()
+			c.txnDone()
 			return true, nil
+		}
+		if time.Since(logged) >= completionLogAfter*6 {
+			logged = time.Now()
+			c.logger.Info("flush: a Feldera transaction is still committing", "transaction_id", t.id, "status", g.TransactionStatus, "commit_progress", string(g.CommitProgress))
 		}
 		return false, nil
 	}, func(st *feldera.Stats) error {
-		// Asked, and committed by the API's side: the next session finds
-		// no API transaction open and goes on.
-		return fmt.Errorf("feldera unavailable: the commit of transaction %d has not finished after %s (FELDERA_COMPLETION_TIMEOUT; /stats %s%s): nothing acknowledged", t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
+		// Asked, and committed by the API's side: the next session waits
+		// for it, or finds it gone, before it sends anything.
+		return fmt.Errorf("feldera unavailable: the commit of transaction %d showed no progress for %s (FELDERA_COMMIT_STALL_TIMEOUT; /stats %s%s): nothing acknowledged", t.id, c.cfg.CommitStallTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
 	})
 }
 
-// settleTxn commits a transaction this connector left open: by a session
-// that failed, or by a previous process (the fence file's record). It
-// runs before anything is sent. A transaction of another pipeline process
-// was dropped by its restart: nothing to do.
+// txnDone forgets the transaction: it committed, or is gone.
+func (c *Connector) txnDone() {
+	c.txn = nil
+	c.txnOpen.Store(false)
+	c.txnEnded.Store(time.Now().UnixNano())
+	c.clearTxnRecord()
+}
+
+// settleTxn deals with a transaction this connector left open, by a
+// session that failed or a previous process (the fence file's record),
+// before anything is sent: one still open (or pending) is committed; one
+// whose commit runs is waited for, so that a replay never sends a second
+// copy of what it commits; one of another pipeline process was dropped by
+// its restart.
 func (c *Connector) settleTxn(ctx context.Context) error {
 	t := c.txn
 	if t == nil {
@@ -310,23 +417,29 @@ func (c *Connector) settleTxn(ctx context.Context) error {
 		return fmt.Errorf("look for the Feldera transaction left open: %w", err)
 	}
 	g := st.GlobalMetrics
-	api := g.TransactionInitiators != nil && g.TransactionInitiators.InitiatedByAPI != nil && *g.TransactionInitiators.InitiatedByAPI == "Started"
-	same := t.incarnation == "" || t.incarnation == g.IncarnationUUID
-	switch {
-	case !same:
+	if t.id == 0 {
+		// Its start got no clear answer: the API's transaction, if the
+		// API holds one, is taken for it.
+		if in := g.TransactionInitiators; in != nil && in.TransactionID != nil && in.InitiatedByAPI != nil {
+			t.id = *in.TransactionID
+		}
+	}
+	c.txnOpen.Store(true)
+	switch v := viewTxn(g, t.id, t.incarnation); v {
+	case txnRestarted:
 		c.logger.Info("startup: the Feldera transaction left open is gone: the pipeline restarted since", "transaction_id", t.id)
-	case !api:
-		c.logger.Info("startup: no Feldera API transaction is open: the one left open was committed or never opened", "transaction_id", t.id)
-	case t.id != 0 && g.TransactionID != t.id:
-		c.logger.Warn("startup: Feldera holds an API transaction, but not the one left open: another client's; leaving it", "left_open", t.id, "open", g.TransactionID)
-	default:
-		t.id = g.TransactionID
+	case txnGone:
+		c.logger.Info("startup: Feldera holds no transaction of pgfeldera's: the one left open was committed or never opened", "transaction_id", t.id)
+	case txnCommitting:
+		c.logger.Warn("startup: the commit of the Feldera transaction left open still runs; waiting for it before sending anything", "transaction_id", t.id)
 		t.incarnation = g.IncarnationUUID
-		c.logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id)
+		return c.awaitCommit(ctx)
+	default:
+		t.incarnation = g.IncarnationUUID
+		c.logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
 		return c.commitTxn(ctx)
 	}
-	c.txn = nil
-	c.clearTxnRecord()
+	c.txnDone()
 	return nil
 }
 
@@ -341,7 +454,7 @@ func (c *Connector) abandonTxn() {
 	defer cancel()
 	id := c.txn.id
 	if err := c.commitTxn(ctx); err != nil && c.txn != nil {
-		c.logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it", "transaction_id", id, "err", err)
+		c.logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it, or waits for its commit", "transaction_id", id, "err", err)
 	}
 }
 

@@ -2,41 +2,43 @@ package connector
 
 import "testing"
 
-// Every combination of mode, an open Feldera transaction, a batch that
-// ends inside a source transaction, and its table count.
+// The plan of a batch, case by case: written out, not recomputed from the
+// rule, so a changed rule shows as a changed row.
 func TestPlanTxn(t *testing.T) {
-	for _, mode := range []string{TxnAuto, TxnAlways, TxnOff} {
-		for _, open := range []bool{false, true} {
-			for _, spans := range []bool{false, true} {
-				for _, tables := range []int{0, 1, 2, 5} {
-					got := planTxn(mode, open, spans, tables)
-					var want txnPlan
-					switch {
-					case mode == TxnOff:
-					case mode == TxnAlways || open || spans || tables > 1:
-						want = txnPlan{begin: !open, in: true, end: !spans}
-					}
-					if got != want {
-						t.Errorf("planTxn(%s, open=%v, spans=%v, tables=%d) = %+v, want %+v", mode, open, spans, tables, got, want)
-					}
-					// Invariants the stream relies on: a transaction is
-					// begun only when none is open, and one left open is
-					// always continued (never a POST outside it while open).
-					if got.begin && open {
-						t.Errorf("%s/%v/%v/%d: begins while one is open", mode, open, spans, tables)
-					}
-					if open && mode != TxnOff && !got.in {
-						t.Errorf("%s/%v/%v/%d: posts outside the open transaction", mode, open, spans, tables)
-					}
-					if got.in && !got.end && !spans {
-						t.Errorf("%s/%v/%v/%d: leaves a transaction open after whole source transactions", mode, open, spans, tables)
-					}
-				}
-			}
+	none := txnPlan{}
+	whole := txnPlan{begin: true, in: true, end: true} // begin, post, commit
+	first := txnPlan{begin: true, in: true}            // begin, post, leave open
+	middle := txnPlan{in: true}                        // post into the open one
+	last := txnPlan{in: true, end: true}               // post, commit
+	for _, tc := range []struct {
+		mode               string
+		open, spans, multi bool
+		tables             int
+		want               txnPlan
+	}{
+		// auto: single-record transactions of one table go alone...
+		{TxnAuto, false, false, false, 1, none},
+		{TxnAuto, false, false, false, 0, none},
+		// ...anything else is wrapped.
+		{TxnAuto, false, false, true, 1, whole},  // a multi-record transaction
+		{TxnAuto, false, false, false, 2, whole}, // several tables
+		{TxnAuto, false, false, true, 5, whole},  //
+		{TxnAuto, false, true, false, 1, first},  // ends inside a source transaction
+		{TxnAuto, false, true, true, 2, first},   //
+		{TxnAuto, true, true, false, 1, middle},  // continues one, still inside
+		{TxnAuto, true, false, false, 1, last},   // continues one, ends at its COMMIT
+		{TxnAuto, true, false, false, 0, last},   // an empty batch that only commits
+		{TxnAlways, false, false, false, 1, whole},
+		{TxnAlways, false, false, false, 0, whole},
+		{TxnAlways, false, true, false, 1, first},
+		{TxnAlways, true, true, false, 3, middle},
+		{TxnAlways, true, false, true, 1, last},
+		{TxnOff, false, false, true, 2, none},
+		{TxnOff, false, true, true, 5, none},
+		{TxnOff, true, true, false, 1, none},
+	} {
+		if got := planTxn(tc.mode, tc.open, tc.spans, tc.multi, tc.tables); got != tc.want {
+			t.Errorf("planTxn(%s, open=%v, spans=%v, multi=%v, tables=%d) = %+v, want %+v", tc.mode, tc.open, tc.spans, tc.multi, tc.tables, got, tc.want)
 		}
-	}
-	// auto leaves a single-table flush of whole transactions alone.
-	if p := planTxn(TxnAuto, false, false, 1); p.in {
-		t.Errorf("auto wraps a single-table flush of whole transactions: %+v", p)
 	}
 }

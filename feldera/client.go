@@ -26,6 +26,14 @@ const (
 	DefaultRetryWaitMax   = 5 * time.Second
 	DefaultPollInterval   = 20 * time.Millisecond
 	DefaultPollMax        = 500 * time.Millisecond
+	// DefaultIdleConnTimeout closes a kept-alive connection idle this
+	// long, before the server does: Feldera's pipeline manager (actix-web
+	// defaults, crates/pipeline-manager/src/api/main.rs) closes one idle
+	// for 5 s and the pipeline's own server (crates/adapters/src/server.rs,
+	// keep_alive) for 30 s. A request written on a connection the server
+	// is closing gets no answer: for ingress, an unclear outcome that
+	// costs the fence.
+	DefaultIdleConnTimeout = 3 * time.Second
 )
 
 // IngressQuery is the query string of every ingress request. format defaults
@@ -48,6 +56,10 @@ type Config struct {
 
 	// HTTPClient is the transport to use; nil means a pooled keep-alive client.
 	HTTPClient *http.Client
+	// IdleConnTimeout closes pooled connections idle this long (0:
+	// DefaultIdleConnTimeout); it applies to the default transport and
+	// to a given *http.Transport that sets none.
+	IdleConnTimeout time.Duration
 	Logger     *slog.Logger
 }
 
@@ -89,11 +101,17 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = DefaultIdleConnTimeout
+	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 16
+		tr.IdleConnTimeout = cfg.IdleConnTimeout
 		hc = &http.Client{Transport: tr}
+	} else if t, ok := hc.Transport.(*http.Transport); ok && t.IdleConnTimeout == 0 {
+		t.IdleConnTimeout = cfg.IdleConnTimeout
 	}
 	hc.Timeout = cfg.RequestTimeout
 	rc := retryablehttp.NewClient()
@@ -118,6 +136,7 @@ func New(cfg Config) (*Client, error) {
 	// retraction or verify) may take longer than any fixed bound; it gets
 	// a header timeout per attempt and an idle timer instead (Query).
 	var tr http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
+	tr.(*http.Transport).IdleConnTimeout = cfg.IdleConnTimeout
 	if t, ok := hc.Transport.(*http.Transport); ok {
 		tr = t.Clone()
 	} else if hc.Transport != nil {

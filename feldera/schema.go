@@ -161,7 +161,9 @@ type InputStats struct {
 }
 
 // IngressBuffered is how many records the HTTP ingress endpoints of the
-// given canonical tables hold that no step took yet.
+// given canonical tables hold that no step took yet. An endpoint is named
+// after the path segment as sent (server.rs, input_endpoint): a quoted
+// table's keeps its quotes, so the name is compared as an identifier.
 func (s *Stats) IngressBuffered(tables map[string]bool) uint64 {
 	n, _ := s.IngressBufferedAll(tables)
 	return n
@@ -170,7 +172,7 @@ func (s *Stats) IngressBuffered(tables map[string]bool) uint64 {
 // IngressBufferedAll is IngressBuffered with the bytes as well.
 func (s *Stats) IngressBufferedAll(tables map[string]bool) (records, bytes uint64) {
 	for _, in := range s.Inputs {
-		if i := strings.LastIndex(in.EndpointName, ".api-ingress-"); i > 0 && tables[in.EndpointName[:i]] {
+		if i := strings.LastIndex(in.EndpointName, ".api-ingress-"); i > 0 && tables[TableIdent(in.EndpointName[:i])] {
 			records += in.Metrics.BufferedRecords
 			bytes += in.Metrics.BufferedBytes
 		}
@@ -190,6 +192,14 @@ type GlobalMetrics struct {
 	// differs from the one it committed (DURABILITY.md §1.3).
 	TransactionStatus string `json:"transaction_status"`
 	TransactionID     int64  `json:"transaction_id"`
+	// TotalProcessedRecords grows as steps outside a transaction, and
+	// commits, process input; CommitProgress is set while a commit runs
+	// (refreshed about once a second: operators done, in progress and
+	// left, and the records of those in progress), null otherwise.
+	// TransactionMsecs is the time in the current phase.
+	TotalProcessedRecords uint64          `json:"total_processed_records"`
+	CommitProgress        json.RawMessage `json:"commit_progress,omitempty"`
+	TransactionMsecs      *int64          `json:"transaction_msecs,omitempty"`
 	// TransactionInitiators says who holds the transaction: the API
 	// ("Started", "Committed" or null) and input connectors (Delta,
 	// Iceberg, datagen with transaction_mode), by endpoint name.

@@ -28,6 +28,7 @@ type Config struct {
 	AckMode             string
 	RequirePrimaryKey   bool
 	CompletionTimeout   time.Duration
+	CommitStallTimeout  time.Duration
 	IngressFence        time.Duration
 	RequestTimeout      time.Duration
 	StopTimeout         time.Duration
@@ -171,6 +172,8 @@ var settings = []setting{
 		}},
 	{Env: "FELDERA_COMPLETION_TIMEOUT", Default: "60s", Help: "longest wait for a completion token; then the session ends as unavailable, nothing acked",
 		parse: durationInto("FELDERA_COMPLETION_TIMEOUT", func(c *Config) *time.Duration { return &c.CompletionTimeout })},
+	{Env: "FELDERA_COMMIT_STALL_TIMEOUT", Default: "5m", Help: "a Feldera transaction's commit takes as long as the views need: the wait for it ends the session only after Feldera showed no progress (commit_progress, records processed) for this long",
+		parse: durationInto("FELDERA_COMMIT_STALL_TIMEOUT", func(c *Config) *time.Duration { return &c.CommitStallTimeout })},
 	{Env: "FELDERA_INGRESS_FENCE", Default: "35s", Help: "after an ingress request got no clear answer, send nothing newer for this long (Feldera may still queue it)",
 		parse: durationInto("FELDERA_INGRESS_FENCE", func(c *Config) *time.Duration { return &c.IngressFence })},
 	{Env: "FELDERA_REQUEST_TIMEOUT", Default: "30s", Help: "longest wait for one answer from Feldera (an ingress request: the whole exchange); must be shorter than FELDERA_INGRESS_FENCE",

@@ -60,6 +60,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		AckMode:             c.AckMode,
 		RequirePrimaryKey:   c.RequirePrimaryKey,
 		CompletionTimeout:   c.CompletionTimeout,
+		CommitStallTimeout:  c.CommitStallTimeout,
 		IngressFence:        c.IngressFence,
 		StopTimeout:         c.StopTimeout,
 		CheckpointAfter:     c.CheckpointAfter,

@@ -808,17 +808,17 @@ func (s *Server) LateApplied() int {
 	return s.lateApplied
 }
 
-// PeakQueued is the most ingress requests that were queued and not yet
-// complete at once: more than one means a client kept several batches in
-// flight.
+// PeakQueued is the most ingress requests that had records queued, not
+// yet fed to a step, at once: more than one means a client kept several
+// batches in flight.
 func (s *Server) PeakQueued() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peakQueued
 }
 
-// PeakQueuedRecords is the most records that were queued and not yet
-// complete at once (Feldera buffers at most 100,000 per ingress endpoint
+// PeakQueuedRecords is the most records that were queued, not yet fed to
+// a step, at once (Feldera buffers at most 100,000 per ingress endpoint
 // before it stops reading a POST).
 func (s *Server) PeakQueuedRecords() int {
 	s.mu.Lock()
@@ -826,20 +826,14 @@ func (s *Server) PeakQueuedRecords() int {
 	return s.peakRows
 }
 
-// notePeak records how many requests and records wait to complete: in
-// the queue, or taken into a transaction not yet committed.
+// notePeak records how many requests and records Feldera buffers: queued,
+// not yet fed to a step (the 100,000 records of its ingress bound).
 func (s *Server) notePeak() {
 	reqs := map[int]bool{}
 	n := 0
-	lists := [][]*buffer{s.queue, s.state.fed}
-	if s.cur != nil && s.state.phase == txnNone {
-		lists = append(lists, s.cur.fed)
-	}
-	for _, list := range lists {
-		for _, b := range list {
-			reqs[b.req] = true
-			n += b.records
-		}
+	for _, b := range s.queue {
+		reqs[b.req] = true
+		n += b.records
 	}
 	s.peakQueued = max(s.peakQueued, len(reqs))
 	s.peakRows = max(s.peakRows, n)

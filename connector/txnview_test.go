@@ -1,0 +1,58 @@
+package connector
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// What /stats says of transaction 5 (opened in incarnation "a"), in every
+// shape Feldera shows it: running its steps or its commit, pending behind
+// an automatic step's commit (transaction_id names that step's
+// transaction, 4 or 6, never ours), asked to commit, and gone.
+func TestViewTxn(t *testing.T) {
+	stats := func(js string) feldera.GlobalMetrics {
+		var g feldera.GlobalMetrics
+		if err := json.Unmarshal([]byte(js), &g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, tc := range []struct {
+		name, stats string
+		want        txnState
+	}{
+		{"running", `{"incarnation_uuid":"a","transaction_status":"TransactionInProgress","transaction_id":5,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnTaking},
+		{"pending before any step", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":5,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnPending},
+		{"pending behind an automatic step", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":4,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnPending},
+		{"pending behind another's commit, joined by a connector", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":3,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":null,"initiated_by_connectors":{"delta":{"phase":"Started","label":null}}}}`, txnPending},
+		{"commit asked, not begun", `{"incarnation_uuid":"a","transaction_status":"TransactionInProgress","transaction_id":5,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, txnTaking},
+		{"commit asked while pending", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":4,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, txnCommitting},
+		{"committing", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":5,
+			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, txnCommitting},
+		{"committed, an automatic step runs", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":6,
+			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, txnGone},
+		{"committed, idle", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":0,
+			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, txnGone},
+		{"another client's", `{"incarnation_uuid":"a","transaction_status":"TransactionInProgress","transaction_id":7,
+			"transaction_initiators":{"transaction_id":7,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnGone},
+		{"a Feldera without initiators, pending", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":5}`, txnPending},
+		{"restarted", `{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":5,
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnRestarted},
+	} {
+		if got := viewTxn(stats(tc.stats), 5, "a"); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// An unknown incarnation (a start whose answer was lost) is not a restart.
+	if got := viewTxn(stats(`{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":5}`), 5, ""); got != txnTaking {
+		t.Errorf("unknown incarnation: %s", got)
+	}
+}
