@@ -87,6 +87,7 @@ func newEnvGen(t testing.TB, c *pgcluster.Cluster, pgDDL string, felderaDDL func
 	if mod != nil {
 		mod(&cfg)
 	}
+	felderatest.Loaded(&cfg) // a pipeline whose steps take time, unless mod set its own
 	e.fel, err = felderatest.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -675,17 +675,24 @@ func idleKeepalive(walEnd, startEnd pglogrepl.LSN) bool {
 // bounded by it never ends before it reads without a flush following. A
 // full batch, or one a table's last chunk marked (sealNow), waits inside
 // a source transaction for the change that seals it or its COMMIT
-// instead. (A sealNow batch once took the deadline too: inside a
+// instead, and so does one that holds rows of the open transaction (see
+// flushDue). (A sealNow batch once took the deadline too: inside a
 // transaction, with the deadline past, every receive ended before it
 // read, the COMMIT never came, and the snapshot never completed.)
 func (s *stream) lingerDeadline() (time.Time, bool) {
 	b := s.filling
-	if b.total == 0 || s.c.full(b) || b.sealNow || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
+	if b.total == 0 || s.c.full(b) || b.sealNow || s.open && s.openRows || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
 		return time.Time{}, false
 	}
 	return b.first.Add(s.c.cfg.BatchLinger), true
 }
 
+// flushDue reports whether the filling batch should be sent now. The
+// linger never seals a batch that holds rows of the open source
+// transaction: nothing of it may be acknowledged, nor (inside the Feldera
+// transaction that sealing it would need) shown, before its COMMIT, so
+// sealing it early only adds a Feldera transaction per source one. The
+// batch waits for the COMMIT, or for its bound.
 func (s *stream) flushDue(now time.Time) bool {
 	b := s.filling
 	switch {
@@ -698,6 +705,8 @@ func (s *stream) flushDue(now time.Time) bool {
 		return !s.open
 	case s.c.cfg.BatchLinger == 0 || b.sealNow:
 		return !s.open
+	case s.open && s.openRows:
+		return false
 	}
 	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
 }

@@ -92,6 +92,7 @@ func newWorldOn(t testing.TB, c *pgcluster.Cluster, mod func(*felderatest.Config
 	if mod != nil {
 		mod(&cfg)
 	}
+	felderatest.Loaded(&cfg) // a pipeline whose steps take time, unless mod set its own
 	if w.fel, err = felderatest.NewServer(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -356,3 +356,23 @@ func newRNG(seed uint64) *rand.Rand {
 	}
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
+
+// Loaded sets cfg's stepping to a pipeline under load, the one the
+// connector and crash suites run against: steps of 5 to 20 ms plus 2 µs
+// per record, a per-endpoint cap of 2,000 records a step (so a batch of
+// pgfeldera's lands over several steps), bodies read 32 KiB at a time,
+// and commits that take 5 µs per record. Fields already set are kept.
+func Loaded(cfg *Config) {
+	if cfg.StepTime == 0 {
+		cfg.StepTime, cfg.StepJitter = 5*time.Millisecond, 15*time.Millisecond
+	}
+	if cfg.StepPerRecord == 0 {
+		cfg.StepPerRecord = 2 * time.Microsecond
+	}
+	if cfg.StepRecords == 0 {
+		cfg.StepRecords = 2_000
+	}
+	if cfg.CommitPerRecord == 0 {
+		cfg.CommitPerRecord = 5 * time.Microsecond
+	}
+}
