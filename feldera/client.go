@@ -60,7 +60,7 @@ type Config struct {
 	// DefaultIdleConnTimeout); it applies to the default transport and
 	// to a given *http.Transport that sets none.
 	IdleConnTimeout time.Duration
-	Logger     *slog.Logger
+	Logger          *slog.Logger
 }
 
 // Client talks to one Feldera pipeline.
