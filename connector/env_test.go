@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +57,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var slotN int
+// slotN numbers the slots of one test binary: slots are cluster-wide, and
+// parallel tests take numbers at once.
+var slotN atomic.Int64
 
 func newEnv(t *testing.T, pgDDL, felderaDDL string) *env {
 	t.Helper()
@@ -73,8 +76,7 @@ func newEnvOn(t testing.TB, c *pgcluster.Cluster, pgDDL, felderaDDL string, mod 
 func newEnvGen(t testing.TB, c *pgcluster.Cluster, pgDDL string, felderaDDL func(dsn string) string, mod func(*felderatest.Config)) *env {
 	t.Helper()
 	e := &env{t: t, pg: c, dsn: c.NewDB(t), logs: &syncBuffer{}}
-	slotN++
-	e.slot = fmt.Sprintf("s_%d_%d", os.Getpid(), slotN)
+	e.slot = fmt.Sprintf("s_%d_%d", os.Getpid(), slotN.Add(1))
 	ctx := context.Background()
 	var err error
 	e.db, err = pgx.Connect(ctx, e.dsn)

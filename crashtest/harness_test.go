@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -60,7 +61,9 @@ type world struct {
 	logs  bytes.Buffer
 }
 
-var slotN int
+// slotN numbers the slots of one test binary: slots are cluster-wide, and
+// parallel tests take numbers at once.
+var slotN atomic.Int64
 
 // batchMaxRows is the harness's BATCH_MAX_ROWS. A request may carry one
 // line more (maxRequestLines): the batch is sealed after the change that
@@ -80,8 +83,7 @@ func newWorldOn(t testing.TB, c *pgcluster.Cluster, mod func(*felderatest.Config
 	t.Helper()
 	w := &world{t: t, pg: c, dir: t.TempDir()}
 	w.dsn = w.pg.NewDB(t)
-	slotN++
-	w.slot = fmt.Sprintf("crash_%d_%d", os.Getpid(), slotN)
+	w.slot = fmt.Sprintf("crash_%d_%d", os.Getpid(), slotN.Add(1))
 	var err error
 	if w.db, err = pgx.Connect(context.Background(), w.dsn); err != nil {
 		t.Fatal(err)
