@@ -207,8 +207,11 @@ func absentCheck(ctx context.Context, conn *pgx.Conn, rels []*decode.Rel, withKe
 	var args, names, conds, out []string
 	out = append(out, "k.i")
 	for i, ci := range rel.KeyCols {
+		// The type with its modifier: a bare character is character(1),
+		// and a cast to it would cut every key of a char(3) column to one
+		// character (likewise bit).
 		var typ string
-		if err := conn.QueryRow(ctx, "SELECT format_type($1::oid, NULL)", rel.Cols[ci].TypeOID).Scan(&typ); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT format_type($1::oid, $2::int)", rel.Cols[ci].TypeOID, rel.Cols[ci].TypeMod).Scan(&typ); err != nil {
 			return "", fmt.Errorf("type of key column %s of %s (OID %d): %w", rel.Cols[ci].Name, rel.Target.Qualified(), rel.Cols[ci].TypeOID, err)
 		}
 		args = append(args, fmt.Sprintf("$%d::text[]", i+1))
