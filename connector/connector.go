@@ -43,6 +43,9 @@ type Sink interface {
 	Checkpoints(ctx context.Context) ([]feldera.Checkpoint, error)
 	// RequestCheckpoint asks for a checkpoint (POST /checkpoint).
 	RequestCheckpoint(ctx context.Context) (uint64, error)
+	// CheckpointStatus reads /checkpoint_status: whether a checkpoint
+	// asked for failed.
+	CheckpointStatus(ctx context.Context) (*feldera.CheckpointStatus, error)
 	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
 	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
 }
@@ -220,15 +223,19 @@ type Connector struct {
 	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
 	stats          Stats
 
-	gate            atomic.Int32  // the Gate of the current session (status, metrics)
-	checkpointWaits atomic.Int64  // unix nanos since completed work waits for a checkpoint; 0: none waits
-	checkpointed    atomic.Uint64 // the newest checkpoint's steps the watcher saw
-	maxStep         atomic.Uint64 // the highest step any completion reported
-	probed          bool          // POST /checkpoint was tried once under fault tolerance
-	warnedOutputs   bool
-	spoolOnce       sync.Once // stale spool files removed (spool.go)
-	forceGate       *Gate     // test hook: overrides the gate the model chooses
-	ignoreFilter    bool      // tests: read sources without the publication's row filter (the unsafe variant)
+	gate             atomic.Int32                         // the Gate of the current session (status, metrics)
+	checkpointWaits  atomic.Int64                         // unix nanos since completed work waits for a checkpoint; 0: none waits
+	checkpointed     atomic.Uint64                        // the newest checkpoint's steps the watcher saw
+	lastCheckpoints  atomic.Pointer[[]feldera.Checkpoint] // the list whose newest is the session's newest fresh checkpoint (freshCheckpoint)
+	failedSeq        atomic.Uint64                        // the last failed checkpoint reported
+	maxStep          atomic.Uint64                        // the highest step any completion reported
+	probed           bool                                 // POST /checkpoint was tried once under fault tolerance
+	warnedOutputs    bool
+	spoolOnce        sync.Once // stale spool files removed (spool.go)
+	forceGate        *Gate     // test hook: overrides the gate the model chooses
+	ignoreFilter     bool      // tests: read sources without the publication's row filter (the unsafe variant)
+	trustRestores    bool      // test hook: no check of what a restart restored (unsafe)
+	trustCheckpoints bool      // test hook: any newest checkpoint covers by its steps (unsafe)
 }
 
 // New returns a connector. It does not connect.

@@ -143,45 +143,29 @@ func TestDurability_FaultToleranceWithoutCheckpointsRefused(t *testing.T) {
 	}
 }
 
-// Two redeploys of a fault-tolerant pipeline lose state it was trusted
-// with, and each is a resnapshot, not a replay:
-//   - a program change under exactly_once discards Feldera's input journal,
-//     so what completed after the last checkpoint is gone although it was
-//     acknowledged at completion (the state file records the program
-//     version the tables were copied under);
-//   - a redeploy with its storage cleared restored nothing: it has no
-//     checkpoint at all.
-//
-// Each double is first shown to hold no rows afterwards, so the test can
-// see the loss a stream-on would leave.
+// A redeploy with its storage cleared restored nothing: the pipeline has
+// no checkpoint at all, and the start is a resnapshot, not a replay. The
+// double is first shown to hold no rows afterwards, so the test can see
+// the loss a stream-on would leave. (A program change keeps what the
+// stop's checkpoint holds except the tables it modified:
+// TestRestore_ProgramChangeReadsTheModifiedTable.)
 func TestDurability_RedeploysThatLoseStateResnapshot(t *testing.T) {
-	for _, c := range []struct {
-		name     string
-		redeploy func(*felderatest.Server)
-		why      string
-	}{
-		{"program_change", (*felderatest.Server).ChangeProgram, "the Feldera program changed"},
-		{"storage_cleared", (*felderatest.Server).RedeployCleared, "has no checkpoint: it restored nothing"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
-				fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
-			})
-			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
-			e.start(e.snapshotConfig("users,public.items:catalog_items"))
-			e.waitLog("session: streaming", 30*time.Second)
-			e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(1000, 1099) g")
-			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			e.assertEqual("users", "users")
-			c.redeploy(e.fel)
-			if n := len(e.fel.Rows("users")); n != 0 {
-				t.Fatalf("the double kept %d rows over the redeploy: the test could not see a loss", n)
-			}
-			e.exec("INSERT INTO users VALUES (5000, 'after', 0)")
-			e.waitLog(c.why, 30*time.Second)
-			e.eventuallyEqual("users", "users", 60*time.Second)
-		})
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+		fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
+	})
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 200) g")
+	e.start(e.snapshotConfig("users,public.items:catalog_items"))
+	e.waitLog("session: streaming", 30*time.Second)
+	e.exec("INSERT INTO users SELECT g, 'streamed', g FROM generate_series(1000, 1099) g")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	e.assertEqual("users", "users")
+	e.fel.RedeployCleared()
+	if n := len(e.fel.Rows("users")); n != 0 {
+		t.Fatalf("the double kept %d rows over the redeploy: the test could not see a loss", n)
 	}
+	e.exec("INSERT INTO users VALUES (5000, 'after', 0)")
+	e.waitLog("startup: resnapshot", 30*time.Second)
+	e.eventuallyEqual("users", "users", 60*time.Second)
 }
 
 // noStepSink answers completions without their step, like a Feldera

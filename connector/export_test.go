@@ -79,5 +79,16 @@ func SetGate(c *Connector, g Gate) { c.forceGate = &g }
 // it to show the snapshot copying rows the stream will never maintain.
 func IgnoreRowFilter(c *Connector) { c.ignoreFilter = true }
 
+// TrustRestores makes a start trust what a fault-tolerant Feldera
+// restored: no check of the checkpoint that held what was acknowledged,
+// and no check of the tables' definitions: the unsafe variant the tests
+// show losing rows.
+func TrustRestores(c *Connector) { c.trustRestores = true }
+
+// TrustCheckpoints makes the newest checkpoint listed cover whatever its
+// steps say, whichever pipeline process took it and whether /stats
+// answered: the unsafe variant the tests show acknowledging lost batches.
+func TrustCheckpoints(c *Connector) { c.trustCheckpoints = true }
+
 // WatermarkNudge is watermarkNudge, for the tests that count nudges.
 const WatermarkNudge = watermarkNudge

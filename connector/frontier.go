@@ -127,7 +127,44 @@ func (f *frontier) checkpointed(steps uint64) pglogrepl.LSN {
 	return f.advance()
 }
 
+// frontierMax bounds the queue. While checkpoints do not come (under the
+// checkpoint gate) every batch that completes waits in it; past the bound,
+// the complete entries at its head merge into one (compact).
+const frontierMax = 1024
+
+// compact merges the complete entries at the head of the queue into one,
+// which keeps the id of the last (base moves past the others, so every
+// later id still finds its entry), its LSN and the highest step, and the
+// earliest times: it becomes durable once a checkpoint covers its highest
+// step, when the last of them would have, and no later.
+func (f *frontier) compact() {
+	if len(f.queue) <= frontierMax {
+		return
+	}
+	k := 0
+	for k < len(f.queue) && f.queue[k].done {
+		k++
+	}
+	if k < 2 {
+		return
+	}
+	m := f.queue[k-1]
+	for _, e := range f.queue[:k-1] {
+		m.lsn, m.step = max(m.lsn, e.lsn), max(m.step, e.step)
+		if e.entered.Before(m.entered) {
+			m.entered = e.entered
+		}
+		if e.at.Before(m.at) {
+			m.at = e.at
+		}
+	}
+	f.queue[k-1] = m
+	f.queue = append(f.queue[:0], f.queue[k-1:]...)
+	f.base += uint64(k - 1)
+}
+
 func (f *frontier) advance() pglogrepl.LSN {
+	defer f.compact()
 	i := 0
 	for ; i < len(f.queue); i++ {
 		e := f.queue[i]

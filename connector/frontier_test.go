@@ -330,3 +330,42 @@ func TestFrontier_RandomSchedules(t *testing.T) {
 		}
 	}
 }
+
+// While no checkpoint comes, every completed batch waits in the queue;
+// past frontierMax the complete head merges into one entry. The queue
+// stays bounded, a batch still in flight behind it keeps its id, the
+// oldest wait is kept (the stalled gate counts from it), and a checkpoint
+// makes durable exactly what it covers: nothing before the merged steps
+// are all covered, everything once they are.
+func TestFrontier_BoundedWhileCheckpointsWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := newFrontier(GateCheckpoint, 0)
+	var last uint64
+	for i := 1; i <= 5000; i++ {
+		id := f.enter(pglogrepl.LSN(i*10), t0.Add(time.Duration(i)*time.Millisecond))
+		f.done(id, uint64(i), t0.Add(time.Duration(i)*time.Millisecond))
+		last = id
+		if len(f.queue) > frontierMax+1 {
+			t.Fatalf("after %d batches the queue holds %d entries, more than %d", i, len(f.queue), frontierMax+1)
+		}
+	}
+	open := f.enter(60000, t0.Add(time.Hour))
+	if open != last+1 {
+		t.Fatalf("the next batch got id %d, want %d", open, last+1)
+	}
+	if at, ok := f.waiting(); !ok || !at.Equal(t0.Add(time.Millisecond)) {
+		t.Fatalf("waiting since %v %v, want the first batch's completion", at, ok)
+	}
+	if got := f.checkpointed(4999); got != 49990 {
+		t.Fatalf("a checkpoint covering all but the last completed step made %s durable, want 0/C346", got)
+	}
+	if got := f.checkpointed(5000); got != 50000 {
+		t.Fatalf("a checkpoint covering every completed step made %s durable, want 0/C350", got)
+	}
+	if got := f.done(open, 5001, t0.Add(2*time.Hour)); got != 50000 {
+		t.Fatalf("the batch in flight, done at an uncovered step, made %s durable", got)
+	}
+	if got := f.checkpointed(5001); got != 60000 {
+		t.Fatalf("after its checkpoint: %s, want 0/EA60", got)
+	}
+}

@@ -33,12 +33,14 @@ type plan struct {
 	routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
 	groups         [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
 	deploymentID   string
-	model          feldera.FTModel // the pipeline's fault-tolerance model
-	faultTolerant  bool            // model keeps completed state across a Feldera restart
-	incarnation    string          // /stats incarnation_uuid: the Feldera process fed
-	programVersion int64           // program_version: under exactly_once a change discards the journal
-	noCheckpoint   bool            // fault tolerant, and /checkpoints was empty before the probe
-	gate           Gate            // when a completed batch is durable, by the model
+	model          feldera.FTModel      // the pipeline's fault-tolerance model
+	faultTolerant  bool                 // model keeps completed state across a Feldera restart
+	incarnation    string               // /stats incarnation_uuid: the Feldera process fed
+	programVersion int64                // program_version: under exactly_once a change discards the journal
+	noCheckpoint   bool                 // fault tolerant, and /checkpoints was empty before the probe
+	checkpoints    []feldera.Checkpoint // /checkpoints when the session began
+	ckptBefore     map[string]bool      // their UUIDs: they cover nothing this session completes
+	gate           Gate                 // when a completed batch is durable, by the model
 	walTimeout     time.Duration
 	types          *typeCatalog // pg_type beyond the built-ins, for the decoder
 }
@@ -256,6 +258,10 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 			return fmt.Errorf("read feldera checkpoints: %w", err)
 		}
 		p.noCheckpoint = len(cps) == 0
+		p.checkpoints, p.ckptBefore = cps, map[string]bool{}
+		for _, cp := range cps {
+			p.ckptBefore[cp.UUID] = true
+		}
 	}
 	if p.faultTolerant && !c.probed {
 		if _, err := c.sink.RequestCheckpoint(ctx); err != nil {

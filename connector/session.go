@@ -25,6 +25,7 @@ import (
 // every position; the flusher goroutine only sees the batch it was handed.
 type stream struct {
 	c        *Connector
+	plan     *plan
 	conn     *pgconn.PgConn
 	dec      *decode.Decoder
 	targets  []*decode.Target // per route: its Feldera table (see plan.routes)
@@ -165,7 +166,7 @@ func (c *Connector) session(ctx context.Context) error {
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.types)
 	s := &stream{
-		c: c, conn: conn, dec: dec, targets: p.routes, groups: p.groups,
+		c: c, plan: p, conn: conn, dec: dec, targets: p.routes, groups: p.groups,
 		interval:   statusInterval(p.walTimeout),
 		logger:     c.logger,
 		filling:    newBatch(len(p.routes)),
@@ -317,15 +318,71 @@ func (s *stream) reach(lsn pglogrepl.LSN) {
 }
 
 // checkpointed applies the newest checkpoint the watcher saw; it reports
-// whether the position moved.
-func (s *stream) checkpointed() bool {
+// whether the position moved. A checkpoint that covers more than the last
+// one is first recorded in the state file (recordCheckpoint): a restart
+// must restore it, or a later one, before anything it covers was
+// acknowledged.
+func (s *stream) checkpointed() (bool, error) {
 	if !s.front.pending() {
-		return false
+		return false, nil
 	}
 	before := s.c.acked
-	s.advance(s.front.checkpointed(s.c.checkpointed.Load()))
+	steps := s.c.checkpointed.Load()
+	if steps > s.front.covered {
+		if err := s.recordCheckpoint(); err != nil {
+			return false, err
+		}
+	}
+	s.advance(s.front.checkpointed(steps))
 	s.publishWait()
-	return s.c.acked > before
+	return s.c.acked > before, nil
+}
+
+// recordCheckpoint writes the session's newest fresh checkpoint into the
+// state file. The first one after a program change under exactly_once
+// also closes the journal gap: Feldera journals its input again, and
+// everything completed is durable (up to the checkpoint by it, after it
+// by the journal), so the gate goes back to completion.
+func (s *stream) recordCheckpoint() error {
+	cps := s.c.lastCheckpoints.Load()
+	if s.inc == nil || cps == nil {
+		return nil
+	}
+	cp := ref(*cps)
+	if s.inc.st.Checkpoint != nil && s.inc.st.Checkpoint.UUID == cp.UUID {
+		return nil
+	}
+	st := s.inc.st
+	st.Checkpoint = cp
+	gap := st.JournalGap != ""
+	st.JournalGap = ""
+	if err := s.writeChunks(); err != nil {
+		return err
+	}
+	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.forceGate == nil {
+		s.front.gate = GateComplete
+		s.c.gate.Store(int32(GateComplete))
+		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)
+	}
+	return nil
+}
+
+// stalledGate ends the process when completed work has waited
+// NO_PROGRESS_TIMEOUT for a checkpoint: checkpoints that never come (or
+// fail) would otherwise keep the session streaming, acknowledging
+// nothing, while the primary retains WAL without bound. Only that wait
+// counts: a source transaction or a commit that takes long is progress
+// of its own, bounded elsewhere.
+func (s *stream) stalledGate() error {
+	at, ok := s.front.waiting()
+	if !ok || time.Since(at) <= s.c.cfg.NoProgressTimeout {
+		return nil
+	}
+	why := "no Feldera checkpoint came"
+	if e := s.c.health.checkpointError.Load(); e != nil && s.c.health.checkpointFailed.Load() {
+		why = "Feldera's checkpoints fail: " + *e
+	}
+	return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT): completed work waited that long for a checkpoint to cover it (%s), so nothing could be acknowledged and the slot retained WAL", ErrNoProgress, time.Since(at).Round(time.Second), why)}
 }
 
 // publishWait tells the watcher since when completed work waits for a
@@ -361,7 +418,12 @@ func (s *stream) run(ctx context.Context) error {
 			return err
 		default:
 		}
-		if s.checkpointed() {
+		if err := s.stalledGate(); err != nil {
+			return err
+		}
+		if moved, err := s.checkpointed(); err != nil {
+			return err
+		} else if moved {
 			if err := s.status(); err != nil {
 				return err
 			}
@@ -988,10 +1050,12 @@ func (s *stream) shutdown() error {
 		// at_least_once: what completed is durable once a checkpoint
 		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
 		// still uncovered then is replayed by the next start.
-		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.front.highestPending()); err != nil {
+		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.plan, s.front.highestPending()); err != nil {
 			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
 		}
-		s.checkpointed()
+		if _, err := s.checkpointed(); err != nil {
+			return err
+		}
 	}
 	if err := s.status(); err != nil {
 		return err

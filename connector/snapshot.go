@@ -11,7 +11,6 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -39,12 +38,23 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 	for i, t := range c.cfg.Tables {
 		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
-	decision := snapshot.Decide(st, slot, c.cfg.Slot, c.cfg.Publication, mappings,
-		snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant,
-			ProgramVersion: p.programVersion, JournalOnly: p.model == feldera.FTExactlyOnce && p.gate == GateComplete, NoCheckpoint: p.noCheckpoint})
+	target := snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant, NoCheckpoint: p.noCheckpoint}
+	if st != nil && p.faultTolerant && !c.trustRestores {
+		if ok, why := restoredEnough(st.Checkpoint, p.checkpoints); !ok {
+			target.Lost = why
+		}
+	}
+	decision := snapshot.Decide(st, slot, c.cfg.Slot, c.cfg.Publication, mappings, target)
 	if decision.Action == snapshot.Stream {
-		c.logger.Info("startup: stream from the slot", "reason", decision.Reason)
-		return nil
+		why, err := c.reconcile(p, st)
+		if err != nil {
+			return err
+		}
+		if why == "" {
+			c.logger.Info("startup: stream from the slot", "reason", decision.Reason)
+			return nil
+		}
+		decision = snapshot.Plan{Action: snapshot.Resnapshot, Reason: why}
 	}
 	c.logger.Warn("startup: "+decision.Action.String(), "reason", decision.Reason)
 	if c.cfg.SnapshotMode == SnapshotIncremental {
@@ -110,8 +120,11 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 		// would restore a checkpoint without the rows, and the startup
 		// would stream on).
 		c.logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", c.maxStep.Load())
-		if err := c.awaitCheckpoint(ctx, c.maxStep.Load()); err != nil {
+		if err := c.awaitCheckpoint(ctx, p, c.maxStep.Load()); err != nil {
 			return err
+		}
+		if cps := c.lastCheckpoints.Load(); cps != nil {
+			st.Checkpoint = ref(*cps) // it holds the copy: a restore must find it, or a later one
 		}
 	}
 	crashtest.Point("snapshot_before_state")
@@ -134,8 +147,8 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 // the state does not know"), then the old slot dropped.
 func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
 	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
-	for _, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending})
+	for i, m := range mappings {
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.targets[i].Dest)})
 	}
 	st.CarryRequests(old)
 	if !c.noPendingFirst {

@@ -19,8 +19,11 @@ type Stats struct {
 	// TransactionInProgress answers met meanwhile (another client held it).
 	Transactions         atomic.Int64
 	TransactionConflicts atomic.Int64
-	Received             atomic.Uint64 // highest WAL position read
-	Acked                atomic.Uint64 // flush position sent to Postgres
+	// CheckpointFailures counts Feldera checkpoints asked for that
+	// failed (/checkpoint_status).
+	CheckpointFailures atomic.Int64
+	Received           atomic.Uint64 // highest WAL position read
+	Acked              atomic.Uint64 // flush position sent to Postgres
 }
 
 // TableStats count one mapped table's rows.
@@ -67,6 +70,10 @@ type health struct {
 	progress     atomic.Int64 // unix nanos of the last snapshot row
 	flushSince   atomic.Int64 // unix nanos the in-flight flush started; 0 when none
 	flushFailed  atomic.Bool  // the last flush failed; cleared by a success
+	// checkpointFailed: a checkpoint asked for failed, and none succeeded
+	// since (checkpointError says why).
+	checkpointFailed atomic.Bool
+	checkpointError  atomic.Pointer[string]
 }
 
 // Gate is the acknowledgement gate of the current session.
@@ -102,6 +109,13 @@ func (c *Connector) Ready() (bool, string) {
 	}
 	if h.flushFailed.Load() {
 		return false, "the last flush to Feldera failed"
+	}
+	if h.checkpointFailed.Load() {
+		why := "a Feldera checkpoint failed"
+		if e := h.checkpointError.Load(); e != nil {
+			why += ": " + *e
+		}
+		return false, why
 	}
 	if since := h.flushSince.Load(); since != 0 && now-since > int64(c.cfg.ReadyBlockedFor) {
 		return false, "a flush has been waiting for Feldera for over " + c.cfg.ReadyBlockedFor.String()

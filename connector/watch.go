@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // Watching the pipeline while a session streams: restarts, redeploys and,
@@ -17,18 +19,17 @@ const checkpointPoll = 500 * time.Millisecond
 // Feldera restart is noticed even when no token is outstanding:
 //
 //   - a new incarnation_uuid under the same deployment_id is a restart in
-//     place. With fault tolerance, Feldera restored what a checkpoint (or
-//     the journal) holds, which covers everything acknowledged: the session
-//     ends and the next one replays from the slot. Without it the state is
-//     gone: the session ends and the next startup resnapshots (the state
-//     file records the incarnation the tables were copied into).
+//     place: the session ends, and the next one checks what the restart
+//     restored (restoredEnough) before it replays from the slot; without
+//     fault tolerance the state is gone, and the next startup resnapshots.
 //   - a new deployment_id without fault tolerance: the same resnapshot.
 //     With fault tolerance the pipeline resumed from its checkpoint: the
-//     session ends and replays from the slot.
+//     session ends and the next one checks it.
 //
-// Under the checkpoint gate it also publishes the newest checkpoint's
-// steps, and asks for a checkpoint when completed work has waited
-// CheckpointAfter for one.
+// Under the checkpoint gate it publishes the newest checkpoint that covers
+// what this session completed (freshCheckpoint), asks for one when
+// completed work has waited CheckpointAfter, and reports a requested
+// checkpoint that failed.
 func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
@@ -41,6 +42,7 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-
 		t := time.NewTicker(every)
 		defer t.Stop()
 		var asked time.Time
+		var seq uint64 // the sequence number of the last checkpoint asked for
 		for n := 0; ; n++ {
 			select {
 			case <-ctx.Done():
@@ -48,20 +50,28 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-
 			case <-t.C:
 			}
 			if p.gate == GateCheckpoint {
-				if cps, err := c.sink.Checkpoints(ctx); err == nil && len(cps) > 0 {
-					c.checkpointed.Store(cps[len(cps)-1].Steps)
+				cp, ok, same := c.freshCheckpoint(ctx, p)
+				if ok {
+					c.checkpointed.Store(cp.Steps)
+					c.health.checkpointFailed.Store(false)
 				}
-				if since := c.checkpointWaits.Load(); since != 0 && time.Since(time.Unix(0, since)) >= c.cfg.CheckpointAfter && time.Since(asked) >= c.cfg.CheckpointAfter {
+				// A checkpoint is asked for only of the process the
+				// session feeds (freshCheckpoint read /stats after the
+				// list): one of a restarted process would hold what was
+				// sent to it before the restart was seen, and make it
+				// look like a later history than the one restored.
+				if since := c.checkpointWaits.Load(); same && since != 0 && time.Since(time.Unix(0, since)) >= c.cfg.CheckpointAfter && time.Since(asked) >= c.cfg.CheckpointAfter {
 					asked = time.Now()
-					if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
+					if s, err := c.sink.RequestCheckpoint(ctx); err != nil {
 						c.logger.Warn("feldera: checkpoint request failed; waiting for the pipeline's own", "err", err)
 					} else {
+						seq = s
 						c.logger.Info("feldera: asked for a checkpoint: completed work waited for one", "waited", time.Since(time.Unix(0, since)).Round(time.Millisecond), "checkpoint_after", c.cfg.CheckpointAfter)
 					}
 				}
-			}
-			if p.gate == GateCheckpoint && n%4 != 3 {
-				continue // the restart checks below run every 2 s
+				if seq != 0 {
+					c.checkFailure(ctx, seq)
+				}
 			}
 			if err := c.checkRestart(ctx, p); err != nil {
 				lost <- err
@@ -71,6 +81,56 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-
 		}
 	}()
 	return lost
+}
+
+// freshCheckpoint is the newest checkpoint that can cover what this
+// session completed: one taken in the pipeline process the session feeds
+// (its incarnation) after the session began. A restore resumes Feldera's
+// step counter from the restored checkpoint, so step numbers repeat
+// across processes: a checkpoint of another process, or one listed before
+// the session, may carry a step number as high as a batch's and hold
+// nothing of it. The list is read first and /stats second: the
+// incarnation never comes back, so if it is still the session's, every
+// checkpoint listed new was taken by it. When /stats cannot be read, no
+// checkpoint counts (ok false): coverage waits, it is never assumed. same
+// reports that /stats answered with the session's incarnation.
+func (c *Connector) freshCheckpoint(ctx context.Context, p *plan) (cp feldera.Checkpoint, ok, same bool) {
+	cps, err := c.sink.Checkpoints(ctx)
+	if err != nil {
+		return cp, false, false
+	}
+	if c.trustCheckpoints && len(cps) > 0 {
+		c.lastCheckpoints.Store(&cps)
+		return cps[len(cps)-1], true, true
+	}
+	st, err := c.sink.Stats(ctx)
+	if err != nil || p.incarnation == "" || st.GlobalMetrics.IncarnationUUID != p.incarnation {
+		return cp, false, false
+	}
+	if len(cps) == 0 || p.ckptBefore[cps[len(cps)-1].UUID] {
+		return cp, false, true
+	}
+	c.lastCheckpoints.Store(&cps)
+	return cps[len(cps)-1], true, true
+}
+
+// checkFailure reports, once, a checkpoint asked for (sequence number seq
+// or later) that failed: Feldera answers POST /checkpoint at once and
+// writes the checkpoint in the background, so a failure shows only in
+// /checkpoint_status. While checkpoints fail, nothing completed is
+// acknowledged under at_least_once: /readyz turns 503, the failure is
+// counted, and NO_PROGRESS_TIMEOUT ends the process if it lasts.
+func (c *Connector) checkFailure(ctx context.Context, seq uint64) {
+	cs, err := c.sink.CheckpointStatus(ctx)
+	if err != nil || cs.Failure == nil || cs.Failure.SequenceNumber < seq || cs.Failure.SequenceNumber <= c.failedSeq.Load() {
+		return
+	}
+	c.failedSeq.Store(cs.Failure.SequenceNumber)
+	c.health.checkpointFailed.Store(true)
+	c.health.checkpointError.Store(&cs.Failure.Error)
+	c.stats.CheckpointFailures.Add(1)
+	c.logger.Error("feldera: a checkpoint failed: nothing completed since the last checkpoint can be acknowledged (at_least_once), and the slot retains WAL meanwhile",
+		"checkpoint_sequence_number", cs.Failure.SequenceNumber, "error", cs.Failure.Error)
 }
 
 // checkRestart compares the pipeline's deployment and incarnation with
@@ -84,7 +144,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 			case err != nil:
 				return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
 			case model.FaultTolerant():
-				return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance (%s), so it resumed from its checkpoint: replaying from the slot", p.deploymentID, *pipe.DeploymentID, model)
+				return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance (%s), so it resumed from a checkpoint: checking what it restored, then replaying from the slot", p.deploymentID, *pipe.DeploymentID, model)
 			case c.cfg.SnapshotMode == SnapshotNever:
 				c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
 					"deployment_id", *pipe.DeploymentID)
@@ -105,7 +165,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 		p.incarnation = now
 	case now == p.incarnation:
 	case p.faultTolerant:
-		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s), so it kept what was acknowledged: replaying from the slot", p.incarnation, now, p.model)
+		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s): checking what it restored, then replaying from the slot", p.incarnation, now, p.model)
 	case c.cfg.SnapshotMode == SnapshotNever:
 		c.logger.Error("feldera pipeline restarted without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot", "incarnation_uuid", now)
 		p.incarnation = now
@@ -115,26 +175,29 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 	return nil
 }
 
-// awaitCheckpoint asks Feldera for a checkpoint and waits until the newest
-// one covers step. Requests coalesce (one that arrives while a checkpoint
-// is written is answered by that one, which may not cover step), so it
-// reads coverage from /checkpoints and asks again while it falls short.
-func (c *Connector) awaitCheckpoint(ctx context.Context, step uint64) error {
+// awaitCheckpoint asks Feldera for a checkpoint and waits until a fresh
+// one (freshCheckpoint) covers step. Requests coalesce (one that arrives
+// while a checkpoint is written is answered by that one, which may not
+// cover step), so it reads coverage from /checkpoints and asks again
+// while it falls short.
+func (c *Connector) awaitCheckpoint(ctx context.Context, p *plan, step uint64) error {
+	var seq uint64
 	for attempt := 0; ; attempt++ {
 		if attempt%20 == 0 { // at once, then every 2 s
-			if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
+			s, err := c.sink.RequestCheckpoint(ctx)
+			if err != nil {
 				return fmt.Errorf("request a checkpoint: %w", err)
 			}
+			seq = s
 		}
-		cps, err := c.sink.Checkpoints(ctx)
-		if err != nil {
-			return fmt.Errorf("read checkpoints: %w", err)
-		}
-		if n := len(cps); n > 0 {
-			c.checkpointed.Store(cps[n-1].Steps)
-			if cps[n-1].Steps >= step {
+		if cp, ok, _ := c.freshCheckpoint(ctx, p); ok {
+			c.checkpointed.Store(cp.Steps)
+			if cp.Steps >= step {
 				return nil
 			}
+		}
+		if attempt%20 == 19 {
+			c.checkFailure(ctx, seq)
 		}
 		select {
 		case <-ctx.Done():

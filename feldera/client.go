@@ -388,6 +388,31 @@ func (c *Client) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 	return cps, nil
 }
 
+// CheckpointStatus is GET /checkpoint_status: the sequence numbers of the
+// last checkpoint requested through the API that succeeded, and of the
+// last that failed, with its error (a later success does not clear it).
+// Feldera runs a requested checkpoint in the background, so a failure
+// shows only here (controller/checkpoint.rs, CheckpointStatus).
+type CheckpointStatus struct {
+	Success *uint64            `json:"success"`
+	Failure *CheckpointFailure `json:"failure"`
+}
+
+// CheckpointFailure is a checkpoint that failed.
+type CheckpointFailure struct {
+	SequenceNumber uint64 `json:"sequence_number"`
+	Error          string `json:"error"`
+}
+
+// CheckpointStatus reads /checkpoint_status.
+func (c *Client) CheckpointStatus(ctx context.Context) (*CheckpointStatus, error) {
+	var cs CheckpointStatus
+	if err := c.getJSON(ctx, "GET checkpoint_status", "/checkpoint_status", &cs); err != nil {
+		return nil, err
+	}
+	return &cs, nil
+}
+
 // RequestCheckpoint asks for a checkpoint (POST /checkpoint) and returns
 // its sequence number; the checkpoint itself runs in the background, and a
 // request that arrives while one is being written is answered by that one

@@ -53,6 +53,15 @@ type Relation struct {
 	Fields        []Field  `json:"fields"`
 	Materialized  bool     `json:"materialized"`
 	PrimaryKey    []string `json:"primary_key"`
+	// Properties are the table's WITH (...) properties ('append_only',
+	// 'materialized', connectors' …), by name.
+	Properties map[string]Property `json:"properties,omitempty"`
+}
+
+// Property is one WITH property. Feldera also sends where in the
+// program it was written, which does not matter here.
+type Property struct {
+	Value string `json:"value"`
 }
 
 // Field is a column of a relation.
@@ -147,6 +156,11 @@ type Stats struct {
 	GlobalMetrics GlobalMetrics     `json:"global_metrics"`
 	Inputs        []InputStats      `json:"inputs"`
 	Outputs       []json.RawMessage `json:"outputs"`
+	// PermanentCheckpointErrors says why no checkpoint can succeed until
+	// the pipeline's configuration changes ("StorageRequired",
+	// "EnterpriseFeature", an input endpoint without fault tolerance);
+	// empty when checkpoints can succeed.
+	PermanentCheckpointErrors []json.RawMessage `json:"permanent_checkpoint_errors,omitempty"`
 }
 
 // InputStats is an entry of /stats inputs: an input endpoint (an HTTP

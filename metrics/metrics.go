@@ -184,6 +184,7 @@ var (
 	descSessions  = prometheus.NewDesc("pgfeldera_sessions_total", "Replication sessions started.", nil, nil)
 	descTxns      = prometheus.NewDesc("pgfeldera_feldera_transactions_total", "Feldera transactions started (FELDERA_TRANSACTIONS, SNAPSHOT_TRANSACTION).", nil, nil)
 	descTxnBusy   = prometheus.NewDesc("pgfeldera_feldera_transaction_conflicts_total", "start_transaction answers 409 TransactionInProgress: another client held the pipeline's transaction.", nil, nil)
+	descCkptFail  = prometheus.NewDesc("pgfeldera_checkpoint_failures_total", "Feldera checkpoints asked for that failed (/checkpoint_status): under at_least_once nothing completed since the last checkpoint can be acknowledged while they fail.", nil, nil)
 	descReceived  = prometheus.NewDesc("pgfeldera_received_lsn", "Highest WAL position read from the slot.", nil, nil)
 	descFlushed   = prometheus.NewDesc("pgfeldera_flushed_lsn", "flush_lsn last sent to Postgres: everything below it is complete in Feldera.", nil, nil)
 	descConfirmed = prometheus.NewDesc("pgfeldera_confirmed_lsn", "The slot's confirmed_flush_lsn, as Postgres reports it.", nil, nil)
@@ -199,7 +200,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descChunks} {
+	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descCkptFail, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descChunks} {
 		ch <- d
 	}
 }
@@ -228,6 +229,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions.Load()))
 	ch <- prometheus.MustNewConstMetric(descTxns, prometheus.CounterValue, float64(st.Transactions.Load()))
 	ch <- prometheus.MustNewConstMetric(descTxnBusy, prometheus.CounterValue, float64(st.TransactionConflicts.Load()))
+	ch <- prometheus.MustNewConstMetric(descCkptFail, prometheus.CounterValue, float64(st.CheckpointFailures.Load()))
 	received := st.Received.Load()
 	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(received))
 	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.GaugeValue, float64(st.Acked.Load()))

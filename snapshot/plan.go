@@ -49,14 +49,13 @@ type Target struct {
 	DeploymentID  string
 	Incarnation   string // /stats global_metrics.incarnation_uuid: new on every process restart
 	FaultTolerant bool   // completed state survives a Feldera restart
-	// ProgramVersion is the pipeline's program_version; JournalOnly says
-	// acknowledgements relied on Feldera's input journal (exactly_once),
-	// which a program change discards.
-	ProgramVersion int64
-	JournalOnly    bool
 	// NoCheckpoint says a fault-tolerant pipeline has no checkpoint at all:
 	// after a redeploy it restored nothing (its storage was cleared).
 	NoCheckpoint bool
+	// Lost says why a fault-tolerant pipeline may have lost rows that were
+	// acknowledged (it restored neither the checkpoint that held them nor
+	// a later one); "" when it did not.
+	Lost string
 }
 
 // Decide is the startup plan from the state file (nil when absent), the
@@ -86,8 +85,8 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 	if st.DeploymentID != "" && target.DeploymentID != "" && st.DeploymentID != target.DeploymentID && target.FaultTolerant && target.NoCheckpoint {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline was redeployed (deployment %s, the tables were copied into %s) and has no checkpoint: it restored nothing (storage cleared), so its state is lost", target.DeploymentID, st.DeploymentID)}
 	}
-	if target.JournalOnly && st.ProgramVersion != 0 && target.ProgramVersion != 0 && st.ProgramVersion != target.ProgramVersion {
-		return Plan{Resnapshot, fmt.Sprintf("the Feldera program changed (version %d, the tables were copied under %d) under exactly_once: Feldera discards its input journal on a program change, losing what completed after its last checkpoint", target.ProgramVersion, st.ProgramVersion)}
+	if target.Lost != "" {
+		return Plan{Resnapshot, target.Lost}
 	}
 	if st.Incarnation != "" && target.Incarnation != "" && st.Incarnation != target.Incarnation && !target.FaultTolerant {
 		return Plan{Resnapshot, fmt.Sprintf("the Feldera pipeline restarted in place (incarnation %s, the tables were copied into %s) without fault tolerance: its state is lost", target.Incarnation, st.Incarnation)}

@@ -71,11 +71,29 @@ type Table struct {
 	// Request is the id of the resnapshot request that last started this
 	// table's incremental snapshot.
 	Request string `json:"request,omitempty"`
+	// Fingerprint identifies the definition of the Feldera table the rows
+	// were written under (its fields and types, key, materialized and
+	// other properties): a program change that modifies the table makes
+	// Feldera start it empty (bootstrapping), so another fingerprint means
+	// the table must be read again.
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// Blocks is set for an Incremental table read in ranges of its heap's
 	// blocks (an ordinary table; snapshot/chunk.go argues why that is
 	// exact): then After holds one value, the next block to read, and a
 	// lane's Lo and Hi are its blocks [Lo, Hi), in decimal.
 	Blocks *Blocks `json:"blocks,omitempty"`
+}
+
+// CheckpointRef names a Feldera checkpoint: its UUID, and the step and
+// record counts it holds (a restore resumes both from it).
+type CheckpointRef struct {
+	UUID             string `json:"uuid"`
+	Steps            uint64 `json:"steps"`
+	ProcessedRecords uint64 `json:"processed_records"`
+	// Before are the UUIDs of the checkpoints listed before it when it
+	// was recorded (the newest few): Feldera drops checkpoints oldest
+	// first, so one of them listed without it means a restore went back.
+	Before []string `json:"before,omitempty"`
 }
 
 // Blocks is the plan of a table read in block ranges: the relfilenode its
@@ -131,9 +149,20 @@ type State struct {
 	// timeline the tables were last streamed from: another cluster has
 	// none of them, and a new timeline (a failover) may have forked before
 	// what Feldera holds.
-	SystemID string  `json:"system_identifier,omitempty"`
-	Timeline int32   `json:"timeline,omitempty"`
-	Tables   []Table `json:"tables"`
+	SystemID string `json:"system_identifier,omitempty"`
+	Timeline int32  `json:"timeline,omitempty"`
+	// Checkpoint is the newest Feldera checkpoint known to hold everything
+	// acknowledged. Under at_least_once it is written before an
+	// acknowledgement relies on it; a restart must have restored it, or a
+	// later one, or the acknowledged rows may be gone.
+	Checkpoint *CheckpointRef `json:"checkpoint,omitempty"`
+	// JournalGap is set while, under exactly_once, a program change has
+	// discarded Feldera's input journal and no checkpoint was taken since:
+	// the UUID of the newest checkpoint when the change was seen ("-" when
+	// there was none). Until a checkpoint after it, completion is not
+	// durable.
+	JournalGap string  `json:"journal_gap,omitempty"`
+	Tables     []Table `json:"tables"`
 	// Requests are the resnapshot requests received, oldest first.
 	Requests []Request `json:"requests,omitempty"`
 }

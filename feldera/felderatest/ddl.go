@@ -2,6 +2,7 @@ package felderatest
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -43,6 +44,9 @@ func MustParseDDL(ddl string) []feldera.Relation {
 	return rels
 }
 
+// reProperty is one 'key' = 'value' of a WITH clause (spaces removed).
+var reProperty = regexp.MustCompile(`'([^']*)'='([^']*)'`)
+
 func parseCreate(stmt string) (feldera.Relation, error) {
 	var r feldera.Relation
 	upper := strings.ToUpper(stmt)
@@ -58,6 +62,12 @@ func parseCreate(stmt string) (feldera.Relation, error) {
 	r.Name, r.CaseSensitive = ident(strings.TrimSpace(rest[:open]))
 	with := strings.ToLower(strings.Join(strings.Fields(rest[closeIdx+1:]), ""))
 	r.Materialized = strings.Contains(with, "'materialized'='true'")
+	for _, m := range reProperty.FindAllStringSubmatch(with, -1) {
+		if r.Properties == nil {
+			r.Properties = map[string]feldera.Property{}
+		}
+		r.Properties[m[1]] = feldera.Property{Value: m[2]}
+	}
 	for _, def := range splitTop(rest[open+1:closeIdx], ',') {
 		def = strings.TrimSpace(def)
 		u := strings.ToUpper(def)

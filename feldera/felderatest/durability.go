@@ -21,10 +21,16 @@ import (
 //
 // Data accepted but not yet stepped is lost under every model.
 
+// keptCheckpoints is how many checkpoints Feldera keeps: it removes the
+// oldest beyond MIN_CHECKPOINT_THRESHOLD (crates/dbsp/src/circuit/
+// checkpointer.rs, gc_checkpoint).
+const keptCheckpoints = 2
+
 // checkpoint is one checkpoint the double took: the tables as they were.
 type checkpoint struct {
 	meta   feldera.Checkpoint
 	tables map[string]tableState
+	rels   map[string]feldera.Relation // the definitions they were taken under
 }
 
 type tableState struct {
@@ -81,18 +87,35 @@ func (s *Server) Checkpoint() error {
 	return nil
 }
 
+// checkpointLocked takes a checkpoint of the state between steps: it
+// covers the steps that ended (a step in progress has not changed the
+// tables yet). Under FailCheckpoints it fails instead, as a checkpoint
+// whose storage fails does (controller.rs records the error in
+// /checkpoint_status).
 func (s *Server) checkpointLocked(now time.Time) {
 	s.ckptSeq++
-	cp := checkpoint{meta: feldera.Checkpoint{UUID: newUUID(), Fingerprint: uint64(s.ckptSeq), Steps: s.steps, ProcessedRecords: s.processed}, tables: map[string]tableState{}}
+	if s.ckptFail != "" {
+		s.ckptFailure = map[string]any{"sequence_number": s.ckptSeq, "error": s.ckptFail, "failed_at": now.UTC().Format(time.RFC3339Nano)}
+		s.lastCheckpoint = now
+		return
+	}
+	done := s.steps
+	if s.cur != nil {
+		done--
+	}
+	cp := checkpoint{meta: feldera.Checkpoint{UUID: newUUID(), Fingerprint: uint64(s.ckptSeq), Steps: done, ProcessedRecords: s.processed},
+		tables: map[string]tableState{}, rels: map[string]feldera.Relation{}}
 	for name, t := range s.tables {
 		cp.tables[name] = t.save()
+		cp.rels[name] = t.rel
 	}
 	s.checkpoints = append(s.checkpoints, cp)
-	if len(s.checkpoints) > 5 {
-		s.checkpoints = s.checkpoints[len(s.checkpoints)-5:]
+	if len(s.checkpoints) > keptCheckpoints {
+		s.checkpoints = s.checkpoints[len(s.checkpoints)-keptCheckpoints:]
 	}
 	s.lastCheckpoint = now
 	s.ckptSuccess = s.ckptSeq
+	s.journalGap = false // journaling resumes from a checkpoint
 }
 
 // periodic takes the checkpoint Config.CheckpointEvery asks for once its
@@ -139,35 +162,86 @@ func (s *Server) interval() time.Duration {
 
 // RestartInPlace restarts the pipeline process without a new deployment:
 // a new incarnation_uuid, the same deployment_id, old tokens 410, queued
-// data lost, and table state as the model keeps it (see above).
+// data lost, and table state as the model keeps it (see above). A restore
+// resumes the step counter from the checkpoint's steps (controller.rs,
+// ControllerInit), so step numbers repeat those of the process before, and
+// takes no checkpoint of its own: the first comes one interval later.
 func (s *Server) RestartInPlace() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.restartInPlace()
+	switch s.model() {
+	case "none":
+		s.restore(-1)
+		s.checkpoints = nil
+	case "at_least_once":
+		s.restore(len(s.checkpoints) - 1)
+	case "exactly_once":
+		if s.journalGap {
+			// Journaling is off after a program change until the next
+			// checkpoint: only the last checkpoint is kept.
+			s.restore(len(s.checkpoints) - 1)
+		}
+	}
+}
+
+// restartInPlace is what every restart in place does: a new process.
+func (s *Server) restartInPlace() {
 	dep := s.deploymentID
 	s.newIncarnation()
 	s.deploymentID = dep
-	switch s.model() {
-	case "none":
-		for _, t := range s.tables {
-			t.clear()
-		}
-		s.checkpoints = nil
-	case "at_least_once":
-		for _, t := range s.tables {
-			t.clear()
-		}
-		if n := len(s.checkpoints); n > 0 {
-			last := s.checkpoints[n-1]
-			for name, st := range last.tables {
-				s.tables[name].restore(st)
-			}
-			s.steps, s.processed = last.meta.Steps, last.meta.ProcessedRecords
-			s.checkpoints = s.checkpoints[:n-1]
-			s.checkpointLocked(time.Now()) // the restored state, taken again: the list is never empty after a restore
+	s.ckptSeq, s.ckptSuccess, s.ckptFailure = 0, 0, nil // sequence numbers are per process
+	s.lastCheckpoint = time.Time{}
+}
+
+// restore makes the tables those of checkpoint i (empty for -1) and
+// resumes the step and record counters from it. A table whose definition
+// changed since the checkpoint was taken (a program change) starts
+// empty: the pipeline bootstraps it again.
+func (s *Server) restore(i int) {
+	for _, t := range s.tables {
+		t.clear()
+	}
+	s.steps, s.processed = 0, 0
+	if i < 0 || i >= len(s.checkpoints) {
+		return
+	}
+	cp := s.checkpoints[i]
+	for name, st := range cp.tables {
+		if t, ok := s.tables[name]; ok && sameDefinition(cp.rels[name], t.rel) {
+			t.restore(st)
 		}
 	}
-	s.ckptSeq, s.ckptSuccess = 0, 0 // sequence numbers are per process
-	s.lastCheckpoint = time.Time{}
+	s.steps, s.processed = cp.meta.Steps, cp.meta.ProcessedRecords
+}
+
+// RestartEmptyStore restarts the pipeline in place with its storage gone
+// (a pod recreated with an empty volume): the same deployment, a new
+// incarnation, no checkpoints, empty tables, the step counter at 0,
+// whatever the model.
+func (s *Server) RestartEmptyStore() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.restartInPlace()
+	s.checkpoints = nil
+	s.restore(-1)
+}
+
+// RestartFromOlder restarts the pipeline in place from the checkpoint
+// back places before the newest (an operator starting it from an older,
+// synced checkpoint, or storage rolled back): the newer checkpoints are
+// gone, and so is what they held.
+func (s *Server) RestartFromOlder(back int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := len(s.checkpoints) - 1 - back
+	if back < 1 || i < 0 {
+		return fmt.Errorf("felderatest: no checkpoint %d places before the newest (there are %d)", back, len(s.checkpoints))
+	}
+	s.restartInPlace()
+	s.checkpoints = s.checkpoints[:i+1]
+	s.restore(i)
+	return nil
 }
 
 // RedeployCleared redeploys the pipeline after its storage was cleared: a
@@ -177,37 +251,81 @@ func (s *Server) RedeployCleared() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.newIncarnation()
-	for _, t := range s.tables {
-		t.clear()
-	}
-	s.checkpoints, s.steps, s.processed = nil, 0, 0
-	s.ckptSeq, s.ckptSuccess, s.lastCheckpoint = 0, 0, time.Time{}
+	s.checkpoints = nil
+	s.restore(-1)
+	s.ckptSeq, s.ckptSuccess, s.ckptFailure, s.lastCheckpoint = 0, 0, nil, time.Time{}
 }
 
-// ChangeProgram redeploys the pipeline with a new program version: a new
-// deployment and incarnation, state from the last checkpoint under fault
-// tolerance (an exactly_once journal is discarded on a program change),
-// nothing without it.
-func (s *Server) ChangeProgram() {
+// ChangeProgram replaces the program with the tables of ddl, the way
+// Feldera allows it: only while the pipeline is stopped (the pipeline
+// manager answers UpdateRestrictedToStopped otherwise), so the stop takes
+// a checkpoint first (under fault tolerance); program_version goes up and
+// the start is a new deployment that bootstraps
+// (docs.feldera.com/docs/pipelines/modifying.md, "Bootstrapping";
+// controller.rs logs that a modified table's state was cleared). A table
+// whose definition changed (fields and their types, primary key,
+// materialized, properties such as append_only) or is new starts empty;
+// the others, and the checkpoints, are kept. Without fault tolerance
+// nothing is kept. Under exactly_once the input journal is discarded at
+// the change and journaling stays off until the next checkpoint (none is
+// taken when bootstrapping ends): a restart in place meanwhile restores
+// the stop's checkpoint. It returns the canonical names of the tables
+// that start empty.
+func (s *Server) ChangeProgram(ddl string) ([]string, error) {
+	rels, err := ParseDDL(ddl)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.advance(time.Now())
+	ft := s.model() != "none" && !s.cfg.NoCheckpoints
+	if ft {
+		s.checkpointLocked(time.Now()) // the stop's checkpoint
+	}
+	old := s.tables
+	s.tables, s.order = map[string]*table{}, nil
+	var cleared []string
+	for _, rel := range rels {
+		t, err := newTable(rel)
+		if err != nil {
+			s.tables = old
+			return nil, err
+		}
+		t.watchOrder(s.cfg.OrderColumn)
+		name := rel.CanonicalName()
+		if prev, ok := old[name]; ok && ft && sameDefinition(prev.rel, rel) {
+			t.restore(prev.save())
+		} else {
+			cleared = append(cleared, name)
+		}
+		s.tables[name] = t
+		s.order = append(s.order, name)
+	}
 	s.programVersion++
 	s.newIncarnation()
-	if s.model() == "none" {
-		for _, t := range s.tables {
-			t.clear()
-		}
-		return
-	}
-	for _, t := range s.tables {
-		t.clear()
-	}
-	if n := len(s.checkpoints); n > 0 {
-		for name, st := range s.checkpoints[n-1].tables {
-			s.tables[name].restore(st)
-		}
-		s.steps = s.checkpoints[n-1].meta.Steps
-	}
+	s.ckptSeq, s.ckptSuccess, s.ckptFailure, s.lastCheckpoint = 0, 0, nil, time.Time{}
+	s.journalGap = s.model() == "exactly_once"
+	return cleared, nil
+}
+
+// sameDefinition reports whether a table is unchanged by a program edit:
+// what Feldera's persistent id of a table depends on.
+func sameDefinition(a, b feldera.Relation) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// FailCheckpoints makes every checkpoint fail with msg from now on (the
+// storage fails): POST /checkpoint still answers 200 at once, as Feldera
+// runs the checkpoint in the background (server.rs), and the failure
+// shows in /checkpoint_status; no checkpoint is added. "" lets them
+// succeed again.
+func (s *Server) FailCheckpoints(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ckptFail = msg
 }
 
 // Steps is how many steps the pipeline has run (its circuit step count).
@@ -303,7 +421,11 @@ func (s *Server) checkpointStatus(w http.ResponseWriter, r *http.Request) {
 	if s.ckptSuccess > 0 {
 		success = s.ckptSuccess
 	}
-	writeJSON(w, 200, map[string]any{"success": success, "failure": nil})
+	var failure any
+	if s.ckptFailure != nil {
+		failure = s.ckptFailure
+	}
+	writeJSON(w, 200, map[string]any{"success": success, "failure": failure})
 }
 
 func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,184 @@
+package connector
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// What a restored Feldera holds. Feldera keeps state across its restarts
+// under fault tolerance, but not everything, and not always:
+//
+//   - a program change bootstraps: a table whose definition changed starts
+//     empty (docs.feldera.com/docs/pipelines/modifying.md), the others keep
+//     what the stop's checkpoint holds; the state file records each table's
+//     definition (fingerprint) to tell which;
+//   - under exactly_once the change discards the input journal, and none
+//     is kept until the next checkpoint (JournalGap): completion is not
+//     durable meanwhile, so the checkpoint gate applies until one comes;
+//   - a pipeline can come back with an empty store or an older checkpoint:
+//     the state file records the checkpoint that held everything
+//     acknowledged, and a start that finds neither it nor a later one
+//     resnapshots (restoredEnough).
+
+// fingerprint identifies a Feldera table's definition: its fields with
+// their types, its key, materialized, and its other properties (values
+// only: Feldera also sends where in the program each was written).
+func fingerprint(rel feldera.Relation) string {
+	props := make([]string, 0, len(rel.Properties))
+	for k, v := range rel.Properties {
+		props = append(props, k+"="+v.Value)
+	}
+	sort.Strings(props)
+	b, _ := json.Marshal(struct {
+		Fields       []feldera.Field
+		PrimaryKey   []string
+		Materialized bool
+		Properties   []string
+	}{rel.Fields, rel.PrimaryKey, rel.Materialized, props})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
+
+// restoredEnough reports whether the checkpoints a fault-tolerant Feldera
+// lists can hold what the state file says was acknowledged: rec, the
+// checkpoint recorded as holding it, or only later ones. Feldera drops old
+// checkpoints oldest first, so rec may have rolled out of the list behind
+// newer ones, but then so did every checkpoint before it, and every one
+// left is later: at least rec's steps and processed records (both only
+// grow within one history; a restore resumes both from the restored
+// checkpoint, and an empty store from zero). A checkpoint listed from
+// before rec, or one with fewer steps or records, means the pipeline went
+// back. When it did, why says what was found.
+func restoredEnough(rec *state.CheckpointRef, cps []feldera.Checkpoint) (ok bool, why string) {
+	if rec == nil {
+		return true, ""
+	}
+	if len(cps) == 0 {
+		return false, fmt.Sprintf("Feldera lists no checkpoint (its storage is empty, or was cleared): checkpoint %s (%d records processed), which held everything pgfeldera acknowledged, is gone", rec.UUID, rec.ProcessedRecords)
+	}
+	for _, cp := range cps {
+		if cp.UUID == rec.UUID {
+			return true, ""
+		}
+	}
+	for _, cp := range cps {
+		if slices.Contains(rec.Before, cp.UUID) {
+			return false, fmt.Sprintf("Feldera restored an older checkpoint: it lists %s, taken before checkpoint %s (%d records, steps %d), which held everything pgfeldera acknowledged, and not that one",
+				cp.UUID, rec.UUID, rec.ProcessedRecords, rec.Steps)
+		}
+	}
+	oldest := cps[0]
+	if oldest.Steps < rec.Steps || oldest.ProcessedRecords < rec.ProcessedRecords {
+		return false, fmt.Sprintf("Feldera restored an older state: its oldest checkpoint, %s (%d records, steps %d), is behind checkpoint %s (%d records, steps %d), which held everything pgfeldera acknowledged",
+			oldest.UUID, oldest.ProcessedRecords, oldest.Steps, rec.UUID, rec.ProcessedRecords, rec.Steps)
+	}
+	return true, ""
+}
+
+// journalResumed reports whether a checkpoint was taken after the journal
+// gap began (gap: the newest checkpoint's UUID then, "-" for none).
+func journalResumed(gap string, cps []feldera.Checkpoint) bool {
+	if len(cps) == 0 {
+		return false
+	}
+	if gap == "-" {
+		return true
+	}
+	for i, cp := range cps {
+		if cp.UUID == gap {
+			return i < len(cps)-1
+		}
+	}
+	return true // the gap's checkpoint rolled out of the list: newer ones replaced it
+}
+
+// refBefore keeps this many of the checkpoints listed before a recorded one.
+const refBefore = 16
+
+// ref names the newest checkpoint of a list for the state file, with the
+// ones listed before it.
+func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
+	cp := cps[len(cps)-1]
+	r := &state.CheckpointRef{UUID: cp.UUID, Steps: cp.Steps, ProcessedRecords: cp.ProcessedRecords}
+	for _, b := range cps[max(0, len(cps)-1-refBefore) : len(cps)-1] {
+		r.Before = append(r.Before, b.UUID)
+	}
+	return r
+}
+
+// reconcile brings the state file of a start that streams from the slot
+// up to what Feldera is now:
+//
+//   - a table whose definition changed since its rows were written was
+//     started empty by Feldera: it is read again, incrementally (its
+//     retraction first), while the rest streams; a keyless one cannot be
+//     read that way, and then why names it, for a resnapshot of every
+//     table;
+//   - under exactly_once a program change opens a journal gap, closed by
+//     the first checkpoint after it; while it is open the checkpoint gate
+//     applies (p.gate);
+//   - the fingerprints, the program version and the newest checkpoint are
+//     recorded (restoredEnough has passed: that checkpoint holds
+//     everything acknowledged).
+//
+// It saves the state when anything changed.
+func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) {
+	changed := false
+	for i := range st.Tables {
+		t := &st.Tables[i]
+		fp := fingerprint(p.targets[i].Dest)
+		switch {
+		case t.Fingerprint == fp:
+			continue
+		case c.trustRestores:
+			continue
+		case t.Fingerprint == "":
+			// Written before fingerprints were: the rows are taken to be
+			// of the current definition.
+		case !p.rels[i].Keyed():
+			return fmt.Sprintf("the definition of Feldera table %s changed since %s was copied into it: Feldera started it empty, and a keyless table is read again only with every table", t.Dest, t.Source), nil
+		default:
+			c.logger.Warn("startup: the definition of a Feldera table changed: Feldera started it empty (bootstrapping after a program change); reading it again while the other tables stream",
+				"table", t.Dest, "source", t.Source)
+			*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true}
+		}
+		t.Fingerprint = fp
+		changed = true
+	}
+	if p.model == feldera.FTExactlyOnce && st.ProgramVersion != 0 && p.programVersion != 0 && st.ProgramVersion != p.programVersion && st.JournalGap == "" {
+		st.JournalGap = "-"
+		if n := len(p.checkpoints); n > 0 {
+			st.JournalGap = p.checkpoints[n-1].UUID
+		}
+		changed = true
+		c.logger.Warn("startup: the Feldera program changed under exactly_once: Feldera discarded its input journal and keeps none until its next checkpoint; acknowledging only what a checkpoint covers until then",
+			"program_version", p.programVersion, "was", st.ProgramVersion)
+	}
+	if st.ProgramVersion != p.programVersion {
+		st.ProgramVersion, changed = p.programVersion, true
+	}
+	if st.JournalGap != "" && (p.model != feldera.FTExactlyOnce || journalResumed(st.JournalGap, p.checkpoints)) {
+		st.JournalGap, changed = "", true
+		c.logger.Info("startup: a checkpoint was taken since the program change: Feldera journals its input again")
+	}
+	if st.JournalGap != "" && p.gate == GateComplete && c.forceGate == nil {
+		p.gate = GateCheckpoint
+		c.gate.Store(int32(p.gate))
+	}
+	if n := len(p.checkpoints); p.faultTolerant && n > 0 && (st.Checkpoint == nil || st.Checkpoint.UUID != p.checkpoints[n-1].UUID) {
+		st.Checkpoint, changed = ref(p.checkpoints), true
+	}
+	if changed {
+		if err := state.Save(c.cfg.StateFile, st); err != nil {
+			return "", fatal(err)
+		}
+	}
+	return "", nil
+}
