@@ -57,6 +57,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}
+
 // slotN numbers the slots of one test binary: slots are cluster-wide, and
 // parallel tests take numbers at once.
 var slotN atomic.Int64
@@ -244,29 +250,56 @@ func (e *env) confirmed() pglogrepl.LSN {
 	return lsn
 }
 
-// waitConfirmed waits until the slot's confirmed_flush_lsn reaches lsn.
+// waitConfirmed waits until the slot's confirmed_flush_lsn reaches lsn
+// (see until for how long).
 func (e *env) waitConfirmed(lsn pglogrepl.LSN, within time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if e.confirmed() >= lsn {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !e.until(within, 50*time.Millisecond, func() bool { return e.confirmed() >= lsn }) {
+		e.t.Fatalf("confirmed_flush_lsn %s did not reach %s within %s without progress\nlogs:\n%s", e.confirmed(), lsn, within, tail(e.logs.String(), 3000))
 	}
-	e.t.Fatalf("confirmed_flush_lsn %s did not reach %s within %s\nlogs:\n%s", e.confirmed(), lsn, within, tail(e.logs.String(), 3000))
 }
 
 func (e *env) waitSlot() {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if s, ok, _ := e.pg.Slot(context.Background(), e.slot); ok && s.Active {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !e.until(30*time.Second, 20*time.Millisecond, func() bool {
+		s, ok, _ := e.pg.Slot(context.Background(), e.slot)
+		return ok && s.Active
+	}) {
+		e.t.Fatalf("slot %s never became active\nlogs:\n%s", e.slot, tail(e.logs.String(), 3000))
 	}
-	e.t.Fatalf("slot %s never became active\nlogs:\n%s", e.slot, tail(e.logs.String(), 3000))
+}
+
+// until waits for cond as long as the system under test makes progress:
+// it gives up once within passed with no progress, or at ten times within
+// in all. Progress is anything the connector or the double did that a
+// test can see (a log line, a request, the slot's position), so a slow
+// machine makes a test slower, not red, while a stall still fails it.
+func (e *env) until(within, every time.Duration, cond func() bool) bool {
+	start := time.Now()
+	last, moved, looked := e.progress(), start, start
+	for !cond() {
+		now := time.Now()
+		if now.Sub(looked) >= 250*time.Millisecond {
+			looked = now
+			if p := e.progress(); p != last {
+				last, moved = p, now
+			}
+		}
+		if now.Sub(moved) > within || now.Sub(start) > 10*within {
+			return false
+		}
+		time.Sleep(every)
+	}
+	return true
+}
+
+// progress is a mark of what the connector and the double did so far.
+func (e *env) progress() [3]int64 {
+	var n int64
+	if e.fel != nil {
+		n = int64(e.fel.RequestCount())
+	}
+	return [3]int64{int64(e.logs.Len()), n, int64(e.confirmed())}
 }
 
 func tail(s string, n int) string {
@@ -297,18 +330,13 @@ func (e *env) assertEqual(pgTable, felTable string) {
 	}
 }
 
-// eventually waits until the tables match.
+// eventuallyEqual waits until the tables match (see until).
 func (e *env) eventuallyEqual(pgTable, felTable string, within time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
 	d := ""
-	for time.Now().Before(deadline) {
-		if d = e.diff(pgTable, felTable); d == "" {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !e.until(within, 50*time.Millisecond, func() bool { d = e.diff(pgTable, felTable); return d == "" }) {
+		e.t.Fatalf("not equal after %s without progress:\n%s\nlogs:\n%s", within, d, tail(e.logs.String(), 3000))
 	}
-	e.t.Fatalf("not equal after %s:\n%s\nlogs:\n%s", within, d, tail(e.logs.String(), 3000))
 }
 
 func (e *env) requestedRows() (inserts, deletes int) {
@@ -319,15 +347,11 @@ func (e *env) requestedRows() (inserts, deletes int) {
 	return
 }
 
-// waitLog waits until the log holds substr.
+// waitLog waits until the log holds substr (see until).
 func (e *env) waitLog(substr string, within time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(e.logs.String(), substr) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the log never said %q within %s\n%s", substr, within, tail(e.logs.String(), 3000))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !e.until(within, 20*time.Millisecond, func() bool { return strings.Contains(e.logs.String(), substr) }) {
+		e.t.Fatalf("the log never said %q within %s without progress\n%s", substr, within, tail(e.logs.String(), 3000))
 	}
 }
 
@@ -345,15 +369,12 @@ func (e *env) waitLateApplied(n int) {
 	e.poll(fmt.Sprintf("%d late requests applied", n), 10*time.Second, func() bool { return e.fel.LateApplied() >= n })
 }
 
-// poll waits until cond holds, failing the test after within.
+// poll waits until cond holds, failing the test once within passed
+// without progress (see until).
 func (e *env) poll(what string, within time.Duration, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("waited %s for %s\n%s", within, what, tail(e.logs.String(), 3000))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !e.until(within, 10*time.Millisecond, cond) {
+		e.t.Fatalf("waited %s without progress for %s\n%s", within, what, tail(e.logs.String(), 3000))
 	}
 }
 

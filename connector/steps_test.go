@@ -22,7 +22,7 @@ import (
 // fed 32 KiB at a time, and a small per-endpoint cap per step, so one
 // request lands over several steps.
 func heavySteps(fc *felderatest.Config) {
-	fc.StepTime, fc.StepJitter, fc.StepRecords = 20*time.Millisecond, 30*time.Millisecond, 300
+	fc.StepTime, fc.StepJitter, fc.StepRecords = 20*time.Millisecond, 30*time.Millisecond, 1000
 }
 
 // sessionsOnly fails when the connector needed more than one session:

@@ -22,7 +22,13 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
 			w := newWorld(t, nil)
-			p := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s")
+			// Without Feldera transactions: the ten rows are one source
+			// transaction, which would go inside a Feldera transaction
+			// the dead process never commits; with the fence file gone
+			// (the unsafe variant) nothing would remember it, and every
+			// start_transaction would be answered 409. The fence matters
+			// the same either way.
+			p := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s", "FELDERA_TRANSACTIONS=off")
 			seeded(w, p, false)
 			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			w.exec("INSERT INTO users SELECT g, 'old', g FROM generate_series(1, 10) g")
@@ -34,7 +40,7 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 			}
 			w.exec("UPDATE users SET name = 'new' WHERE id <= 10")
 			restarted := time.Now()
-			p2 := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s")
+			p2 := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s", "FELDERA_TRANSACTIONS=off")
 			if !keep {
 				// Nothing holds the new process back: once it has sent
 				// everything, the dead process's request lands on top.
@@ -43,6 +49,11 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 				}
 				w.fel.ClearFaults()
 				w.waitLateApplied(1, 10*time.Second)
+				// Queued late, it shows once the step that takes it ends.
+				deadline := time.Now().Add(10 * time.Second)
+				for w.oracle() == "" && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
 				if report := w.oracle(); report == "" {
 					t.Fatal("without the fence file the late request should overwrite newer rows; the oracle saw nothing")
 				}
@@ -102,6 +113,10 @@ func TestKill_TruncateReplayWaitsForLateIngress(t *testing.T) {
 				}
 				w.fel.ClearFaults() // the dead process's rows land after the retraction
 				w.waitLateApplied(1, 10*time.Second)
+				deadline := time.Now().Add(10 * time.Second) // they show once their step ends
+				for len(w.fel.Rows("users")) == 0 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
 				if n := len(w.fel.Rows("users")); n == 0 {
 					t.Fatal("without the fence file the late request should resurrect truncated rows; Feldera is empty")
 				}

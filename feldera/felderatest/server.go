@@ -453,6 +453,13 @@ func (s *Server) DeploymentID() string {
 	return s.deploymentID
 }
 
+// RequestCount is how many ingress requests the log holds.
+func (s *Server) RequestCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.requests)
+}
+
 // Requests returns the ingress request log.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
