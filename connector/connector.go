@@ -130,9 +130,13 @@ type Config struct {
 	SnapshotMode        string
 	// SlotFailover (PG_SLOT_FAILOVER): FailoverAuto (default), FailoverOn,
 	// FailoverOff.
-	SlotFailover      string
-	StateFile         string
-	NoProgressTimeout time.Duration
+	SlotFailover string
+	// ReplicationTimeout ends a session whose replication connection said
+	// nothing for this long (a reply is asked for at half of it); 0 takes
+	// the server's wal_sender_timeout (PG_REPLICATION_TIMEOUT).
+	ReplicationTimeout time.Duration
+	StateFile          string
+	NoProgressTimeout  time.Duration
 
 	// IngressFence is how long an ingress request that got no clear answer
 	// may still be queued by Feldera (its manager forwards ingress with a
@@ -204,6 +208,7 @@ type Connector struct {
 	snapTokens     map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
 	incarnation    string            // the pipeline process the session feeds
 	stopping       <-chan struct{}   // Run's context: closed on a graceful stop
+	silentEnd      bool              // the last session ended silent: end the walsender that may still hold the slot
 	hardStop       context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats     []*TableStats
 	nulledLogged   sync.Map // table\x00column: a value was delivered as NULL (logged once)
@@ -235,6 +240,7 @@ type Connector struct {
 	forceGate        *Gate     // test hook: overrides the gate the model chooses
 	ignoreFilter     bool      // tests: read sources without the publication's row filter (the unsafe variant)
 	trustRestores    bool      // test hook: no check of what a restart restored (unsafe)
+	noHeartbeat      bool      // test hook: no liveness timeout on the replication and chunk connections (unsafe)
 	trustCheckpoints bool      // test hook: any newest checkpoint covers by its steps (unsafe)
 }
 
@@ -393,6 +399,8 @@ func (c *Connector) Run(ctx context.Context) error {
 		if c.ackMoves != before {
 			bo.Reset() // only progress resets the backoff, not a reconnect
 		}
+		var silent *SilentError
+		c.silentEnd = errors.As(err, &silent)
 		lastProgress := c.healthy
 		if err == nil {
 			err = errors.New("replication stream ended")

@@ -21,7 +21,7 @@ import (
 // Columns the decoder refuses are printed as comments saying why, and
 // returned as notes; the table is still usable without them.
 func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl string, notes []string, err error) {
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connectPG(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("connect to postgres: %w", err)
 	}

@@ -294,12 +294,12 @@ func (e *env) until(within, every time.Duration, cond func() bool) bool {
 }
 
 // progress is a mark of what the connector and the double did so far.
-func (e *env) progress() [3]int64 {
-	var n int64
+func (e *env) progress() [4]int64 {
+	var n, steps int64
 	if e.fel != nil {
-		n = int64(e.fel.RequestCount())
+		n, steps = int64(e.fel.RequestCount()), int64(e.fel.Steps())
 	}
-	return [3]int64{int64(e.logs.Len()), n, int64(e.confirmed())}
+	return [4]int64{int64(e.logs.Len()), n, steps, int64(e.confirmed())}
 }
 
 func tail(s string, n int) string {

@@ -90,5 +90,10 @@ func TrustRestores(c *Connector) { c.trustRestores = true }
 // answered: the unsafe variant the tests show acknowledging lost batches.
 func TrustCheckpoints(c *Connector) { c.trustCheckpoints = true }
 
+// NoHeartbeat turns off the replication connection's liveness rule and
+// the chunk reads' idle bound: the old behaviour, which the tests show
+// hanging on a connection the network dropped without a reset.
+func NoHeartbeat(c *Connector) { c.noHeartbeat = true }
+
 // WatermarkNudge is watermarkNudge, for the tests that count nudges.
 const WatermarkNudge = watermarkNudge

@@ -300,6 +300,7 @@ func StandbySlots(ctx context.Context, dsn, slot string) []StandbySlot {
 		cfg.Host, cfg.Port, cfg.Fallbacks = h.host, h.port, nil
 		cfg.ValidateConnect = nil
 		cfg.ConnectTimeout = 5 * time.Second
+		cfg.DialFunc = pgDial
 		sb := StandbySlot{Host: fmt.Sprintf("%s:%d", h.host, h.port)}
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {

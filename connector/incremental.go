@@ -568,7 +568,7 @@ func (s *stream) readChunks(ctx context.Context) error {
 // times slower chunks. This connection flushes its own commits (local);
 // any other setting is the server's and is kept.
 func (c *Connector) chunkConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	conn, err := connectPG(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -1116,7 +1116,10 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	var head []byte
 	var lastLine []byte
 	cr := decode.CopyRow{Rel: rel}
-	_, err = snapshot.CopySQL(ctx, conn, rel.Target.Qualified(), chunkSQL(marks, rel.Target.Source(), r.blocks, sql), func(line []byte) error {
+	wctx, touch, idle, stop := idleWatch(ctx, s.live.timeout)
+	defer stop()
+	_, err = snapshot.CopySQL(wctx, conn, rel.Target.Qualified(), chunkSQL(marks, rel.Target.Source(), r.blocks, sql), func(line []byte) error {
+		touch()
 		if head == nil {
 			head = append([]byte{}, line...)
 			return nil
@@ -1132,6 +1135,9 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		// A failure after the BEGIN leaves the transaction open.
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		s.inc.recycle(ch)
+		if idle() {
+			err = fmt.Errorf("no row for %s (PG_REPLICATION_TIMEOUT): the connection went silent: %w", s.live.timeout, err)
+		}
 		if len(marks) > 0 {
 			return nil, fmt.Errorf("%s (with the %s watermark of chunk %d): %w", what, marks[0].W, marks[0].Chunk, err)
 		}

@@ -58,7 +58,7 @@ type columnInfo struct {
 // table from the catalog, so a bad mapping is refused before streaming.
 // atRest (for verify) accepts a Paused pipeline: it only reads.
 func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	conn, err := connectPG(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
@@ -186,6 +186,11 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		drel, warnings, err := decode.NewRel(0, target, ident, dcols, &opts, nil)
 		if err != nil {
 			return nil, fatal(err)
+		}
+		if si.partitioned {
+			if err := checkLeaves(ctx, conn, drel); err != nil {
+				return nil, err
+			}
 		}
 		for _, w := range warnings {
 			c.logger.Warn(w)

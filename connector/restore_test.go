@@ -170,8 +170,8 @@ func TestRestore_LessThanAcknowledged(t *testing.T) {
 }
 
 // Batches completed after the last checkpoint; Feldera restarts in place
-// (restoring that checkpoint: the batches are gone) while /stats fails, so
-// the restart cannot be seen; new steps of another input run, and a
+// (restoring that checkpoint: the batches are gone) while /stats fails for
+// 10 s, so the restart cannot be seen; new steps of another input run, and a
 // checkpoint of the new process is taken whose step number is past the
 // lost batches' (a restore resumes the step counter). That checkpoint
 // covers nothing this session completed: the slot must not pass the lost
@@ -215,7 +215,7 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felder
 			if err := e.fel.Checkpoint(); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) { // the outage
 				if got := e.confirmed(); got > covered {
 					if unsafe {
 						t.Logf("trusted: the slot passed the lost batches (%s > %s)", got, covered)

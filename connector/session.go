@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -66,6 +65,7 @@ type stream struct {
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
 	front      *frontier       // the acknowledgement rule
+	live       liveness        // the replication connection's heartbeat
 	inc        *incremental    // the incremental snapshot under way, nil when none
 }
 
@@ -78,6 +78,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "pgfeldera"
+	cfg.DialFunc = pgDial
 	return cfg, nil
 }
 
@@ -154,6 +155,12 @@ func (c *Connector) session(ctx context.Context) error {
 	}
 	// messages: the incremental snapshot's watermarks and resnapshot
 	// requests are logical messages (others are ignored).
+	if c.silentEnd {
+		c.silentEnd = false
+		if err := c.endSilentWalsender(ctx, conn); err != nil {
+			return err
+		}
+	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
 		"publication_names " + quoteLiteral(quoteIdent(c.cfg.Publication)),
@@ -168,6 +175,7 @@ func (c *Connector) session(ctx context.Context) error {
 	s := &stream{
 		c: c, plan: p, conn: conn, dec: dec, targets: p.routes, groups: p.groups,
 		interval:   statusInterval(p.walTimeout),
+		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
 		logger:     c.logger,
 		filling:    newBatch(len(p.routes)),
 		spare:      newBatch(len(p.routes)),
@@ -471,6 +479,13 @@ func (s *stream) run(ctx context.Context) error {
 		if waiting && nudge.Before(deadline) {
 			deadline = nudge
 		}
+		look, err := s.heartbeat(now)
+		if err != nil {
+			return err
+		}
+		if !look.IsZero() && look.Before(deadline) {
+			deadline = look
+		}
 		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -482,6 +497,7 @@ func (s *stream) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive: %w", err)
 		}
+		s.live.heardAt(time.Now())
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.handle(m.Data, &ev); err != nil {
@@ -710,13 +726,32 @@ func (s *stream) advance(lsn pglogrepl.LSN) {
 	}
 }
 
-func (s *stream) status() error {
-	if err := sendStatus(s.conn, s.received, s.c.acked); err != nil {
+func (s *stream) status() error { return s.statusAsking(false) }
+
+// statusAsking sends a status update; reply asks the server to answer at
+// once (a keepalive), which the heartbeat uses.
+func (s *stream) statusAsking(reply bool) error {
+	if err := sendStatus(s.conn, s.received, s.c.acked, reply); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
 	s.lastStatus = time.Now()
 	s.nextStatus = s.lastStatus.Add(s.interval)
 	return nil
+}
+
+// heartbeat applies the liveness rule at now: it asks the server for a
+// reply half the timeout after the last message, ends the session as
+// silent at the timeout, and returns when to look again.
+func (s *stream) heartbeat(now time.Time) (time.Time, error) {
+	ask, dead, at := s.live.next(now)
+	switch {
+	case dead:
+		return at, &SilentError{For: now.Sub(s.live.heard)}
+	case ask:
+		s.logger.Debug("session: the replication connection has been quiet for half its timeout: asking the server for a reply", "quiet", now.Sub(s.live.heard).Round(time.Millisecond))
+		return at, s.statusAsking(true)
+	}
+	return at, nil
 }
 
 // idleKeepalive reports whether a keepalive that found nothing pending
@@ -855,8 +890,10 @@ func (s *stream) collect() error {
 
 // waitEvent blocks until an event arrives and applies it, sending status
 // updates on schedule meanwhile (a silent wait longer than
-// wal_sender_timeout would get the connection closed).
+// wal_sender_timeout would get the connection closed). It reads nothing,
+// so the heartbeat counts again from its end.
 func (s *stream) waitEvent() error {
+	defer func() { s.live.heardAt(time.Now()) }()
 	for {
 		t := time.NewTimer(time.Until(s.nextStatus))
 		select {
@@ -1085,7 +1122,7 @@ func (c *Connector) stopContext(ctx context.Context) context.Context {
 func (c *Connector) confirm(lsn pglogrepl.LSN) error {
 	ctx, cancel := context.WithTimeout(c.stopContext(context.Background()), 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	conn, err := connectPG(ctx, c.cfg.DSN)
 	if err == nil {
 		defer conn.Close(context.Background())
 		for {

@@ -168,7 +168,7 @@ func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgC
 // copyAll copies each table through the decoder into batches flushed to
 // Feldera (waiting for completion), then retracts leftovers.
 func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retract bool) ([]int64, error) {
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	conn, err := connectPG(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot connection: %w", err)
 	}

@@ -30,11 +30,11 @@ func encodeStatus(write, flush, apply pglogrepl.LSN, now time.Time, reply bool) 
 	return b
 }
 
-func sendStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN) error {
+func sendStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN, reply bool) error {
 	if write < flush {
 		write = flush
 	}
-	buf, err := (&pgproto3.CopyData{Data: encodeStatus(write, flush, flush, time.Now(), false)}).Encode(nil)
+	buf, err := (&pgproto3.CopyData{Data: encodeStatus(write, flush, flush, time.Now(), reply)}).Encode(nil)
 	if err != nil {
 		return err
 	}

@@ -323,7 +323,6 @@ func TestSnapshot_OneTransactionLongCommit(t *testing.T) {
 	cfg.CompletionTimeout = 0
 	c := e.newConnector(cfg, e.client)
 	e.run(c)
-	e.waitSlot()
 	e.waitLog("snapshot: complete", 5*time.Minute)
 	e.waitConfirmed(e.currentLSN(), time.Minute)
 	e.assertEqual("users", "users")

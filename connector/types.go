@@ -67,7 +67,7 @@ func (c *typeCatalog) Lookup(oid uint32) (decode.PGType, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.dsn)
+	conn, err := connectPG(ctx, c.dsn)
 	if err != nil {
 		return decode.PGType{}, false
 	}

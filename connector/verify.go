@@ -42,7 +42,7 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pgx.Connect(ctx, c.cfg.DSN)
+	conn, err := connectPG(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}

@@ -189,10 +189,38 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 		}
 	}
 	if len(r.KeyGap) > 0 {
-		warnings = append(warnings, fmt.Sprintf("table %s: replica identity does not carry Feldera key field(s) %s: a DELETE or key-changing UPDATE will stop the connector (use REPLICA IDENTITY FULL or an identity index over them)",
-			table, strings.Join(r.KeyGap, ", ")))
+		// An UPDATE that changes a key column outside the identity sends
+		// no old row: the new row would be inserted and the old one stay
+		// in Feldera for good; a DELETE would carry no value to retract
+		// it by.
+		var ident []string
+		for _, c := range r.Cols {
+			if c.inKey {
+				ident = append(ident, c.Name)
+			}
+		}
+		return nil, nil, &RefusalError{Table: table, Column: r.KeyGap[0],
+			Reason: fmt.Sprintf("Feldera table %s has key %s, but the replica identity of %s (%s) does not carry %s: an UPDATE that changes it would leave the old row in Feldera, and a DELETE could not be retracted (ALTER TABLE %s REPLICA IDENTITY FULL, or give Feldera the Postgres key)",
+				t.Dest.Name, strings.Join(t.Dest.PrimaryKey, ", "), table, identityName(identity, ident), strings.Join(r.KeyGap, ", "), table)}
+	}
+	if !r.Keyed() && identity != 'f' {
+		return nil, nil, &RefusalError{Table: table,
+			Reason: fmt.Sprintf("Feldera table %s has no PRIMARY KEY, so an UPDATE or DELETE must retract the old row by its whole value, which only REPLICA IDENTITY FULL sends, but %s has REPLICA IDENTITY %s (ALTER TABLE %s REPLICA IDENTITY FULL)",
+				t.Dest.Name, table, identityName(identity, nil), table)}
 	}
 	return r, warnings, nil
+}
+
+// identityName says what a replica identity is, for refusals.
+func identityName(identity byte, cols []string) string {
+	name := map[byte]string{'d': "DEFAULT", 'n': "NOTHING", 'f': "FULL", 'i': "USING INDEX"}[identity]
+	if name == "" {
+		name = string(identity)
+	}
+	if len(cols) > 0 {
+		name += ": " + strings.Join(cols, ", ")
+	}
+	return name
 }
 
 // keyOf names a row by its Feldera key, "id=5,region=eu", for refusals;

@@ -192,6 +192,13 @@ func (d *Decoder) rows(wal []byte, bufs Buffers, ev *Event) error {
 		ev.Rows = 1
 	case MsgUpdate:
 		var old []TupleCol
+		if c.OldKind == 0 && !r.Keyed() {
+			// Under a FULL replica identity every UPDATE carries its old
+			// row: this one's source (a partition under a root that is
+			// FULL, say) is not FULL, and the old row cannot be retracted.
+			err = &RefusalError{Table: r.Target.Qualified(), Reason: "an UPDATE arrived without its old row, so it cannot be retracted from keyless Feldera table " + r.Target.Dest.Name + ": the table it came from is not REPLICA IDENTITY FULL (a partition keeps its own replica identity: set it on each)"}
+			break
+		}
 		if c.OldKind != 0 {
 			// The key may have changed: retract the old key, insert the new row.
 			if err = r.checkRetraction(c.OldKind, c.Old); err == nil {

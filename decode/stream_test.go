@@ -186,10 +186,12 @@ func TestDecoder_Refusals(t *testing.T) {
 			msg{'Y'}.u32(16500).str("public").str("mood"),
 			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", 16500, false}),
 		}, "public.mood"},
-		"keyGapDelete": {[][]byte{
+		// A Feldera key outside the replica identity is refused at the
+		// RELATION, before any change: an UPDATE of it would send no old
+		// row.
+		"keyGap": {[][]byte{
 			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, false}, col{"name", decode.OIDText, true}),
-			deleteMsg(10, 'K', null, "x"),
-		}, "key field"},
+		}, "replica identity of public.users (DEFAULT: name) does not carry id"},
 		"keylessRefusedByDefault": {[][]byte{relationMsg(12, "public", "loose", 'f', col{"a", 23, true}, col{"b", 25, true})}, "no PRIMARY KEY"},
 		"badPair":                 {[][]byte{relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", decode.OIDBytea, false})}, "no faithful encoding"},
 		"notNullMissing":          {[][]byte{relationMsg(11, "public", "items", 'd', col{"sku", 23, true})}, "region"},
@@ -203,6 +205,44 @@ func TestDecoder_Refusals(t *testing.T) {
 				t.Fatalf("err = %v, want mention of %q", err, c.want)
 			}
 		})
+	}
+}
+
+// A keyless Feldera table (FELDERA_REQUIRE_PRIMARY_KEY=false) retracts by
+// the whole old row: its source must be REPLICA IDENTITY FULL, checked at
+// every RELATION (an ALTER TABLE mid-stream sends a new one), and an
+// UPDATE that arrives without its old row anyway (a partition under a
+// FULL root keeps its own identity) is refused, not applied as an insert
+// that would leave the old row behind.
+func TestDecoder_KeylessNeedsTheOldRow(t *testing.T) {
+	looseCols := []col{{"a", 23, true}, {"b", 25, true}}
+	for name, c := range map[string]struct {
+		msgs [][]byte
+		want string
+	}{
+		"identityDefault":   {[][]byte{relationMsg(12, "public", "loose", 'd', looseCols...)}, "REPLICA IDENTITY DEFAULT"},
+		"updateWithoutOld":  {[][]byte{relationMsg(12, "public", "loose", 'f', looseCols...), updateMsg(12, 0, nil, "1", "x")}, "without its old row"},
+		"deleteWithKeyOnly": {[][]byte{relationMsg(12, "public", "loose", 'f', looseCols...), deleteMsg(12, 'K', "1", null)}, "whole old row"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := newDecoder(t)
+			d.RequirePrimaryKey = false
+			b := bufs{}
+			err := run(t, d, b, c.msgs...)
+			var re *decode.RefusalError
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want a refusal mentioning %q", err, c.want)
+			}
+			if b[2] != nil && len(*b[2]) != 0 {
+				t.Fatalf("a refused change left bytes: %q", *b[2])
+			}
+		})
+	}
+	d := newDecoder(t)
+	d.RequirePrimaryKey = false
+	b := bufs{}
+	if err := run(t, d, b, relationMsg(12, "public", "loose", 'f', looseCols...), updateMsg(12, 'O', []string{"1", "x"}, "1", "y")); err != nil {
+		t.Fatalf("FULL with its old row: %v", err)
 	}
 }
 

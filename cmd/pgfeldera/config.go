@@ -37,6 +37,7 @@ type Config struct {
 	SnapshotChunkRows   int
 	SnapshotParallelism int
 	SlotFailover        string
+	ReplicationTimeout  time.Duration
 	BatchMaxBytes       int
 	BatchMaxInFlight    int
 	Transactions        string
@@ -123,6 +124,8 @@ var settings = []setting{
 			c.SlotFailover = v
 			return nil
 		}},
+	{Env: "PG_REPLICATION_TIMEOUT", Default: "", Help: "end a replication session when the server said nothing for this long (a reply is asked for at half of it), and a chunk read that received no row for it; empty: the server's wal_sender_timeout (60s when that is 0)",
+		parse: optional(durationInto("PG_REPLICATION_TIMEOUT", func(c *Config) *time.Duration { return &c.ReplicationTimeout }))},
 	{Env: "TABLES", Help: "tables to stream: users,items or users:USERS,public.items:LINEITEMS (pg name[:feldera name])",
 		parse: func(c *Config, v string) error {
 			if v == "" {
@@ -318,6 +321,16 @@ var settings = []setting{
 			c.LogFormat = v
 			return nil
 		}},
+}
+
+// optional is parse for a setting whose empty value means "not set".
+func optional(parse func(*Config, string) error) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		return parse(c, v)
+	}
 }
 
 func durationInto(env string, field func(*Config) *time.Duration) func(*Config, string) error {

@@ -61,6 +61,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		RequirePrimaryKey:   c.RequirePrimaryKey,
 		CompletionTimeout:   c.CompletionTimeout,
 		CommitStallTimeout:  c.CommitStallTimeout,
+		ReplicationTimeout:  c.ReplicationTimeout,
 		IngressFence:        c.IngressFence,
 		StopTimeout:         c.StopTimeout,
 		CheckpointAfter:     c.CheckpointAfter,

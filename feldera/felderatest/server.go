@@ -3,16 +3,23 @@
 //
 // A Server serves one pipeline whose tables are described by
 // feldera.Relation values (or ParseDDL). It reproduces the behaviour a
-// connector depends on (see API.md, "Semantics a test double must
-// reproduce"): the error body, optional API-key auth, the schema document,
-// ingress with format/update_format/array parameters, Feldera's field
-// matching and type checks, PRIMARY KEY upserts and keyless multisets,
-// 400 ParseErrors after applying the good lines, per-endpoint completion
-// tokens, restarts that turn old tokens into 410, and ad-hoc queries.
+// connector depends on, each from Feldera's source (repository
+// feldera/feldera; the file and function are named beside each model):
+// the error body, optional API-key auth, the schema document, ingress with
+// format/update_format/array parameters, Feldera's field matching and type
+// checks, PRIMARY KEY upserts and keyless multisets, 400 ParseErrors after
+// applying the good lines, per-endpoint completion tokens, ad-hoc queries
+// printed as Feldera prints them, and the ways Feldera keeps or loses
+// state: checkpoints, restarts by fault-tolerance model, program changes
+// that bootstrap modified tables, restores of older checkpoints.
 //
-// Data pushed to ingress is queued; a "step" applies queued data in arrival
-// order and completes its tokens. By default a step runs at once; the
-// completion knobs (HoldCompletion, SetCompletionDelay) delay it. Faults
+// It steps as Feldera does (circuit.go): a request body is read in chunks
+// that are queued as they arrive; a step feeds each endpoint's queue up to
+// a cap, runs as an automatic transaction unless the API or a connector
+// holds one, takes time, and shows its results only when it ends; API
+// transactions start at the next step and commit over steps that feed no
+// input. The knobs (Config's stepping fields, HoldCompletion,
+// SetCompletionDelay, SetCommitDelay) slow or stop it; faults
 // (InjectFault) make requests fail, hang, or drop their connection.
 //
 // All methods are safe for concurrent use.

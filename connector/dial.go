@@ -1,0 +1,51 @@
+package connector
+
+import (
+	"context"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Every connection to Postgres has TCP keepalives and a user timeout, so
+// that one the network dropped without a reset (a NAT or load balancer
+// that forgot the flow, an address that failed over) fails within about
+// half a minute, whatever the connection is doing: a query waiting for an
+// answer, a COPY being read, a status update unacknowledged. Without them
+// the kernel retransmits for about 15 minutes first.
+const (
+	keepAliveIdle     = 15 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+	userTimeout       = 30 * time.Second
+)
+
+var pgDialer = &net.Dialer{
+	Timeout:         30 * time.Second,
+	KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount},
+	Control: func(network, address string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = setUserTimeout(fd, userTimeout) })
+		if err != nil {
+			return err
+		}
+		return serr
+	},
+}
+
+// pgDial is the DialFunc of every Postgres connection.
+func pgDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return pgDialer.DialContext(ctx, network, addr)
+}
+
+// connectPG opens a connection to dsn with pgDial.
+func connectPG(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DialFunc = pgDial
+	return pgx.ConnectConfig(ctx, cfg)
+}

@@ -1,0 +1,130 @@
+package connector_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/internal/tcpproxy"
+)
+
+// frozenCluster is a cluster with wal_sender_timeout = 10s, shared by the
+// frozen-connection tests.
+func frozenCluster(t *testing.T) *pgcluster.Cluster {
+	return pgcluster.New(t, pgcluster.Options{Settings: map[string]string{"wal_sender_timeout": "10s"}})
+}
+
+// proxied starts a proxy to the cluster and returns it with e's DSN
+// through it.
+func proxied(t *testing.T, e *env, c *pgcluster.Cluster) (*tcpproxy.Proxy, string) {
+	p, err := tcpproxy.Start(fmt.Sprintf("127.0.0.1:%d", c.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	dsn := strings.Replace(e.dsn, fmt.Sprintf("127.0.0.1:%d", c.Port), p.Addr(), 1)
+	if dsn == e.dsn {
+		t.Fatalf("DSN %s does not name the cluster's address", e.dsn)
+	}
+	return p, dsn
+}
+
+// The replication connection goes silent mid-stream, a writer running:
+// the proxy it goes through stops forwarding without closing it (a NAT or
+// load balancer that dropped the flow). The session notices within the
+// replication timeout (the server's wal_sender_timeout, 10 s), reconnects
+// in the same process, ending the walsender that still held the slot, and
+// catches up: exact within 30 s. Without the heartbeat nothing notices.
+func TestLiveness_FrozenReplicationConnection(t *testing.T) {
+	cluster := frozenCluster(t)
+	for _, unsafe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "heartbeat", true: "no_heartbeat_UNSAFE"}[unsafe], func(t *testing.T) {
+			e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
+			proxy, dsn := proxied(t, e, cluster)
+			cfg := e.config("users")
+			cfg.DSN = dsn
+			c := e.newConnector(cfg, e.client)
+			if unsafe {
+				connector.NoHeartbeat(c)
+			}
+			r := e.run(c)
+			e.waitSlot()
+			w := e.startWriter("users", 0)
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			if n := proxy.Freeze(); n == 0 {
+				t.Fatal("no connection to freeze")
+			}
+			frozen := time.Now()
+			deadline := frozen.Add(30 * time.Second)
+			for time.Now().Before(deadline) && c.Stats().Sessions.Load() < 2 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			w.halt()
+			target := e.currentLSN()
+			for time.Now().Before(deadline) && e.confirmed() < target {
+				time.Sleep(50 * time.Millisecond)
+			}
+			caughtUp := e.confirmed() >= target && e.diff("users", "users") == ""
+			if unsafe {
+				if caughtUp {
+					t.Fatal("without the heartbeat the session still caught up: the test cannot see a silent connection")
+				}
+				return
+			}
+			if !caughtUp {
+				t.Fatalf("not caught up within 30 s of the freeze (sessions %d)\n%s", c.Stats().Sessions.Load(), tail(e.logs.String(), 3000))
+			}
+			select {
+			case err := <-r.done:
+				t.Fatalf("the process stopped: %v", err)
+			default:
+			}
+			logs := e.logs.String()
+			if !strings.Contains(logs, "replication connection silent") {
+				t.Fatalf("the session did not end as silent\n%s", tail(logs, 3000))
+			}
+			t.Logf("caught up %s after the freeze", time.Since(frozen).Round(time.Millisecond))
+		})
+	}
+}
+
+// The same for a chunk connection during an incremental snapshot: the
+// busiest connection (the one a chunk's COPY flows on) goes silent; the
+// read gives up after the replication timeout, the session reconnects and
+// resumes the snapshot from its last durable chunk.
+func TestLiveness_FrozenChunkConnection(t *testing.T) {
+	cluster := frozenCluster(t)
+	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
+	e.exec("INSERT INTO users SELECT g, repeat('x', 200), g FROM generate_series(1, 200000) g")
+	proxy, dsn := proxied(t, e, cluster)
+	cfg := e.incrementalConfig("users", 2000)
+	cfg.DSN = dsn
+	c := e.newConnector(cfg, e.client)
+	r := e.run(c)
+	e.waitLog("snapshot: incremental: chunk read", 60*time.Second)
+	if !proxy.FreezeBusiest() {
+		t.Fatal("no connection to freeze")
+	}
+	frozen := time.Now()
+	deadline := frozen.Add(30 * time.Second)
+	for time.Now().Before(deadline) && c.Stats().Sessions.Load() < 2 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c.Stats().Sessions.Load() < 2 {
+		t.Fatalf("no new session within 30 s of the freeze\n%s", tail(e.logs.String(), 3000))
+	}
+	e.waitLog("snapshot: incremental: complete", 5*time.Minute)
+	e.waitConfirmed(e.currentLSN(), 60*time.Second)
+	e.assertEqual("users", "users")
+	if !strings.Contains(e.logs.String(), "the connection went silent") {
+		t.Fatalf("the chunk read did not end as silent\n%s", tail(e.logs.String(), 3000))
+	}
+	select {
+	case err := <-r.done:
+		t.Fatalf("the process stopped: %v", err)
+	default:
+	}
+}
