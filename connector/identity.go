@@ -21,18 +21,19 @@ import (
 
 // leafIdentity is what one leaf partition's replica identity sends.
 type leafIdentity struct {
-	name  string   // schema-qualified, as regclass prints it
+	name  string   // schema-qualified, quoted where needed
 	ident byte     // relreplident
 	cols  []string // the identity's columns (primary key or index); none for FULL and NOTHING
 }
 
 // leafIdentityQuery lists the leaves of a partitioned table with their
 // replica identity and its columns.
-const leafIdentityQuery = `SELECT c.oid::regclass::text, c.relreplident::text,
+const leafIdentityQuery = `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.relreplident::text,
 	COALESCE((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_index i
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey::int2[])
 		WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))), '{}')
-FROM pg_partition_tree($1::regclass) pt JOIN pg_class c ON c.oid = pt.relid WHERE pt.isleaf ORDER BY 1`
+FROM pg_partition_tree($1::regclass) pt JOIN pg_class c ON c.oid = pt.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE pt.isleaf ORDER BY 1`
 
 func readLeafIdentities(ctx context.Context, conn *pgx.Conn, source string) ([]leafIdentity, error) {
 	rows, err := conn.Query(ctx, leafIdentityQuery, source)

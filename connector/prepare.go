@@ -74,13 +74,16 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	p := &plan{}
 	p.walTimeout, _ = parsePGDuration(walTimeout)
 
-	var pubTruncate bool
-	err = conn.QueryRow(ctx, "SELECT pubtruncate FROM pg_publication WHERE pubname = $1", c.cfg.Publication).Scan(&pubTruncate)
+	var pubInsert, pubUpdate, pubDelete, pubTruncate bool
+	err = conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", c.cfg.Publication).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fatal(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...)", c.cfg.Publication, quoteIdent(c.cfg.Publication)))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read publication: %w", err)
+	}
+	if err := publishedActions(c.cfg.Publication, pubInsert, pubUpdate, pubDelete); err != nil {
+		return nil, err
 	}
 	if !pubTruncate {
 		c.logger.Warn("publication does not publish TRUNCATE (pubtruncate = false): a TRUNCATE in Postgres will never reach Feldera", "publication", c.cfg.Publication)
@@ -191,6 +194,11 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 			if err := checkLeaves(ctx, conn, drel); err != nil {
 				return nil, err
 			}
+			// pgoutput does not send a TRUNCATE of one partition of a
+			// table published through its root (pgoutput_truncate skips
+			// it): nothing tells pgfeldera.
+			c.logger.Warn("a TRUNCATE of one partition of this table is never published (publish_via_partition_root): its rows would stay in Feldera; TRUNCATE the partitioned table, or DELETE a partition's rows, or run pgfeldera resnapshot for the table after truncating a partition",
+				"table", t.Schema+"."+t.Name)
 		}
 		for _, w := range warnings {
 			c.logger.Warn(w)
@@ -343,6 +351,26 @@ func anyKey(cols []columnInfo) bool {
 		}
 	}
 	return false
+}
+
+// publishedActions refuses a publication that does not publish inserts,
+// updates and deletes: what it leaves out never reaches Feldera, which
+// then keeps rows Postgres changed or deleted, silently.
+func publishedActions(pub string, insert, update, delete bool) error {
+	var missing []string
+	for _, a := range []struct {
+		name string
+		on   bool
+	}{{"insert", insert}, {"update", update}, {"delete", delete}} {
+		if !a.on {
+			missing = append(missing, a.name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fatal(fmt.Errorf("publication %q does not publish %s: Feldera would never see those changes and keep rows Postgres changed or deleted (ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'))",
+		pub, strings.Join(missing, ", "), quoteIdent(pub)))
 }
 
 // sourceInfo is what the catalog and the publication say about a table.

@@ -664,7 +664,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	}
 	for _, r := range rels {
 		if n := len(s.groups[r.Target.Route]); perRoute[r.Target.Route] < n {
-			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows (TRUNCATE the partitioned table, or map its root with publish_via_partition_root = true, then resnapshot)",
+			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
 				r.Target.Qualified(), n, r.Target.Dest.Name))
 		}
 	}

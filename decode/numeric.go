@@ -46,8 +46,14 @@ func numericDecimal(typmod int32, ft feldera.ColumnType) (Encoder, error) {
 		}
 		needS := max(s, S)
 		needP := max(p-s, P-S) + needS
-		return nil, fmt.Errorf("numeric(%d,%d) holds values DECIMAL(%d,%d) would truncate or overflow (%d integer and %d fraction digits against %d and %d): declare it DECIMAL(%d,%d) or wider in Feldera",
-			p, s, P, S, p-s, max(s, 0), P-S, S, needP, needS)
+		advice := fmt.Sprintf("declare it DECIMAL(%d,%d) or wider in Feldera", needP, needS)
+		if needP > MaxDecimalPrecision {
+			// Feldera's DECIMAL stops at precision 38: no DECIMAL holds it.
+			advice = fmt.Sprintf("no Feldera DECIMAL holds it (precision stops at %d): declare it VARCHAR in Feldera (the exact digits, as text), or narrow the Postgres column to numeric(%d,%d) or less if its values fit",
+				MaxDecimalPrecision, MaxDecimalPrecision, min(s, MaxDecimalPrecision/2))
+		}
+		return nil, fmt.Errorf("numeric(%d,%d) holds values DECIMAL(%d,%d) would truncate or overflow (%d integer and %d fraction digits against %d and %d): %s",
+			p, s, P, S, p-s, max(s, 0), P-S, S, advice)
 	}
 	return checkedDecimal(P, S, encNumericString), nil
 }

@@ -298,3 +298,22 @@ func TestDecoder_StreamMessagesOnV1(t *testing.T) {
 		}
 	}
 }
+
+// The advice for a numeric Feldera's DECIMAL cannot hold is one a user can
+// follow: a width past precision 38 (PostgreSQL's own num_data is
+// numeric(210,10)) is told to use VARCHAR or narrow the column, never to
+// declare a DECIMAL that does not exist.
+func TestPlan_NumericAdvice(t *testing.T) {
+	typmod := func(p, s int) int32 { return int32(p<<16|s) + 4 }
+	_, err := decode.Plan(decode.OIDNumeric, typmod(210, 10), dec(38, 10), types)
+	if err == nil || !strings.Contains(err.Error(), "VARCHAR") || strings.Contains(err.Error(), "DECIMAL(210") {
+		t.Fatalf("numeric(210,10): %v", err)
+	}
+	_, err = decode.Plan(decode.OIDNumeric, typmod(20, 6), dec(10, 2), types)
+	if err == nil || !strings.Contains(err.Error(), "DECIMAL(20,6) or wider") {
+		t.Fatalf("numeric(20,6) into DECIMAL(10,2): %v", err)
+	}
+	if _, err := decode.Plan(decode.OIDNumeric, typmod(210, 10), ct("VARCHAR"), types); err != nil {
+		t.Fatalf("numeric(210,10) into VARCHAR: %v", err)
+	}
+}
