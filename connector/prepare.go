@@ -64,12 +64,20 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	var walLevel, walTimeout string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), current_setting('wal_sender_timeout')").Scan(&walLevel, &walTimeout); err != nil {
-		return nil, fmt.Errorf("read settings: %w", err)
+	wl, err := ReadWALLevel(ctx, conn, c.cfg.Slot)
+	if err != nil {
+		return nil, err
 	}
-	if walLevel != "logical" {
-		return nil, fatal(fmt.Errorf("postgres wal_level is %q: set wal_level = logical and restart postgres", walLevel))
+	if note, warn, err := wl.Check(); err != nil {
+		return nil, err
+	} else if warn {
+		c.logger.Warn("postgres: "+note, "wal_level", wl.Setting, "effective_wal_level", wl.Effective)
+	} else if note != "" {
+		c.logger.Info("postgres: "+note, "wal_level", wl.Setting, "effective_wal_level", wl.Effective)
+	}
+	var walTimeout string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_sender_timeout')").Scan(&walTimeout); err != nil {
+		return nil, fmt.Errorf("read settings: %w", err)
 	}
 	p := &plan{}
 	p.walTimeout, _ = parsePGDuration(walTimeout)

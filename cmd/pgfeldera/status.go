@@ -57,6 +57,13 @@ type Status struct {
 		AckGate string `json:"ack_gate,omitempty"`
 		Error   string `json:"error,omitempty"`
 	} `json:"feldera"`
+	// Postgres is the server's WAL level: whether it decodes logically,
+	// and why (PostgreSQL 19 decodes under wal_level = replica while a
+	// logical slot exists).
+	Postgres struct {
+		connector.WALLevel
+		Note string `json:"note,omitempty"`
+	} `json:"postgres"`
 	Tables []TableStatus `json:"tables"`
 	// Standbys are the other servers PG_DSN lists that are in recovery,
 	// and whether each holds a usable copy of the slot (PostgreSQL 17+).
@@ -140,6 +147,16 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 		return nil, fmt.Errorf("read slot: %w", err)
 	default:
 		s.Exists = true
+	}
+	wl, err := connector.ReadWALLevel(ctx, conn, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	st.Postgres.WALLevel = wl
+	if note, _, err := wl.Check(); err != nil {
+		st.Postgres.Note = err.Error()
+	} else {
+		st.Postgres.Note = note
 	}
 	var standbySlots *string
 	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronized_standby_slots', true)").Scan(&standbySlots); err != nil {
@@ -227,6 +244,12 @@ func printStatus(w io.Writer, st *Status) {
 		}
 		return fmt.Sprint(*p)
 	}
+	pg := st.Postgres
+	level := "wal_level=" + pg.Setting
+	if pg.Effective != "" {
+		level += " effective_wal_level=" + pg.Effective
+	}
+	fmt.Fprintf(tw, "postgres\t%s\t%s\n", level, pg.Note)
 	fmt.Fprintf(tw, "slot\t%s\texists=%v active=%v\n", s.Name, s.Exists, s.Active)
 	if s.Failover != nil || s.SynchronizedStandbySlots != nil {
 		fo := "-"

@@ -79,6 +79,9 @@ func TestStatus(t *testing.T) {
 	if f := st.State.Fence; f == nil || !f.Running || f.PID != os.Getpid() {
 		t.Fatalf("fence while running: %+v", f)
 	}
+	if pg := st.Postgres; pg.Setting != "logical" || pg.Version < 150000 || pg.Note != "" {
+		t.Fatalf("postgres section: %+v", pg)
+	}
 	if st.Feldera.Model != "none" || st.Feldera.AckGate != "complete" {
 		t.Fatalf("fault tolerance %q, ack gate %q; want none, complete", st.Feldera.Model, st.Feldera.AckGate)
 	}
@@ -91,7 +94,8 @@ func TestStatus(t *testing.T) {
 	// The text form names the same things.
 	var out bytes.Buffer
 	run(ctx, func() {}, []string{"status"}, env(vars), &out, io.Discard)
-	if !strings.Contains(out.String(), "confirmed_flush_lsn") || !strings.Contains(out.String(), "public.users → users") {
+	if !strings.Contains(out.String(), "confirmed_flush_lsn") || !strings.Contains(out.String(), "public.users → users") ||
+		!strings.Contains(out.String(), "wal_level=logical") {
 		t.Fatalf("text status:\n%s", out.String())
 	}
 }
