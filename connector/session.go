@@ -35,6 +35,7 @@ type stream struct {
 	open       bool          // inside BEGIN … COMMIT
 	openRows   bool          // the filling batch holds rows of the open transaction
 	openRecs   int           // records of the open transaction decoded so far
+	openCommit pglogrepl.LSN // where the open transaction commits (BEGIN's final LSN)
 	received   pglogrepl.LSN // highest WAL position read
 	filling    *batch
 	spare      *batch // nil while a POST reads it
@@ -598,7 +599,7 @@ func (s *stream) event(ev *decode.Event) error {
 	}
 	switch ev.Kind {
 	case decode.KindBegin:
-		s.open, s.openRows, s.openRecs = true, false, 0
+		s.open, s.openRows, s.openRecs, s.openCommit = true, false, 0, ev.Begin.FinalLSN
 	case decode.KindCommit:
 		s.open = false
 		if s.openRecs > 1 && s.openRows {
@@ -712,6 +713,29 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	return nil
 }
 
+// noteSent records how far in the WAL Feldera may hold changes once the
+// filling batch is sent (the failover check, diverged, which finds a
+// phantom when this lies past the new timeline's fork): every change sent
+// belongs to a transaction whose commit record ends at or before it. A
+// COMMIT message is read at its commit's end, so the last record read
+// bounds the transactions the batch holds whole. Rows of the open
+// transaction arrive at its commit record's start (the walsender decodes a
+// transaction at its commit), and a fork exactly there leaves that commit
+// out: its end lies at least one byte further.
+func (s *stream) noteSent(openRows bool) {
+	if high := sentBound(s.received, s.openCommit, openRows); high > s.c.sentHigh {
+		s.c.sentHigh = high
+	}
+}
+
+// sentBound is noteSent's rule: the position a batch's commits end by.
+func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN {
+	if openRows && openCommit+1 > received {
+		return openCommit + 1
+	}
+	return received
+}
+
 // advance moves the acknowledged position (never backwards).
 func (s *stream) advance(lsn pglogrepl.LSN) {
 	if lsn > s.c.acked {
@@ -821,6 +845,7 @@ func (s *stream) startFlush(end bool) {
 	// Feldera transaction (an incremental snapshot's watermark
 	// transactions, which carry no rows, hit that at every chunk).
 	spans := s.open && s.openRows && !end
+	s.noteSent(s.open && s.openRows)
 	s.openRows = false
 	if spans && s.txnOpen && s.front.inFlight() >= maxTxnFlight-1 {
 		// The source transaction outgrew what one Feldera transaction may
@@ -836,9 +861,6 @@ func (s *stream) startFlush(end bool) {
 	s.txnOpen = plan.in && !plan.end
 	crashtest.Point("after_decode")
 	s.seq++
-	if s.received > s.c.sentHigh {
-		s.c.sentHigh = s.received // Feldera may hold changes up to here (the failover check)
-	}
 	s.filling = s.spare
 	s.filling.reset(s.seq)
 	s.spare = nil

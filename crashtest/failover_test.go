@@ -6,14 +6,17 @@ import (
 	"math/rand"
 	"net/url"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
@@ -72,8 +75,15 @@ func (f *failoverWorld) waitSynced(within time.Duration) {
 // world's own connection at it.
 func (f *failoverWorld) failOver() {
 	f.t.Helper()
-	ctx := context.Background()
 	f.primary.Kill()
+	f.promote()
+}
+
+// promote promotes the standby and points the world's own connection at
+// it.
+func (f *failoverWorld) promote() {
+	f.t.Helper()
+	ctx := context.Background()
 	if err := f.standby.Promote(ctx); err != nil {
 		f.t.Fatal(err)
 	}
@@ -256,16 +266,8 @@ func TestFailover_PhantomWindowWithoutStandbySlots(t *testing.T) {
 		t.Fatalf("no phantom-row warning at startup\n%s", f.log())
 	}
 	f.waitSynced(90 * time.Second)
-	// Pause the standby: its walreceiver stops when primary_conninfo is empty.
 	ctx := context.Background()
-	if err := f.standby.Set(ctx, "primary_conninfo", ""); err != nil {
-		t.Fatal(err)
-	}
-	f.poll("the standby to stop streaming", 30*time.Second, func() bool {
-		var n int
-		f.db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby'").Scan(&n)
-		return n == 0
-	})
+	f.pauseStandby()
 	f.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'phantom', 0 FROM generate_series(900001, %d) g", 900000+phantoms))
 	if msg := f.caughtUp(p, time.Minute); msg != "" {
 		t.Fatal(msg)
@@ -292,4 +294,113 @@ func TestFailover_PhantomWindowWithoutStandbySlots(t *testing.T) {
 		t.Fatalf("the session after the failover did not see the fork\n%s", f.log())
 	}
 	t.Logf("Feldera held %d phantom rows at the failover; the new timeline's fork was seen and the resnapshot removed them", held)
+}
+
+// pauseStandby stops the standby's walreceiver (primary_conninfo empty) and
+// waits until the primary no longer streams to it.
+func (f *failoverWorld) pauseStandby() {
+	f.t.Helper()
+	ctx := context.Background()
+	if err := f.standby.Set(ctx, "primary_conninfo", ""); err != nil {
+		f.t.Fatal(err)
+	}
+	f.poll("the standby to stop streaming", 30*time.Second, func() bool {
+		var n int
+		f.db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby'").Scan(&n)
+		return n == 0
+	})
+}
+
+var forkLog = regexp.MustCompile(`forked from \d+ at ([0-9A-F]+/[0-9A-F]+), and Feldera was sent changes up to ([0-9A-F]+/[0-9A-F]+)`)
+
+// Issue 36, item 5: without synchronized_standby_slots, a large transaction
+// whose rows the standby received before it stopped, and whose COMMIT it
+// never had. Part of it reaches Feldera: the first batch's ingress request
+// is held (the rest of the transaction waits behind it, unread), the
+// primary dies, the request times out and Feldera applies it late, while
+// pgfeldera's fence waits. The walsender sends a transaction's rows at its
+// commit record's start, which is exactly the fork here: a check on the
+// positions of the rows read passes (the test asserts the fork is past the
+// rows' end and the session never read the COMMIT); only the transaction's
+// commit, which ends past the fork, shows that the promoted server never
+// committed it. The session after the failover takes the resnapshot path
+// and no row of the transaction stays in Feldera.
+func TestFailover_PartlySentTransactionPastTheFork(t *testing.T) {
+	const big = 5000
+	f := newFailoverWorld(t, false)
+	f.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
+	p := f.start("PG_DSN="+f.multi, "BATCH_MAX_ROWS=500", "FELDERA_TRANSACTIONS=off")
+	if msg := f.caughtUp(p, 2*time.Minute); msg != "" {
+		t.Fatal(msg)
+	}
+	f.waitSynced(90 * time.Second)
+	ctx := context.Background()
+	tx, err := pgx.Connect(ctx, f.primary.DSN(f.dbName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close(ctx)
+	var rowsEnd string
+	if _, err := tx.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO users SELECT g, 'inflight', 0 FROM generate_series(900001, %d) g", 900000+big)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&rowsEnd); err != nil {
+		t.Fatal(err)
+	}
+	f.poll("the standby to receive the transaction's rows", 30*time.Second, func() bool {
+		var ok bool
+		f.db.QueryRow(ctx, "SELECT flush_lsn >= $1::pg_lsn FROM pg_stat_replication WHERE application_name = 'standby'", rowsEnd).Scan(&ok)
+		return ok
+	})
+	f.pauseStandby()
+	f.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress"})
+	if _, err := tx.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	f.poll("Feldera to hold a request of the transaction", time.Minute, func() bool { return f.fel.Held() > 0 })
+	f.primary.Kill()
+	f.poll("the session to end on the held request", time.Minute, func() bool { return strings.Contains(p.output(), "session: ended") })
+	f.fel.ClearFaults() // the held request applies late: part of the transaction is in Feldera
+	inflight := func() int {
+		n := 0
+		for _, r := range f.fel.Rows("users") {
+			if strings.Contains(fmt.Sprint(r), "inflight") {
+				n++
+			}
+		}
+		return n
+	}
+	f.poll("the held request's rows to land in Feldera", time.Minute, func() bool { return inflight() > 0 })
+	held := inflight()
+	if held >= big {
+		t.Fatalf("Feldera holds %d of the transaction's %d rows at the failover; want a part", held, big)
+	}
+	if n := f.fel.LateApplied(); n != 1 {
+		t.Fatalf("%d requests applied after their client gave up; want the one held", n)
+	}
+	f.promote()
+	var onPromoted int
+	if err := f.db.QueryRow(ctx, "SELECT count(*) FROM users WHERE id > 900000").Scan(&onPromoted); err != nil || onPromoted != 0 {
+		t.Fatalf("the promoted server holds %d rows of the transaction (%v); want none", onPromoted, err)
+	}
+	if msg := f.caughtUp(p, 2*time.Minute); msg != "" {
+		t.Fatalf("after the failover: %s\n%s", msg, f.log())
+	}
+	out := p.output()
+	m := forkLog.FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "startup: resnapshot") {
+		t.Fatalf("the session after the failover did not see the fork\n%s", f.log())
+	}
+	fork, _ := pglogrepl.ParseLSN(m[1])
+	end, _ := pglogrepl.ParseLSN(rowsEnd)
+	if fork < end {
+		t.Fatalf("the fork %s lies before the transaction's rows end (%s): the case is not the one meant", fork, end)
+	}
+	if n := inflight(); n != 0 {
+		t.Fatalf("%d rows of a transaction the promoted server never committed stay in Feldera", n)
+	}
+	t.Logf("Feldera held %d of %d rows of the transaction; every row before the fork (%s ≥ %s), its commit past it (sent up to %s); resnapshot removed them", held, big, fork, end, m[2])
 }
