@@ -240,6 +240,7 @@ type Connector struct {
 	forceGate        *Gate     // test hook: overrides the gate the model chooses
 	ignoreFilter     bool      // tests: read sources without the publication's row filter (the unsafe variant)
 	trustRestores    bool      // test hook: no check of what a restart restored (unsafe)
+	ignoreShape      bool      // test hook: no resnapshot when a table's shape changes (unsafe)
 	noHeartbeat      bool      // test hook: no liveness timeout on the replication and chunk connections (unsafe)
 	trustCheckpoints bool      // test hook: any newest checkpoint covers by its steps (unsafe)
 }

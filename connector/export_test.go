@@ -97,3 +97,8 @@ func NoHeartbeat(c *Connector) { c.noHeartbeat = true }
 
 // WatermarkNudge is watermarkNudge, for the tests that count nudges.
 const WatermarkNudge = watermarkNudge
+
+// IgnoreShapeChanges makes the stream take a column that newly feeds
+// Feldera as it comes, without reading the table again: the unsafe
+// variant that leaves existing rows without the column's default.
+func IgnoreShapeChanges(c *Connector) { c.ignoreShape = true }

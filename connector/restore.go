@@ -147,7 +147,7 @@ func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) 
 		default:
 			c.logger.Warn("startup: the definition of a Feldera table changed: Feldera started it empty (bootstrapping after a program change); reading it again while the other tables stream",
 				"table", t.Dest, "source", t.Source)
-			*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true}
+			*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Columns: t.Columns}
 		}
 		t.Fingerprint = fp
 		changed = true

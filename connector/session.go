@@ -640,6 +640,7 @@ func (s *stream) event(ev *decode.Event) error {
 		for _, w := range ev.Warnings {
 			s.logger.Warn(w)
 		}
+		return s.relationShape(ev.Rel)
 	case decode.KindTruncate:
 		return s.truncate(ev.Truncated)
 	}

@@ -77,6 +77,9 @@ type Table struct {
 	// Feldera start it empty (bootstrapping), so another fingerprint means
 	// the table must be read again.
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Columns is the shape the rows were read under: the Postgres columns
+	// feeding Feldera fields, as "name type-oid/typmod" (connector/shape.go).
+	Columns []string `json:"columns,omitempty"`
 	// Blocks is set for an Incremental table read in ranges of its heap's
 	// blocks (an ordinary table; snapshot/chunk.go argues why that is
 	// exact): then After holds one value, the next block to read, and a
