@@ -99,6 +99,7 @@ func NoHeartbeat(c *Connector) { c.noHeartbeat = true }
 const WatermarkNudge = watermarkNudge
 
 // IgnoreShapeChanges makes the stream take a column that newly feeds
-// Feldera as it comes, without reading the table again: the unsafe
-// variant that leaves existing rows without the column's default.
+// Feldera as it comes, and partitions attached or detached, without
+// reading the table again: the unsafe variant that leaves existing rows
+// without the column's default, and a partition's rows out.
 func IgnoreShapeChanges(c *Connector) { c.ignoreShape = true }

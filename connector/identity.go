@@ -88,16 +88,18 @@ func identityText(l leafIdentity) string {
 }
 
 // checkLeaves refuses a partitioned source one of whose leaves cannot
-// feed its plan.
-func checkLeaves(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) error {
+// feed its plan, and returns the leaves' names.
+func checkLeaves(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]string, error) {
 	leaves, err := readLeafIdentities(ctx, conn, rel.Target.Source())
 	if err != nil {
-		return err
+		return nil, err
 	}
+	names := []string{} // not nil: a partitioned table with no partition yet
 	for _, l := range leaves {
 		if why := leafRefusal(rel, l); why != "" {
-			return &decode.RefusalError{Table: rel.Target.Qualified(), Reason: why}
+			return nil, &decode.RefusalError{Table: rel.Target.Qualified(), Reason: why}
 		}
+		names = append(names, l.name)
 	}
-	return nil
+	return names, nil
 }

@@ -30,6 +30,7 @@ type plan struct {
 	keys           []keyInfo // per target: its primary key for an incremental snapshot (chunkKeys), read once
 	targets        []*decode.Target
 	rels           []*decode.Rel    // per target: the catalog's columns, for COPY
+	leaves         [][]string       // per target: a partitioned table's leaves (nil for any other table)
 	routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
 	groups         [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
 	deploymentID   string
@@ -198,8 +199,9 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		if err != nil {
 			return nil, fatal(err)
 		}
+		var leaves []string
 		if si.partitioned {
-			if err := checkLeaves(ctx, conn, drel); err != nil {
+			if leaves, err = checkLeaves(ctx, conn, drel); err != nil {
 				return nil, err
 			}
 			// pgoutput does not send a TRUNCATE of one partition of a
@@ -213,6 +215,7 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 		}
 		p.targets = append(p.targets, target)
 		p.rels = append(p.rels, drel)
+		p.leaves = append(p.leaves, leaves)
 	}
 	if err := checkShared(ctx, conn, c.cfg.Tables, p.groups); err != nil {
 		return nil, err

@@ -102,7 +102,7 @@ func (s *stream) request(w watermark, lsn pglogrepl.LSN) error {
 			busy = st.Tables[i].Source
 		}
 		t := &st.Tables[i]
-		*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Request: r.ID, Fingerprint: t.Fingerprint, Columns: t.Columns}
+		*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Request: r.ID, Fingerprint: t.Fingerprint, Columns: t.Columns, Partitions: t.Partitions}
 	}
 	st.AddRequest(r)
 	if err := save(); err != nil {

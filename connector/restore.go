@@ -121,6 +121,8 @@ func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
 //     retraction first), while the rest streams; a keyless one cannot be
 //     read that way, and then why names it, for a resnapshot of every
 //     table;
+//   - a partitioned table whose partitions moved since its rows were read
+//     is read again the same way (reconcilePartitions);
 //   - under exactly_once a program change opens a journal gap, closed by
 //     the first checkpoint after it; while it is open the checkpoint gate
 //     applies (p.gate);
@@ -147,10 +149,17 @@ func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) 
 		default:
 			c.logger.Warn("startup: the definition of a Feldera table changed: Feldera started it empty (bootstrapping after a program change); reading it again while the other tables stream",
 				"table", t.Dest, "source", t.Source)
-			*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Columns: t.Columns}
+			*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Columns: t.Columns, Partitions: t.Partitions}
 		}
 		t.Fingerprint = fp
 		changed = true
+	}
+	for i := range st.Tables {
+		moved, why := c.reconcilePartitions(&st.Tables[i], p.leaves[i], p.rels[i].Keyed())
+		if why != "" {
+			return why, nil
+		}
+		changed = changed || moved
 	}
 	if p.model == feldera.FTExactlyOnce && st.ProgramVersion != 0 && p.programVersion != 0 && st.ProgramVersion != p.programVersion && st.JournalGap == "" {
 		st.JournalGap = "-"

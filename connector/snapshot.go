@@ -148,7 +148,7 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
 	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
 	for i, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.targets[i].Dest), Columns: columnsOf(p.rels[i])})
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.targets[i].Dest), Columns: columnsOf(p.rels[i]), Partitions: p.leaves[i]})
 	}
 	st.CarryRequests(old)
 	if !c.noPendingFirst {

@@ -41,6 +41,8 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-
 		}
 		t := time.NewTicker(every)
 		defer t.Stop()
+		pw := &partitionWatch{c: c, p: p}
+		defer pw.close()
 		var asked time.Time
 		var seq uint64 // the sequence number of the last checkpoint asked for
 		for n := 0; ; n++ {
@@ -73,7 +75,11 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-
 					c.checkFailure(ctx, seq)
 				}
 			}
-			if err := c.checkRestart(ctx, p); err != nil {
+			err := c.checkRestart(ctx, p)
+			if err == nil && n%partitionCheckEvery == partitionCheckEvery-1 {
+				err = pw.check(ctx)
+			}
+			if err != nil {
 				lost <- err
 				alert() // wake the receive loop: a restart is noticed at once, not at the next status
 				return

@@ -80,6 +80,11 @@ type Table struct {
 	// Columns is the shape the rows were read under: the Postgres columns
 	// feeding Feldera fields, as "name type-oid/typmod" (connector/shape.go).
 	Columns []string `json:"columns,omitempty"`
+	// Partitions are, for a partitioned table, the leaves whose rows were
+	// read (connector/partitions.go).
+	// Not omitted when empty: a partitioned table with no partition yet
+	// records [] (null: not partitioned, or not recorded yet).
+	Partitions []string `json:"partitions"`
 	// Blocks is set for an Incremental table read in ranges of its heap's
 	// blocks (an ordinary table; snapshot/chunk.go argues why that is
 	// exact): then After holds one value, the next block to read, and a
