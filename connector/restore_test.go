@@ -41,13 +41,7 @@ func TestRestore_ProgramChangeReadsTheModifiedTable(t *testing.T) {
 			e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
 			cfg := e.snapshotConfig("users,public.items:catalog_items")
 			cfg.CheckpointAfter = time.Second
-			conn := e.newConnector(cfg, e.client)
-			if c.unsafe {
-				connector.TrustRestores(conn)
-			}
-			e.run(conn)
-			e.waitSlot()
-			e.waitLog("snapshot: complete", 60*time.Second)
+			e.snapshotted(cfg, c.unsafe)
 			w := e.startWriter("users", 100000)
 			e.waitConfirmed(e.currentLSN(), 60*time.Second)
 			cleared, err := e.fel.ChangeProgram(changedFeldera)
@@ -112,13 +106,7 @@ func TestRestore_LessThanAcknowledged(t *testing.T) {
 			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 300) g")
 			cfg := e.snapshotConfig("users,public.items:catalog_items")
 			cfg.CheckpointAfter = time.Hour // the test takes the checkpoints
-			conn := e.newConnector(cfg, e.client)
-			if c.unsafe {
-				connector.TrustRestores(conn)
-			}
-			e.run(conn)
-			e.waitSlot()
-			e.waitLog("snapshot: complete", 60*time.Second)
+			conn := e.snapshotted(cfg, c.unsafe)
 			w := e.startWriter("users", 100000)
 			time.Sleep(200 * time.Millisecond)
 			if err := e.fel.Checkpoint(); err != nil { // C1
@@ -273,4 +261,18 @@ func TestRestore_CheckpointFailureIsLoud(t *testing.T) {
 	if n := conn.Stats().Sessions.Load(); n != 1 {
 		t.Fatalf("%d sessions: the stop must come from the session that kept streaming", n)
 	}
+}
+
+// snapshotted runs a connector with cfg until its snapshot is complete;
+// unsafe makes it trust what a restart restored.
+func (e *env) snapshotted(cfg connector.Config, unsafe bool) *connector.Connector {
+	e.t.Helper()
+	conn := e.newConnector(cfg, e.client)
+	if unsafe {
+		connector.TrustRestores(conn)
+	}
+	e.run(conn)
+	e.waitSlot()
+	e.waitLog("snapshot: complete", 60*time.Second)
+	return conn
 }
