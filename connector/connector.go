@@ -231,6 +231,7 @@ type Connector struct {
 	gate             atomic.Int32                         // the Gate of the current session (status, metrics)
 	checkpointWaits  atomic.Int64                         // unix nanos since completed work waits for a checkpoint; 0: none waits
 	checkpointed     atomic.Uint64                        // the newest checkpoint's steps the watcher saw
+	seenAt           atomic.Int64                         // unix ns: when the watcher's last look that found the session's process began
 	lastCheckpoints  atomic.Pointer[[]feldera.Checkpoint] // the list whose newest is the session's newest fresh checkpoint (freshCheckpoint)
 	failedSeq        atomic.Uint64                        // the last failed checkpoint reported
 	maxStep          atomic.Uint64                        // the highest step any completion reported

@@ -43,12 +43,25 @@ type env struct {
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// news counts the writes that are not debug lines: the periodic
+	// debug lines of an idle session (a heartbeat) are not progress.
+	news int
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !bytes.Contains(p, []byte("level=DEBUG")) {
+		s.news++
+	}
 	return s.b.Write(p)
+}
+
+// News is how many lines above debug were written.
+func (s *syncBuffer) News() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.news
 }
 
 func (s *syncBuffer) String() string {
@@ -299,7 +312,7 @@ func (e *env) progress() [4]int64 {
 	if e.fel != nil {
 		n, steps = int64(e.fel.RequestCount()), int64(e.fel.Steps())
 	}
-	return [4]int64{int64(e.logs.Len()), n, steps, int64(e.confirmed())}
+	return [4]int64{int64(e.logs.News()), n, steps, int64(e.confirmed())}
 }
 
 func tail(s string, n int) string {

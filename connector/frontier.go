@@ -53,13 +53,22 @@ func (g Gate) String() string {
 // smaller step reported for a later batch (none reported, or an older
 // answer) cannot let a checkpoint cover it early: checkpoints only grow,
 // and the earlier batch's step bounds it.
+//
+// With confirm (exactly_once), a completion counts only once a look at the
+// pipeline that began after it found the process the session feeds: a
+// program change restarts Feldera without its journal, and what the new
+// process completes before its first checkpoint is lost by its next
+// restart, so a completion in a process the session has not yet seen
+// restart must not be acknowledged.
 type frontier struct {
-	gate    Gate
-	durable pglogrepl.LSN
-	queue   []entry // entered and not yet durable, in source order
-	base    uint64  // the id of queue[0]
-	open    int     // entries not yet complete
-	covered uint64  // the newest checkpoint's steps seen
+	gate      Gate
+	confirm   bool
+	durable   pglogrepl.LSN
+	queue     []entry // entered and not yet durable, in source order
+	base      uint64  // the id of queue[0]
+	open      int     // entries not yet complete
+	covered   uint64  // the newest checkpoint's steps seen
+	confirmed time.Time
 }
 
 type entry struct {
@@ -67,7 +76,8 @@ type entry struct {
 	done    bool
 	step    uint64
 	entered time.Time // when it was sent
-	at      time.Time // when it completed
+	at      time.Time // when it completed (the earliest, for merged entries)
+	last    time.Time // when it completed (the latest, for merged entries)
 }
 
 func newFrontier(g Gate, from pglogrepl.LSN) *frontier {
@@ -88,7 +98,7 @@ func (f *frontier) enter(lsn pglogrepl.LSN, now time.Time) uint64 {
 func (f *frontier) done(id, step uint64, now time.Time) pglogrepl.LSN {
 	if id >= f.base && id-f.base < uint64(len(f.queue)) {
 		if e := &f.queue[id-f.base]; !e.done {
-			e.done, e.step, e.at = true, step, now
+			e.done, e.step, e.at, e.last = true, step, now, now
 			f.open--
 		}
 	}
@@ -108,13 +118,23 @@ func (f *frontier) reach(lsn pglogrepl.LSN, step uint64, now time.Time) pglogrep
 		e.lsn = max(e.lsn, lsn)
 		return f.advance()
 	}
+	// With the queue empty, lsn's rows went out in batches durable already.
 	if len(f.queue) == 0 && (f.gate == GateComplete || step <= f.covered) {
 		if lsn > f.durable {
 			f.durable = lsn
 		}
 		return f.durable
 	}
-	f.queue = append(f.queue, entry{lsn: lsn, done: true, step: step, entered: now, at: now})
+	f.queue = append(f.queue, entry{lsn: lsn, done: true, step: step, entered: now, at: now, last: now})
+	return f.advance()
+}
+
+// confirmedAt records that a look at the pipeline begun at t found the
+// session's process (see confirm). It returns the durable LSN.
+func (f *frontier) confirmedAt(t time.Time) pglogrepl.LSN {
+	if t.After(f.confirmed) {
+		f.confirmed = t
+	}
 	return f.advance()
 }
 
@@ -157,6 +177,9 @@ func (f *frontier) compact() {
 		if e.at.Before(m.at) {
 			m.at = e.at
 		}
+		if e.last.After(m.last) {
+			m.last = e.last
+		}
 	}
 	f.queue[k-1] = m
 	f.queue = append(f.queue[:0], f.queue[k-1:]...)
@@ -172,6 +195,9 @@ func (f *frontier) advance() pglogrepl.LSN {
 			break
 		}
 		if f.gate == GateCheckpoint && e.step > f.covered {
+			break
+		}
+		if f.confirm && !e.last.Before(f.confirmed) {
 			break
 		}
 		if e.lsn > f.durable {

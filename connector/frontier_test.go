@@ -369,3 +369,33 @@ func TestFrontier_BoundedWhileCheckpointsWait(t *testing.T) {
 		t.Fatalf("after its checkpoint: %s, want 0/EA60", got)
 	}
 }
+
+// Under exactly_once a completion counts once a look at the pipeline that
+// began after it found the session's process: one that began before (it
+// may have answered before a program change restarted Feldera) does not.
+func TestFrontier_ConfirmedAfterCompletion(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := newFrontier(GateComplete, 5)
+	f.confirm = true
+	a := f.enter(10, t0)
+	b := f.enter(20, t0)
+	if got := f.done(a, 1, t0.Add(time.Second)); got != 5 {
+		t.Fatalf("durable %s before any confirmation, want 0/5", got)
+	}
+	if got := f.confirmedAt(t0.Add(500 * time.Millisecond)); got != 5 {
+		t.Fatalf("durable %s after a look begun before the completion, want 0/5", got)
+	}
+	f.done(b, 2, t0.Add(3*time.Second))
+	if got := f.confirmedAt(t0.Add(2 * time.Second)); got != 10 {
+		t.Fatalf("durable %s after a look between the completions, want 0/A", got)
+	}
+	if got := f.reach(25, 2, t0.Add(4*time.Second)); got != 10 {
+		t.Fatalf("durable %s: a commit behind an unconfirmed batch went ahead", got)
+	}
+	if got := f.confirmedAt(t0.Add(5 * time.Second)); got != 25 {
+		t.Fatalf("durable %s after a look past every completion, want 0/19", got)
+	}
+	if got := f.confirmedAt(t0); got != 25 {
+		t.Fatalf("an older look moved the position: %s", got)
+	}
+}

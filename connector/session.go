@@ -186,6 +186,9 @@ func (c *Connector) session(ctx context.Context) error {
 		inc:        inc,
 		startEnd:   c.srv.walEnd,
 	}
+	// Under exactly_once a completion is acknowledged once the watcher saw
+	// the session's process after it (frontier.confirm).
+	s.front.confirm = p.model == feldera.FTExactlyOnce
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.routes))
 	}
@@ -336,6 +339,9 @@ func (s *stream) checkpointed() (bool, error) {
 		return false, nil
 	}
 	before := s.c.acked
+	if s.front.confirm {
+		s.advance(s.front.confirmedAt(time.Unix(0, s.c.seenAt.Load())))
+	}
 	steps := s.c.checkpointed.Load()
 	if steps > s.front.covered {
 		if err := s.recordCheckpoint(); err != nil {

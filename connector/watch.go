@@ -33,6 +33,7 @@ const checkpointPoll = 500 * time.Millisecond
 func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
+	c.seenAt.Store(0)
 	c.checkpointWaits.Store(0)
 	go func() {
 		every := 2 * time.Second
@@ -142,6 +143,7 @@ func (c *Connector) checkFailure(ctx context.Context, seq uint64) {
 // checkRestart compares the pipeline's deployment and incarnation with
 // the ones the session started with (see watchPipeline).
 func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
+	began := time.Now()
 	if p.deploymentID != "" {
 		pipe, err := c.sink.Pipeline(ctx)
 		if err == nil && pipe.DeploymentID != nil && *pipe.DeploymentID != p.deploymentID {
@@ -170,6 +172,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 	case p.incarnation == "":
 		p.incarnation = now
 	case now == p.incarnation:
+		c.seenAt.Store(began.UnixNano()) // what completed before began, the session's process completed
 	case p.faultTolerant:
 		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s): checking what it restored, then replaying from the slot", p.incarnation, now, p.model)
 	case c.cfg.SnapshotMode == SnapshotNever:
