@@ -272,11 +272,15 @@ func (e *env) waitConfirmed(lsn pglogrepl.LSN, within time.Duration) {
 	}
 }
 
+// waitSlot waits until the slot exists, is streamed from, and has found
+// its consistent point: while CREATE_REPLICATION_SLOT waits for the
+// transactions running then to end, the slot is listed and active already,
+// and a transaction that commits before that point is never decoded.
 func (e *env) waitSlot() {
 	e.t.Helper()
 	if !e.until(30*time.Second, 20*time.Millisecond, func() bool {
 		s, ok, _ := e.pg.Slot(context.Background(), e.slot)
-		return ok && s.Active
+		return ok && s.Active && s.ConfirmedFlushLSN != ""
 	}) {
 		e.t.Fatalf("slot %s never became active\nlogs:\n%s", e.slot, tail(e.logs.String(), 3000))
 	}
