@@ -1,7 +1,9 @@
 # pgfeldera: the two commands a new user needs are `make demo` and `make test`.
 GO      ?= go
 PKGS    ?= ./...
-TESTFLAGS ?= -race -count=1 -timeout 45m
+TESTFLAGS ?= -race -count=1 -timeout 45m -parallel 4
+# TESTEXTRA adds flags to TESTFLAGS (CI: -json).
+TESTEXTRA ?=
 
 .PHONY: demo test build bench vet fmt check-postgres
 
@@ -9,7 +11,7 @@ demo: build
 	./bin/pgfeldera demo
 
 test: check-postgres
-	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) test $(TESTFLAGS) $(TESTEXTRA) $(PKGS)
 
 build:
 	$(GO) build -o bin/pgfeldera ./cmd/pgfeldera

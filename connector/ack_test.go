@@ -1,7 +1,7 @@
 package connector_test
 
 import (
-	"context"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +12,10 @@ import (
 // With wal_sender_timeout = 4s and Feldera taking 20 s to complete a batch,
 // status updates must keep flowing during the wait: one session, one POST.
 func TestStream_StatusUpdatesDuringLongCompletion(t *testing.T) {
-	e := newEnv(t, mixedPG, mixedFeldera)
-	ctx := context.Background()
-	if err := e.pg.Set(ctx, "wal_sender_timeout", "4s"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.pg.Set(ctx, "wal_sender_timeout", "60s") })
+	pgcluster.EveryVersion(t)
+	t.Parallel()
+	c := pgcluster.New(t, pgcluster.Options{Settings: map[string]string{"wal_sender_timeout": "4s"}})
+	e := newEnvOn(t, c, mixedPG, mixedFeldera, nil)
 	e.fel.SetCompletionDelay(20 * time.Second)
 	e.start(e.config("users,public.items:catalog_items"))
 	e.waitSlot()
@@ -40,6 +38,8 @@ func TestStream_StatusUpdatesDuringLongCompletion(t *testing.T) {
 // Completed mode does not move the slot while Feldera holds completion;
 // accepted mode does (that is the loss it exists to demonstrate).
 func TestStream_AckModes(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, mode := range []string{connector.AckCompleted, connector.AckAccepted} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)

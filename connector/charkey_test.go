@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 // which is character(1): every key looked absent, every row was deleted.
 // Now no key Postgres holds is ever deleted, and Feldera ends exact.
 func TestRetraction_CharKeys(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, `
 CREATE TABLE codes (code char(3) PRIMARY KEY, v int);
 INSERT INTO codes SELECT lpad(g::text, 3, '0'), g FROM generate_series(1, 999) g;

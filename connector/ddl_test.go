@@ -55,6 +55,8 @@ func generated(t *testing.T, tables string, contains ...string) func(dsn string)
 // matrix test expects (the generated types are the decoder's first
 // choices; the hand-written matrix uses some others).
 func TestDDL_TypeMatrixRoundTrip(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnvGen(t, pgcluster.Shared(t), richPG+`
 CREATE TABLE "Quoted" ("Id" int PRIMARY KEY, "select" text NOT NULL, "MixedCase" numeric(5,-2), big numeric(40,2), ts timestamptz, d date, f float8, u uuid, b bytea);
 CREATE TABLE keyless (a int, b text);
@@ -123,6 +125,8 @@ ALTER PUBLICATION pub ADD TABLE "Quoted", keyless;`, generated(t, `rich,"Quoted"
 // pgbench's schema: the keyed tables take the generated DDL unchanged;
 // the keyless history table is declared materialized.
 func TestDDL_PgbenchRoundTrip(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnvGen(t, pgcluster.Shared(t), pgbenchPG, generated(t, "pgbench_branches,pgbench_tellers,pgbench_accounts,pgbench_history",
 		"aid INTEGER NOT NULL", "filler VARCHAR", "PRIMARY KEY (aid)", "mtime TIMESTAMP", "CREATE TABLE pgbench_history (", "WITH ('materialized' = 'true')"), nil)
 	e.exec("INSERT INTO pgbench_branches SELECT g, 0, '' FROM generate_series(1, 2) g")

@@ -22,6 +22,8 @@ import (
 // durable. The broken variant (at_least_once acknowledged at completion)
 // must lose rows, or the test could not see a loss.
 func TestDurability_InPlaceRestarts(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	cases := []struct {
 		name, ft string
 		gate     *connector.Gate
@@ -98,6 +100,8 @@ func firstLine(s string) string {
 // (the deployment_id did not change, so only the incarnation tells);
 // with it the session replays from the slot.
 func TestDurability_IdleRestartInPlaceNoticed(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct{ name, ft, want string }{
 		{"none", "", "startup: resnapshot"},
 		{"at_least_once", `{"model": "at_least_once", "checkpoint_interval_secs": 1}`, "replaying from the slot"},
@@ -122,6 +126,8 @@ func TestDurability_IdleRestartInPlaceNoticed(t *testing.T) {
 // OSS edition answers POST /checkpoint with 501) is refused: it cannot
 // keep what it claims to keep.
 func TestDurability_FaultToleranceWithoutCheckpointsRefused(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 		fc.FaultTolerance = `{"model": "at_least_once"}`
 		fc.NoCheckpoints = true
@@ -150,6 +156,8 @@ func TestDurability_FaultToleranceWithoutCheckpointsRefused(t *testing.T) {
 // stop's checkpoint holds except the tables it modified:
 // TestRestore_ProgramChangeReadsTheModifiedTable.)
 func TestDurability_RedeploysThatLoseStateResnapshot(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 		fc.FaultTolerance = `{"model": "exactly_once", "checkpoint_interval_secs": null}`
 	})
@@ -186,6 +194,8 @@ func (n noStepSink) CompletionStep(ctx context.Context, token string) (bool, uin
 // covered by a checkpoint: the connector stops, fatally, and acknowledges
 // nothing it sent.
 func TestDurability_CompletionWithoutStepRefusedUnderAtLeastOnce(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 		fc.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": 1}`
 	})

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,8 +189,16 @@ func (e *env) config(tables string) connector.Config {
 
 type testWriter struct{ t testing.TB }
 
+// chatty reports whether the tests run with -v, not under -json (which
+// sets -test.v=test2json): CI reads the JSON for the failures and the
+// times, and the session's debug lines would multiply it many times over.
+func chatty() bool {
+	f := flag.Lookup("test.v")
+	return f != nil && f.Value.String() == "true"
+}
+
 func (w testWriter) Write(p []byte) (int, error) {
-	if testing.Verbose() {
+	if chatty() {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil

@@ -36,22 +36,9 @@ func (e *env) settle(within time.Duration) {
 // was terminated) and to have cost a session (the connector reconnected),
 // and the tables end equal anyway.
 func TestFaults(t *testing.T) {
-	cases := []struct {
-		name   string
-		during func(e *env)
-		fired  func(e *env) string // "" when the fault demonstrably happened
-	}{
-		{"WalSenderTerminated", func(e *env) {
-			e.workload(1)
-			n, err := e.pg.TerminateWalSenders(context.Background())
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			if n == 0 {
-				e.t.Fatal("no walsender was terminated")
-			}
-			e.workload(2)
-		}, nil},
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	faults(t, []faultCase{
 		{"Feldera503For20s", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 503})
 			e.workload(1)
@@ -91,7 +78,34 @@ func TestFaults(t *testing.T) {
 			}
 			return served(e, felderatest.PartialThen503, 2)
 		}},
-	}
+	})
+}
+
+// How the server ends a replication connection, and what the client
+// reads then, is the server's: this case runs on every version. It ends
+// only its own slot's walsender, so other tests share the cluster.
+func TestFaults_WalSenderTerminated(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
+	faults(t, []faultCase{{"WalSenderTerminated", func(e *env) {
+		e.workload(1)
+		var ok bool
+		if err := e.db.QueryRow(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.slot).Scan(&ok); err != nil || !ok {
+			e.t.Fatalf("terminating the walsender of slot %s: %v (terminated: %v)", e.slot, err, ok)
+		}
+		e.workload(2)
+	}, nil}})
+}
+
+type faultCase struct {
+	name   string
+	during func(e *env)
+	fired  func(e *env) string // "" when the fault demonstrably happened
+}
+
+// faults runs each case against its own connector: the fault must end a
+// streaming session, and the tables end equal anyway.
+func faults(t *testing.T, cases []faultCase) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
@@ -127,6 +141,8 @@ func served(e *env, k felderatest.FaultKind, want int) string {
 }
 
 func TestFaults_PostgresImmediateRestart(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	cluster := pgcluster.New(t, pgcluster.Options{})
 	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
 	cfg := e.config("users,public.items:catalog_items")
@@ -146,6 +162,8 @@ func TestFaults_PostgresImmediateRestart(t *testing.T) {
 // one (the connector killed without its final status) redelivers only what
 // came after the last acknowledgement.
 func TestGracefulStopRedeliversNothing(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	cfg := e.config("users,public.items:catalog_items")
 	r := e.start(cfg)
@@ -182,6 +200,8 @@ func TestGracefulStopRedeliversNothing(t *testing.T) {
 // old ones (the test sees it); with the fence, nothing newer is sent until
 // the late request can no longer land.
 func TestFaults_LateIngressIsFenced(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, fence := range []time.Duration{time.Millisecond, 5 * time.Second} {
 		t.Run(fmt.Sprintf("fence=%s", fence), func(t *testing.T) {
 			e, client, cfg := lateIngressEnv(t)
@@ -235,6 +255,8 @@ func lateIngressEnv(t *testing.T) (*env, *feldera.Client, connector.Config) {
 // overwrites them, which the test sees. A process that died without
 // returning left the file marked running: the next one fences in full.
 func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
 			e, client, cfg := lateIngressEnv(t)
@@ -287,6 +309,8 @@ func TestFaults_LateIngressFenceSurvivesRestart(t *testing.T) {
 // request's last byte plus the fence (from its own start when the last
 // byte was never recorded); with nothing outstanding it sends at once.
 func TestFence_AfterUncleanExit(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const fence = 3 * time.Second
 	wrote := time.Now().Add(-time.Second)
 	for _, c := range []struct {
@@ -344,6 +368,8 @@ func TestFence_AfterUncleanExit(t *testing.T) {
 // fence: the retry goes out at once and nothing is left marked. A 503 that
 // may follow partial ingestion (the manager's timeout) fences.
 func TestFence_OnlyAnswersThatMayLandLate(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		code  string
 		fence bool

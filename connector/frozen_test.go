@@ -39,6 +39,8 @@ func proxied(t *testing.T, e *env, c *pgcluster.Cluster) (*tcpproxy.Proxy, strin
 // in the same process, ending the walsender that still held the slot, and
 // catches up: exact within 30 s. Without the heartbeat nothing notices.
 func TestLiveness_FrozenReplicationConnection(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	cluster := frozenCluster(t)
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "heartbeat", true: "no_heartbeat_UNSAFE"}[unsafe], func(t *testing.T) {
@@ -96,6 +98,8 @@ func TestLiveness_FrozenReplicationConnection(t *testing.T) {
 // read gives up after the replication timeout, the session reconnects and
 // resumes the snapshot from its last durable chunk.
 func TestLiveness_FrozenChunkConnection(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	cluster := frozenCluster(t)
 	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
 	e.exec("INSERT INTO users SELECT g, repeat('x', 200), g FROM generate_series(1, 200000) g")

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"context"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand"
 	"strings"
 	"sync"
@@ -77,6 +78,8 @@ func (m *mutator) halt() int64 {
 // Feldera ends exact. With the window disabled (every chunk row kept) the
 // same history leaves stale and ghost rows, so the test sees a loss.
 func TestIncremental_ExactUnderWrites(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		unsafe bool
@@ -152,6 +155,8 @@ func TestIncremental_ExactUnderWrites(t *testing.T) {
 // A table that cannot be chunked exactly is refused before a slot exists,
 // naming the table: a Postgres primary key that differs from Feldera's.
 func TestIncremental_RefusesMismatchedKey(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	// FULL: the replica identity carries id, so what is refused is the
 	// chunk key, not the identity.
 	e := newEnv(t, `CREATE TABLE users (id bigint, name text, score int, PRIMARY KEY (name));
@@ -185,6 +190,8 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NUL
 // relfilenode: the chunk after it ends the session, and the next one
 // reads the table again from its first block. Exact either way.
 func TestIncremental_TruncateInWindow(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, byKey := range []bool{true, false} {
 		name := "keys"
 		if !byKey {
@@ -225,6 +232,8 @@ func truncateInWindow(t *testing.T, byKey bool) {
 // and the next one reads the table again from its first block: exact.
 // Without the check the moved rows are never read, and Feldera lacks them.
 func TestIncremental_RewriteDuringBlocks(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, unsafe := range []bool{false, true} {
 		name := "checked"
 		if unsafe {
@@ -289,6 +298,8 @@ func exactUnlessUnsafe(t *testing.T, d string, unsafe bool, variant, want string
 // and in key ranges alike; under the default 4MiB, eight times as many,
 // so the test sees the bound move the chunks.
 func TestIncremental_ChunksBoundedInBytes(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		byKey    bool
@@ -336,6 +347,8 @@ CREATE PUBLICATION pub FOR TABLE wide;`, `CREATE TABLE wide (id BIGINT NOT NULL 
 // last key, and ends exact: an upgrade in the middle of a snapshot does
 // not switch a table's ranges under it.
 func TestIncremental_KeyRangeStateResumesInKeys(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 20000) g")
 	e.fel.SetCompletionDelay(20 * time.Millisecond)
@@ -390,6 +403,8 @@ func (e *env) incrementalConfig(tables string, batchRows int) connector.Config {
 // ends exact. Without the retraction (the unsafe variant), the deleted
 // rows and the stray one stay in Feldera.
 func TestIncremental_StartupResnapshot(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "retract", true: "noRetract"}[unsafe], func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
@@ -476,6 +491,8 @@ func TestIncremental_StartupResnapshot(t *testing.T) {
 // old complete state and a slot, streams from the new slot, and the rows
 // committed while no slot existed never reach Feldera.
 func TestIncremental_CrashAfterNewSlot(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "pendingFirst", true: "noPendingFirst"}[unsafe], func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
@@ -532,6 +549,8 @@ func TestIncremental_CrashAfterNewSlot(t *testing.T) {
 // With BATCH_LINGER_MS at its largest (an hour), the snapshot still ends;
 // a last chunk left to the linger would hold it for that hour.
 func TestIncremental_LastChunkNotLeftToLinger(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, lanes := range []int{1, 2} {
 		t.Run(fmt.Sprintf("lanes%d", lanes), func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
@@ -552,6 +571,8 @@ func TestIncremental_LastChunkNotLeftToLinger(t *testing.T) {
 // waiting for the next regular one (10 s here). The hook holds the
 // first chunk's watermark back 1.3 s: two or three nudges.
 func TestIncremental_LateWatermarkNudgesTheWalsender(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 300) g")
 	c := e.newConnector(e.incrementalConfig("users", 100), e.client)
@@ -593,6 +614,8 @@ func (s slowSink) Ingress(ctx context.Context, table string, body []byte) (strin
 // outran logical decoding on this machine kind, and the stream fell
 // further behind the chunks' watermarks the longer the test ran.)
 func TestIncremental_LastChunkWhileTransactionsStream(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
 	e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
@@ -619,6 +642,8 @@ INSERT INTO unpublished (payload) SELECT 'x' FROM generate_series(1, 2000); COMM
 // it is sent: no request over a bound, and no more requests than the
 // bounds make.
 func TestIncremental_ChunksCutAtBatchBounds(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		name           string
 		chunk, maxRows int

@@ -17,6 +17,8 @@ import (
 // Feldera ends equal to Postgres. With BATCH_MAX_IN_FLIGHT=1 the same
 // load never has two requests queued: the check can see the difference.
 func TestStream_InFlightUnderSlowCompletion(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, inFlight := range []int{1, 8} {
 		t.Run(fmt.Sprintf("in_flight=%d", inFlight), func(t *testing.T) {
 			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
@@ -69,6 +71,8 @@ func TestStream_InFlightUnderSlowCompletion(t *testing.T) {
 // Ten 20,000-row batches against 3 s steps: at most five batches' worth
 // is ever queued.
 func TestStream_InFlightWithinFelderaBuffer(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, nil)
 	e.fel.SetCompletionDelay(3 * time.Second) // longer than decoding all of it takes
 	cfg := e.config("users")

@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 // read again, and Feldera ends exact. The unsafe variant misses the
 // attached rows.
 func TestStream_PartitionsAttachedAndDetached(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	const pgDDL = `CREATE TABLE m (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
 CREATE TABLE m_1 PARTITION OF m FOR VALUES FROM (0) TO (100);
 CREATE PUBLICATION pub FOR TABLE m WITH (publish_via_partition_root = true);`

@@ -32,6 +32,8 @@ const (
 // slot saw them. With the filter ignored (the unsafe variant, how the
 // snapshot read before) Feldera keeps rows the stream never maintains.
 func TestPublication_RowFilterAndColumnList(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	for _, unsafe := range []bool{false, true} {
 		name := map[bool]string{false: "filtered", true: "unsafe_unfiltered"}[unsafe]
 		t.Run(name, func(t *testing.T) {
@@ -104,6 +106,8 @@ func TestPublication_RowFilterAndColumnList(t *testing.T) {
 // a table with a generated column in its list fails before 18, so it is
 // read through a query).
 func TestPublication_GeneratedColumns(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	version := pgcluster.Shared(t).Version
 	pub := "CREATE PUBLICATION pub FOR TABLE g;"
 	if version >= 18 {
@@ -156,6 +160,8 @@ const partFeldera = `CREATE TABLE m (id INT NOT NULL PRIMARY KEY, region INT NOT
 // retraction; then a TRUNCATE of the root. A TRUNCATE of only one of the
 // leaves sharing the table is refused, naming it.
 func TestPublication_PartitionedTable(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	for _, style := range []string{"via_root", "leaves"} {
 		t.Run(style, func(t *testing.T) {
 			pub, tables := "CREATE PUBLICATION pub FOR TABLE m WITH (publish_via_partition_root = true);", "m"

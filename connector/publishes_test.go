@@ -3,6 +3,7 @@ package connector_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 // rows); and, with REPLICA IDENTITY FULL, the same key-changing updates
 // are exact.
 func TestSource_RefusedAtStartup(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		name, pg, fel, tables string
 		want                  []string

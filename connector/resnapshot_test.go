@@ -2,6 +2,7 @@ package connector_test
 
 import (
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -45,6 +46,8 @@ func (e *env) waitRequest(stateFile, id string, within time.Duration) *state.Sta
 // window disabled the delete lands after the insert and the row is lost,
 // so the test sees a loss.
 func TestResnapshot_RetractionWindow(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, unsafe := range []bool{false, true} {
 		name := "window"
 		if unsafe {
@@ -107,6 +110,8 @@ func TestResnapshot_RetractionWindow(t *testing.T) {
 // Feldera exact, items untouched, and the same request seen again (a
 // replay of the stream) is not taken a second time.
 func TestResnapshot_ExactUnderWrites(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	const rows = 10000
 	e.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", rows))
@@ -167,6 +172,8 @@ func TestResnapshot_ExactUnderWrites(t *testing.T) {
 // Requests the connector cannot carry out are refused in the state file,
 // naming why, and the connector keeps streaming.
 func TestResnapshot_Refused(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text, score int);
 CREATE TABLE logs (line text);
 ALTER TABLE logs REPLICA IDENTITY FULL;
@@ -201,6 +208,8 @@ CREATE TABLE logs (line VARCHAR);`)
 // state already says so), the replayed request is not taken twice, and
 // the table ends exact.
 func TestResnapshot_TableBeingRead(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 5000) g")
 	cfg := e.config("users,public.items:catalog_items")

@@ -27,6 +27,8 @@ CREATE TABLE catalog_items (sku INT NOT NULL, region VARCHAR NOT NULL, price DEC
 // a checkpoint covered may have been acknowledged meanwhile. Trusting the
 // restored pipeline leaves catalog_items empty.
 func TestRestore_ProgramChangeReadsTheModifiedTable(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		name, ft             string
 		restartInGap, unsafe bool
@@ -90,6 +92,8 @@ func TestRestore_ProgramChangeReadsTheModifiedTable(t *testing.T) {
 // is gone, and the start resnapshots, saying why. Trusting the restore
 // loses the rows acknowledged between the two checkpoints.
 func TestRestore_LessThanAcknowledged(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		restart func(*felderatest.Server) error
@@ -165,6 +169,8 @@ func TestRestore_LessThanAcknowledged(t *testing.T) {
 // covers nothing this session completed: the slot must not pass the lost
 // batches. Trusting the checkpoint list acknowledges them.
 func TestRestore_CheckpointOfAnotherProcessCoversNothing(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "incarnation_checked", true: "trusted_UNSAFE"}[unsafe], func(t *testing.T) {
 			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera+`
@@ -233,6 +239,8 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felder
 // waited NO_PROGRESS_TIMEOUT for a checkpoint the process stops (exit 1),
 // instead of retaining WAL without bound.
 func TestRestore_CheckpointFailureIsLoud(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 		fc.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": null}`
 	})

@@ -19,6 +19,8 @@ import (
 // MEASURE_WAL_RETENTION=1 go test ./connector -run TestMeasure_WALRetention -v
 // (docs/operations.md records a run).
 func TestMeasure_WALRetention(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	if os.Getenv("MEASURE_WAL_RETENTION") == "" {
 		t.Skip("a measurement: set MEASURE_WAL_RETENTION=1")
 	}

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ const richFeldera = `CREATE TABLE rich (id INT NOT NULL PRIMARY KEY, m VARCHAR, 
 // numeric into DECIMAL, jsonb into VARIANT. Snapshot and stream must write
 // the same values, and the double must take every one.
 func TestStream_SchemaMatrix(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	for _, path := range []string{"stream", "snapshot"} {
 		t.Run(path, func(t *testing.T) {
 			e := newEnv(t, richPG, richFeldera)
@@ -82,6 +85,8 @@ func TestStream_SchemaMatrix(t *testing.T) {
 // the table, the column, the Postgres type (name and OID) and the Feldera
 // type.
 func TestStream_SchemaRefusals(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	cases := []struct {
 		name, pgType, pgPre, felType string
 		want                         []string
@@ -128,6 +133,8 @@ CREATE PUBLICATION pub FOR TABLE feel;`, `CREATE TABLE feel (id INT NOT NULL PRI
 // truncate it silently, as the double shows when the value is sent
 // unchecked.
 func TestStream_ValuesFelderaCannotHold(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	const pg = `CREATE TABLE ev (id int PRIMARY KEY, d date, n numeric);
 CREATE PUBLICATION pub FOR TABLE ev;`
 	const fel = `CREATE TABLE ev (id INT NOT NULL PRIMARY KEY, d DATE, n DECIMAL(10,2));`

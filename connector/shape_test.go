@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 // exact; the unsafe variant takes the new column as it comes and leaves
 // the old rows without it.
 func TestStream_ShapeChangesReadTheTableAgain(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const pgDDL = `CREATE TABLE items (id int PRIMARY KEY, v text);
 CREATE PUBLICATION pub FOR TABLE items;`
 	const felDDL = `CREATE TABLE items (id INT NOT NULL PRIMARY KEY, v VARCHAR, c VARCHAR);`

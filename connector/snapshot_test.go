@@ -61,6 +61,8 @@ func (w *writer) halt() int64 {
 }
 
 func TestSnapshot_ConcurrentWritesExactlyOnce(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 30000) g")
 	e.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 30000) g")
@@ -108,6 +110,8 @@ func TestSnapshot_ConcurrentWritesExactlyOnce(t *testing.T) {
 // rows committed in between are lost, and the oracle sees it. initial does
 // not lose them.
 func TestSnapshot_InconsistentModeLoses(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, mode := range []string{connector.SnapshotInconsistent, connector.SnapshotInitial} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera)
@@ -138,6 +142,8 @@ func TestSnapshot_InconsistentModeLoses(t *testing.T) {
 }
 
 func TestSnapshot_StartupPlans(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 1000) g")
 	cfg := e.snapshotConfig("users,public.items:catalog_items")
@@ -207,6 +213,8 @@ func TestSnapshot_StartupPlans(t *testing.T) {
 }
 
 func TestSnapshot_BadStateFileIsFatal(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for name, content := range map[string]string{
 		"corrupt":        `{"version":1,"slot":"s",`,
 		"unknownVersion": `{"version":7,"slot":"s","publication":"pub","tables":[]}`,
@@ -236,6 +244,8 @@ func TestSnapshot_BadStateFileIsFatal(t *testing.T) {
 // it ({} and the legacy strings mean exactly_once) completed state
 // survives and the connector streams on.
 func TestSnapshot_FelderaRestartWhileStreaming(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, c := range []struct{ name, ft string }{
 		{"absent", ""},
 		{"null", "null"},
@@ -272,6 +282,8 @@ func TestSnapshot_FelderaRestartWhileStreaming(t *testing.T) {
 
 // A slot whose WAL was removed (wal_status lost) is a lost stream: resnapshot.
 func TestSnapshot_LostSlotResnapshots(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	cluster := pgcluster.New(t, pgcluster.Options{Settings: pgcluster.LoseSlotSettings})
 	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
 	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 500) g")

@@ -58,6 +58,8 @@ END;
 // transaction and no state breaks the sum; with off (which is what auto
 // did for a single-table flush of whole transactions), states do.
 func TestStream_TransfersAtomicInOneTable(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	pgbench := pgcluster.Tool(t, "pgbench")
 	script := filepath.Join(t.TempDir(), "transfer.sql")
 	if err := os.WriteFile(script, []byte(transferScript), 0o644); err != nil {
@@ -122,6 +124,8 @@ func TestStream_TransfersAtomicInOneTable(t *testing.T) {
 // pgfeldera's transactions start behind them, pending. None of that is
 // "another client committed ours": one session, no broken state.
 func TestStream_TransactionsBesideAnotherInput(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	pgbench := pgcluster.Tool(t, "pgbench")
 	iv := &invariant{check: pgbenchSums}
 	e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchFeldera+`
@@ -204,6 +208,8 @@ func feedSide(t *testing.T, e *env, every time.Duration) func() int {
 // buffered under that name before it commits, or some land after the
 // commit, outside it: a state with the customer and part of its orders.
 func TestStream_QuotedTableInTransactions(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	iv := &invariant{check: func(v felderatest.View) (bool, string) {
 		per := map[string]int{}
 		for _, r := range v.Rows(`"Orders"`) {
@@ -249,6 +255,7 @@ CREATE TABLE "Orders" (id INT NOT NULL PRIMARY KEY, cust INT NOT NULL);`, func(f
 // first, then deleted; no batch waits inside the query's answer (whose
 // idle timer would end it).
 func TestStream_TruncateWithSlowCompletion(t *testing.T) {
+	pgcluster.AnyVersion(t)
 	t.Parallel() // waits 35 s for one completion
 	e := newEnvOn(t, pgcluster.Shared(t), `
 CREATE TABLE users (id int PRIMARY KEY, name text, score int);
@@ -276,6 +283,7 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id INT NOT NULL P
 // than FELDERA_COMPLETION_TIMEOUT: pgfeldera waits for it as long as the
 // commit progresses, and delivers every row once, in one session.
 func TestStream_LongCommit(t *testing.T) {
+	pgcluster.AnyVersion(t)
 	t.Parallel() // a 90 s commit
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 		fc.CommitPerRecord = 450 * time.Microsecond // 200,000 records: 90 s
@@ -313,6 +321,7 @@ func onceEach(t *testing.T, e *env, table string, want int) {
 // its commit takes 120 s. The copy is sent once: no timeout ends the
 // session and starts a second copy beside the running commit.
 func TestSnapshot_OneTransactionLongCommit(t *testing.T) {
+	pgcluster.AnyVersion(t)
 	t.Parallel() // a 120 s commit
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 		fc.CommitPerRecord = 1200 * time.Microsecond // 100,000 records: 120 s

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"context"
 	"errors"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);
 CREATE TABLE catalog_items (sku INT NOT NULL, region VARCHAR NOT NULL, price DECIMAL(10,2), PRIMARY KEY (sku, region));`
 
 func TestStream_MixedWorkload(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	cfg := e.config("users,public.items:catalog_items")
 	cfg.BatchMaxRows = 4000
@@ -51,6 +54,8 @@ func TestStream_MixedWorkload(t *testing.T) {
 }
 
 func TestStream_IdleUnpublishedWritesAreAcked(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	e.start(e.config("users,public.items:catalog_items"))
 	e.waitSlot()
@@ -64,6 +69,8 @@ func TestStream_IdleUnpublishedWritesAreAcked(t *testing.T) {
 }
 
 func TestStream_RefusesUnmappedTable(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG+"\nCREATE TABLE other (id int primary key); ALTER PUBLICATION pub ADD TABLE other;", mixedFeldera)
 	r := e.start(e.config("users,public.items:catalog_items"))
 	e.waitSlot()
@@ -85,6 +92,8 @@ func TestStream_RefusesUnmappedTable(t *testing.T) {
 // deletes and duplicate rows end in an exact multiset match, and so does a
 // resnapshot (which retracts every row first).
 func TestStream_KeylessDestination(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const pg = `
 CREATE TABLE log (msg text, n int);
 CREATE PUBLICATION pub FOR TABLE log;`
@@ -136,6 +145,8 @@ CREATE PUBLICATION pub FOR TABLE log;`
 // writer that never pauses still gets its rows flushed every linger, not
 // only once it stops (a linger restarted by each row would never fire).
 func TestStream_LingerFromOldestRow(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	cfg := e.config("users,public.items:catalog_items")
 	cfg.BatchLinger = 300 * time.Millisecond
@@ -164,6 +175,8 @@ func TestStream_LingerFromOldestRow(t *testing.T) {
 // one row, and lands exactly; a row wider than the bound seals the batch
 // it lands in.
 func TestStream_BatchMaxBytes(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG, mixedFeldera)
 	cfg := e.config("users,public.items:catalog_items")
 	cfg.BatchMaxBytes = 1 << 20

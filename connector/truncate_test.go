@@ -1,11 +1,14 @@
 package connector_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"testing"
 	"time"
 )
 
 func TestStream_Truncate(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnv(t, mixedPG+`
 CREATE TABLE parent (id int PRIMARY KEY);
 CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent(id));

@@ -59,6 +59,8 @@ func (iv *invariant) counts() (states, bad int, first string) {
 // land at different steps, and states do: the check sees half-applied
 // transactions.
 func TestStream_TransactionsAtomicUnderPgbench(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	pgbench := pgcluster.Tool(t, "pgbench")
 	// "auto/slow" completes a request 10 ms after it arrived, so the
 	// records of a transaction are still buffered when its last POST is
@@ -122,6 +124,8 @@ func TestStream_TransactionsAtomicUnderPgbench(t *testing.T) {
 // batches; inside one Feldera transaction none of it is visible until all
 // of it is. With transactions off, states with part of it show up.
 func TestStream_LargeTransactionInvisibleUntilWhole(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, mode := range []string{connector.TxnAuto, connector.TxnOff} {
 		t.Run(mode, func(t *testing.T) {
 			iv := &invariant{check: func(v felderatest.View) (bool, string) {
@@ -182,6 +186,8 @@ func runTool(t *testing.T, path string, args ...string) {
 // log says so, and the commit waits for that connector too. Nothing is
 // visible until both committed; then everything is.
 func TestStream_JoinsConnectorTransaction(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, nil)
 	if err := e.fel.StartConnectorTransaction("orders.delta"); err != nil {
 		t.Fatal(err)
@@ -210,6 +216,8 @@ func TestStream_JoinsConnectorTransaction(t *testing.T) {
 // transaction: every state Feldera exposes has either none of the copy or
 // all of it, in both tables. Without it, the copy shows up batch by batch.
 func TestSnapshot_OneTransaction(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, inTxn := range []bool{true, false} {
 		t.Run(fmt.Sprintf("snapshot_transaction=%v", inTxn), func(t *testing.T) {
 			iv := &invariant{check: func(v felderatest.View) (bool, string) {
@@ -253,6 +261,8 @@ func TestSnapshot_OneTransaction(t *testing.T) {
 // the commit, not from their POSTs (otherwise a large enough transaction
 // could never be delivered).
 func TestStream_TransactionLongerThanCompletionTimeout(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, nil)
 	e.fel.SetCompletionDelay(2 * time.Millisecond)
 	cfg := e.config("users")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 // by the initial snapshot's COPY. Both must produce the same hand-written
 // values.
 func TestStream_TypeMatrix(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	for _, path := range []string{"stream", "snapshot"} {
 		t.Run(path, func(t *testing.T) { typeMatrix(t, path) })
 	}
@@ -84,6 +87,8 @@ func verifyMatches(t *testing.T, e *env, cfg connector.Config) {
 // a string of JSON, DECIMAL a bare number, TIMESTAMP with a T) and sent
 // as ingress takes it. Every delete must match, or rows stay.
 func TestStream_KeylessRetractionOfEveryType(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, `
 CREATE TABLE typed (
   id int, b bool, f4 float4, f8 float8, n numeric(20,6), t text, bp char(4), u uuid, d date, tm time,
@@ -116,6 +121,8 @@ CREATE TABLE typed (
 }
 
 func TestStream_Toast(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, `CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
 ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
 CREATE PUBLICATION pub FOR TABLE docs;`, `CREATE TABLE docs (id INT NOT NULL PRIMARY KEY, title VARCHAR, body VARCHAR);`)
@@ -155,6 +162,8 @@ CREATE PUBLICATION pub FOR TABLE docs;`, `CREATE TABLE docs (id INT NOT NULL PRI
 }
 
 func TestStream_AlterTableAddColumn(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	e := newEnv(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
 CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);`)
 	e.start(e.config("users"))
@@ -172,6 +181,8 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NUL
 // the column NULLed: an update after the change would otherwise blank the
 // column of a row Feldera already holds, and the comparison would see it.
 func TestStream_MappedColumnChangesMidStream(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	cases := []struct{ name, alter, column, before string }{
 		{"rename", "ALTER TABLE users RENAME COLUMN name TO full_name", "name", "(SELECT id, full_name AS name, score FROM users WHERE id <= 100)"},
 		{"drop", "ALTER TABLE users DROP COLUMN name", "name", ""},

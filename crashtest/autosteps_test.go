@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 // own, or every start_transaction is answered 409 until the session gives
 // up, and again in the next one.
 func TestCrash_AfterBeginBesideAutomaticSteps(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	w := newWorld(t, func(c *felderatest.Config) {
 		c.Tables = felderatest.MustParseDDL(felderaDDL + `
 CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`)

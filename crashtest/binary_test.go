@@ -1,6 +1,7 @@
 package crashtest_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,8 @@ import (
 // NO_PROGRESS_TIMEOUT: a Feldera that never completes ends the process
 // with exit 1 (a supervisor restarts it), naming the setting.
 func TestBinary_NoProgressTimeoutExits1(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	w := newWorld(t, nil)
 	p := w.start("NO_PROGRESS_TIMEOUT=3s", "FELDERA_COMPLETION_TIMEOUT=1s", "SNAPSHOT_MODE=never")
 	seeded(w, p, false)
@@ -39,6 +42,8 @@ func TestBinary_NoProgressTimeoutExits1(t *testing.T) {
 // A graceful stop waits for the in-flight batch (up to STOP_TIMEOUT); a
 // second signal ends the process at once, by the signal.
 func TestBinary_SecondSignalExitsAtOnce(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	w := newWorld(t, nil)
 	p := w.start("STOP_TIMEOUT=120s", "FELDERA_COMPLETION_TIMEOUT=120s", "SNAPSHOT_MODE=never")
 	seeded(w, p, false)
@@ -67,6 +72,8 @@ func TestBinary_SecondSignalExitsAtOnce(t *testing.T) {
 // Neither the API key nor the DSN's password appears in anything `run`
 // prints, at debug level, through Feldera errors and retries.
 func TestBinary_SecretsNeverPrinted(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const apiKey, password = "apikey-S3CRET-7f3a9", "pgpw-S3CRET-51c0"
 	w := newWorld(t, func(c *felderatest.Config) { c.APIKey = apiKey })
 	dsn := strings.Replace(w.dsn, "postgres@", "postgres:"+password+"@", 1)

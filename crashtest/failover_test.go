@@ -159,6 +159,8 @@ func (wr *failoverWriter) halt() int64 {
 // resnapshot, and Feldera ends exact against the promoted server: nothing
 // lost, no phantom row.
 func TestFailover_SynchronizedStandby(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	const pre = 20000
 	f := newFailoverWorld(t, true)
 	f.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", pre))
@@ -217,6 +219,8 @@ func TestFailover_SynchronizedStandby(t *testing.T) {
 // 17: status says so, and after a failover the slot is gone, so the
 // resnapshot path is taken, and Feldera ends exact.
 func TestFailover_SlotWithoutFailoverResnapshots(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	f := newFailoverWorld(t, true)
 	f.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
 	env := []string{"PG_DSN=" + f.multi, "PG_SLOT_FAILOVER=off"}
@@ -255,6 +259,8 @@ func TestFailover_SlotWithoutFailoverResnapshots(t *testing.T) {
 // reconnecting session sees the new timeline fork before what it sent,
 // takes the resnapshot path, and Feldera ends exact.
 func TestFailover_PhantomWindowWithoutStandbySlots(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	const phantoms = 50
 	f := newFailoverWorld(t, false)
 	f.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")
@@ -326,6 +332,8 @@ var forkLog = regexp.MustCompile(`forked from \d+ at ([0-9A-F]+/[0-9A-F]+), and 
 // committed it. The session after the failover takes the resnapshot path
 // and no row of the transaction stays in Feldera.
 func TestFailover_PartlySentTransactionPastTheFork(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	const big = 5000
 	f := newFailoverWorld(t, false)
 	f.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 2000) g")

@@ -2,6 +2,7 @@ package crashtest_test
 
 import (
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"os"
 	"strings"
 	"testing"
@@ -22,6 +23,8 @@ import (
 //   - after_checkpoint: a checkpoint covers everything completed.
 //   - post_in_flight: an ingress request is held by Feldera, unanswered.
 func TestFelderaAxis(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash matrix: not in -short")
 	}

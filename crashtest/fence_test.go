@@ -2,6 +2,7 @@ package crashtest_test
 
 import (
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,8 @@ import (
 // process sends the newer rows at once, the late request overwrites them,
 // and the oracle sees it.
 func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
 			w := newWorld(t, nil)
@@ -88,6 +91,8 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 // the fence file kept, the late request lands during the fence and is
 // retracted: Feldera ends empty. Without it, the oracle sees the rows.
 func TestKill_TruncateReplayWaitsForLateIngress(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fence_file_kept=%v", keep), func(t *testing.T) {
 			w := newWorld(t, nil)

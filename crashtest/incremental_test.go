@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 // incrementalRows is the acceptance test's table size (issue 17) and
 // whether it is the full one: 2,000,000 rows, about 100 s. Under -race
 // (make test) it is 200,000; CRASHTEST_INCREMENTAL_ROWS sets another size
-// (.ci/run: 200,000 on PostgreSQL 17 and 18, the full size once on 16).
+// (.ci/run reads the full size once, without -race).
 func incrementalRows(t *testing.T) (int, bool) {
 	if v := os.Getenv("CRASHTEST_INCREMENTAL_ROWS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -143,6 +144,8 @@ func (x *xminWatch) halt() (time.Duration, string) {
 // one xmin for more than 10 s while the copy ran for longer than that
 // (the double completes one batch at a time, slowly).
 func TestIncremental_KillResumes(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	n, full := incrementalRows(t)
 	w := newWorld(t, nil)
 	w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", n))
@@ -235,6 +238,8 @@ func TestIncremental_KillResumes(t *testing.T) {
 // copies under one exported snapshot, whose transaction holds one xmin
 // for the whole copy (here about 15 s, the double being slow).
 func TestIncremental_XminWatchSeesInitial(t *testing.T) {
+	pgcluster.EveryVersion(t)
+	t.Parallel()
 	w := newWorld(t, nil)
 	w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100000) g")
 	w.fel.SetCompletionDelay(150 * time.Millisecond)

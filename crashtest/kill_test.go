@@ -2,6 +2,7 @@ package crashtest_test
 
 import (
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 // came after the last acknowledgement; a graceful stop redelivers nothing.
 // Both counts are measured and printed.
 func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	w := newWorld(t, nil)
 	p := w.start()
 	seeded(w, p, false)

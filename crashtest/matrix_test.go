@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -331,6 +332,8 @@ func checkFirstPost(point string, fenced bool, first time.Duration) string {
 }
 
 func TestCrashMatrix(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash matrix: not in -short")
 	}
@@ -345,12 +348,17 @@ func TestCrashMatrix(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var results []outcome
+	// The cases run in parallel, each in its own world; the table is
+	// written once they all ended (a parent's cleanup waits for its
+	// parallel subtests).
+	t.Cleanup(func() { matrixTable(t, results) })
 	for _, wl := range workloads {
 		baseline, cleanOps := cleanRun(t, wl)
 		for _, point := range crashtest.Points {
 			for _, n := range wl.points[point] {
 				name := fmt.Sprintf("%s/%s/%d", wl.name, point, n)
 				t.Run(name, func(t *testing.T) {
+					t.Parallel()
 					o := crashCase(t, wl, point, n, baseline, cleanOps)
 					mu.Lock()
 					results = append(results, o)
@@ -365,6 +373,11 @@ func TestCrashMatrix(t *testing.T) {
 			}
 		}
 	}
+}
+
+// matrixTable logs the matrix's outcomes as a table (CRASH_MATRIX_OUT
+// also writes it to a file).
+func matrixTable(t *testing.T, results []outcome) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| point | batches | workload | replayed | lost | restart → first POST |\n|---|---|---|---|---|---|\n")
 	for _, o := range results {

@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"flag"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -80,6 +81,8 @@ const maxFallbacks = 0.2
 // checked. A quarter of them start from pre-existing rows and crash inside
 // the initial snapshot. CRASHTEST_SEED=<n> reproduces a failure.
 func TestCrashRandom(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("random crash histories: not in -short")
 	}

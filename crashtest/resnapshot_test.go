@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -29,6 +30,8 @@ func (w *world) resnapshot(args ...string) (string, int) {
 // users table. It exits 0, Feldera is then exact, the running connector
 // never restarted, and items kept arriving with no gap over 5 s.
 func TestResnapshot_WhileStreaming(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const users = 20000
 	w := newWorld(t, nil)
 	w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", users))
@@ -145,6 +148,8 @@ func TestResnapshot_WhileStreaming(t *testing.T) {
 // error naming it; one written while no state file exists is refused
 // plainly.
 func TestResnapshot_UnknownTable(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	w := newWorld(t, nil)
 	if out, code := w.resnapshot("users"); code != 1 || !strings.Contains(out, "no state file") {
 		t.Fatalf("without a state file: exit %d:\n%s", code, out)
@@ -176,6 +181,8 @@ func must(t *testing.T, err error) {
 // the chunks from the last durable one), the request is not taken again
 // from the replayed stream, and it ends done and exact.
 func TestResnapshot_KillResumes(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const users = 20000
 	w := newWorld(t, nil)
 	w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", users))

@@ -1,6 +1,7 @@
 package crashtest_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"syscall"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 // the in-flight batch STOP_TIMEOUT to complete, then exits 0 having
 // acknowledged nothing that did not complete; a restart delivers it all.
 func TestStop_BoundedWhileCompletionHeld(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	const stopTimeout = 3 * time.Second
 	w := newWorld(t, nil)
 	p := w.start("STOP_TIMEOUT=3s")

@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -21,6 +22,8 @@ import (
 // answers the other 409, and it backs off and retries. Both catch up, and
 // every table equals its source.
 func TestTwoProcesses_ContendForTransactions(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	w := newWorld(t, func(c *felderatest.Config) {
 		c.Tables = felderatest.MustParseDDL(felderaDDL + `
 CREATE TABLE orders (id BIGINT NOT NULL PRIMARY KEY, total INT);

@@ -1,6 +1,7 @@
 package crashtest_test
 
 import (
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 // triggers a resnapshot) restarts before completing: what it had only
 // accepted is gone, and the slot has already moved past it.
 func TestUnsafe_AcceptedModeLoses(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, mode := range []string{"accepted", "completed"} {
 		t.Run(mode, func(t *testing.T) {
 			w := newWorld(t, func(c *felderatest.Config) { c.FaultTolerant = true })
@@ -66,6 +69,8 @@ func TestUnsafe_AcceptedModeLoses(t *testing.T) {
 // inconsistent copies before creating the slot: rows committed meanwhile
 // are lost.
 func TestUnsafe_InconsistentSnapshotLoses(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
 	for _, mode := range []string{"inconsistent", "initial"} {
 		t.Run(mode, func(t *testing.T) {
 			w := newWorld(t, nil)

@@ -41,6 +41,7 @@ func metric(body, name string) string {
 // A workload moves the key series; /readyz is not ready while Feldera
 // fails and ready again after it recovers.
 func TestMetricsAndReadiness(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	ctx := context.Background()
@@ -138,6 +139,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 // flush is blocked; the slot gauges Postgres reports; the POST and
 // completion histograms; reconnects by cause; retraction deletes.
 func TestMetrics_SnapshotBlockedSlotAndCauses(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	ctx := context.Background()

@@ -152,6 +152,7 @@ func TestChunkSQL_Errors(t *testing.T) {
 // byte order) and a row filter, read one after another from the last key
 // of the previous chunk: together exactly the filtered rows, each once.
 func TestChunkSQL_PartitionsTheTable(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	ctx := context.Background()
 	conn := testConn(t)
 	if _, err := conn.Exec(ctx, `CREATE TABLE t (a int, b text, v int, PRIMARY KEY (a, b));
@@ -208,6 +209,7 @@ func readLane(t *testing.T, conn *pgx.Conn, s snapshot.Source, key []snapshot.Ke
 // quotes, backslashes) partition the table: read lane by lane, chunk by
 // chunk, every row once; and the lanes are about even.
 func TestLanes_PartitionTheTable(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	ctx := context.Background()
 	conn := testConn(t)
 	if _, err := conn.Exec(ctx, `CREATE TABLE t (b text, a int, v int, PRIMARY KEY (b, a));

@@ -14,6 +14,7 @@ import (
 // double's DDL parser reads, notes refused columns on stderr, and exits 1
 // naming a missing publication, 2 on a missing PG_DSN.
 func TestDDLCommand(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]

@@ -21,6 +21,7 @@ import (
 func TestMain(m *testing.M) { pgcluster.Main(m) }
 
 func TestStatus(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
@@ -103,6 +104,7 @@ func TestStatus(t *testing.T) {
 // The README's first command: the demo runs end to end and its final
 // side-by-side counts match.
 func TestDemo(t *testing.T) {
+	pgcluster.AnyVersion(t)
 	pgcluster.Shared(t) // skips or fails like the other integration tests without binaries
 	var out, errb bytes.Buffer
 	code := run(context.Background(), func() {}, []string{"demo", "--duration", "10s"}, env(nil), &out, &errb)
@@ -120,6 +122,7 @@ func TestDemo(t *testing.T) {
 // A slot whose WAL is gone: status says the next run resnapshots and
 // exits 1, as it does for a missing slot.
 func TestStatus_LostSlotExits1(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.New(t, pgcluster.Options{Settings: pgcluster.LoseSlotSettings})
 	dsn := c.NewDB(t)
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]

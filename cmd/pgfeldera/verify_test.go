@@ -24,6 +24,7 @@ import (
 // keys of differences planted in the double: a changed value, a missing
 // row, an extra row, and a copy too many in a keyless table.
 func TestVerify(t *testing.T) {
+	pgcluster.AnyVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]

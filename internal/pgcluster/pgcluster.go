@@ -147,6 +147,7 @@ var (
 // Call Main from TestMain so that it is stopped when the tests finish.
 func Shared(tb testing.TB) *Cluster {
 	tb.Helper()
+	checkDeclared(tb)
 	sharedOnce.Do(func() {
 		shared, sharedErr = Start(Options{})
 	})
@@ -170,6 +171,7 @@ func Main(m *testing.M) {
 // New starts a cluster for one test and stops it when the test ends.
 func New(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
+	checkDeclared(tb)
 	c, err := Start(opts)
 	if err != nil {
 		fail(tb, err)
@@ -229,13 +231,13 @@ func Start(opts Options) (*Cluster, error) {
 	}
 	settings := map[string]string{
 		"wal_level":               "logical",
-		"max_replication_slots":   "20",
-		"max_wal_senders":         "20",
+		"max_replication_slots":   "40",
+		"max_wal_senders":         "40",
 		"fsync":                   "off",
 		"full_page_writes":        "off",
 		"listen_addresses":        "'127.0.0.1'",
 		"unix_socket_directories": "'" + dir + "'",
-		"max_connections":         "100",
+		"max_connections":         "200",
 		"shared_buffers":          "64MB",
 		"logging_collector":       "off",
 		"log_min_messages":        "warning",
@@ -493,19 +495,6 @@ func (c *Cluster) Set(ctx context.Context, name, value string) error {
 		return err
 	}
 	return c.Exec(ctx, "postgres", "SELECT pg_reload_conf()")
-}
-
-// TerminateWalSenders ends every walsender (replication connection) and
-// returns how many it terminated.
-func (c *Cluster) TerminateWalSenders(ctx context.Context) (int, error) {
-	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(ctx)
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'walsender'`).Scan(&n)
-	return n, err
 }
 
 // Slot is a row of pg_replication_slots.

@@ -24,6 +24,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 func TestCluster_RunsUnprivileged(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.Shared(t)
 	pid := c.Pid()
 	st, err := os.Stat("/proc/" + strconv.Itoa(pid))
@@ -46,6 +47,7 @@ func TestCluster_RunsUnprivileged(t *testing.T) {
 }
 
 func TestCluster_SlotCreateAndConsume(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
 	conn, err := pgx.Connect(ctx(t), dsn)
@@ -79,6 +81,7 @@ func TestCluster_SlotCreateAndConsume(t *testing.T) {
 }
 
 func TestCluster_Restart(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	c := pgcluster.New(t, pgcluster.Options{})
 	dsn := c.NewDB(t)
 	if err := c.Exec(ctx(t), "postgres", "SELECT 1"); err != nil {
@@ -115,6 +118,7 @@ func TestCluster_Restart(t *testing.T) {
 // TestCluster_NoLeftoverAfterPanic runs a child test binary that starts a
 // cluster and panics, then checks the postmaster it printed is gone.
 func TestCluster_NoLeftoverAfterPanic(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	if os.Getenv("PGCLUSTER_CHILD") == "1" {
 		c, err := pgcluster.Start(pgcluster.Options{})
 		if err != nil {
@@ -165,6 +169,7 @@ func TestInCI(t *testing.T) {
 // and the standby promoted, the slot is there and the new primary takes
 // writes; a multi-host DSN with target_session_attrs=read-write finds it.
 func TestStandby_FailoverSlotSurvivesPromotion(t *testing.T) {
+	pgcluster.EveryVersion(t)
 	p := pgcluster.New(t, pgcluster.Options{})
 	if p.Version < pgcluster.MinFailoverVersion {
 		t.Skipf("PostgreSQL %d: failover slots need %d+", p.Version, pgcluster.MinFailoverVersion)
