@@ -3,6 +3,7 @@ package connector_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -262,21 +263,52 @@ func (e *env) currentLSN() pglogrepl.LSN {
 	return lsn
 }
 
+// confirmed is the slot's confirmed_flush_lsn. A failed query, a missing
+// slot or an unreadable position fails the test: a check that the slot
+// did not move must not pass because the position could not be read.
+// Call it from the test's goroutine.
 func (e *env) confirmed() pglogrepl.LSN {
 	e.t.Helper()
-	s, ok, err := e.pg.Slot(context.Background(), e.slot)
-	if err != nil || !ok || s.ConfirmedFlushLSN == "" {
-		return 0
+	lsn, err := e.slotConfirmed()
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	lsn, _ := pglogrepl.ParseLSN(s.ConfirmedFlushLSN)
 	return lsn
+}
+
+var errNoSlot = errors.New("the slot does not exist")
+
+// slotConfirmed is confirmed without the failure: 0 while the slot has no
+// consistent point, errNoSlot before it exists.
+func (e *env) slotConfirmed() (pglogrepl.LSN, error) {
+	s, ok, err := e.pg.Slot(context.Background(), e.slot)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("reading slot %s: %w", e.slot, err)
+	case !ok:
+		return 0, fmt.Errorf("slot %s: %w", e.slot, errNoSlot)
+	case s.ConfirmedFlushLSN == "":
+		return 0, nil
+	}
+	lsn, err := pglogrepl.ParseLSN(s.ConfirmedFlushLSN)
+	if err != nil {
+		return 0, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", e.slot, s.ConfirmedFlushLSN, err)
+	}
+	return lsn, nil
 }
 
 // waitConfirmed waits until the slot's confirmed_flush_lsn reaches lsn
 // (see until for how long).
 func (e *env) waitConfirmed(lsn pglogrepl.LSN, within time.Duration) {
 	e.t.Helper()
-	if !e.until(within, 50*time.Millisecond, func() bool { return e.confirmed() >= lsn }) {
+	reached := func() bool {
+		got, err := e.slotConfirmed()
+		if err != nil && !errors.Is(err, errNoSlot) { // not created yet: wait
+			e.t.Fatal(err)
+		}
+		return err == nil && got >= lsn
+	}
+	if !e.until(within, 50*time.Millisecond, reached) {
 		e.t.Fatalf("confirmed_flush_lsn %s did not reach %s within %s without progress\nlogs:\n%s", e.confirmed(), lsn, within, tail(e.logs.String(), 3000))
 	}
 }
@@ -325,7 +357,8 @@ func (e *env) progress() [4]int64 {
 	if e.fel != nil {
 		n, steps = int64(e.fel.RequestCount()), int64(e.fel.Steps())
 	}
-	return [4]int64{int64(e.logs.News()), n, steps, int64(e.confirmed())}
+	lsn, _ := e.slotConfirmed() // before the slot exists, 0
+	return [4]int64{int64(e.logs.News()), n, steps, int64(lsn)}
 }
 
 func tail(s string, n int) string {

@@ -2,6 +2,8 @@ package connector
 
 import (
 	"math/rand"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -205,7 +207,13 @@ func TestFrontier_InFlight(t *testing.T) {
 // commit once everything is complete and covered.
 func TestFrontier_RandomSchedules(t *testing.T) {
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	if v := os.Getenv("FRONTIER_SEED"); v != "" { // reproduces a failure
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("FRONTIER_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("FRONTIER_SEED=%d", seed)
 	rng := rand.New(rand.NewSource(seed))
 	t0 := time.Unix(1000, 0)
 	for iter := 0; iter < 3000; iter++ {

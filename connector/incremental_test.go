@@ -52,6 +52,7 @@ func (e *env) startWrites(next func() string) *mutator {
 		e.t.Fatal(err)
 	}
 	m.wg.Add(1)
+	e.t.Cleanup(func() { m.halt() }) // a failed test leaves no writer behind
 	go func() {
 		defer m.wg.Done()
 		defer conn.Close(context.Background())

@@ -39,6 +39,9 @@ func (e *env) startWriter(table string, from int64) *writer {
 		e.t.Fatal(err)
 	}
 	w.wg.Add(1)
+	// A test that fails before halting its writer must not leave it
+	// writing (and reporting) after the test ended.
+	e.t.Cleanup(func() { w.halt() })
 	go func() {
 		defer w.wg.Done()
 		defer conn.Close(context.Background())

@@ -107,6 +107,7 @@ type failoverWriter struct {
 func (f *failoverWorld) startWriter(seed int64, keys int) *failoverWriter {
 	wr := &failoverWriter{}
 	wr.wg.Add(1)
+	f.t.Cleanup(func() { wr.halt() }) // a failed test leaves no writer behind
 	go func() {
 		defer wr.wg.Done()
 		rng := rand.New(rand.NewSource(seed))

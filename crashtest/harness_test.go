@@ -253,12 +253,23 @@ func (p *proc) stop(t testing.TB) int {
 	return -1
 }
 
+// lsn runs q, which returns one LSN as text. A failed query, no row, NULL
+// or an unreadable position fails the test: a check that the slot did not
+// move must not pass because the position could not be read. Call it from
+// the test's goroutine.
 func (w *world) lsn(q string) pglogrepl.LSN {
+	w.t.Helper()
 	var s *string
-	if err := w.db.QueryRow(context.Background(), q).Scan(&s); err != nil || s == nil {
-		return 0
+	if err := w.db.QueryRow(context.Background(), q).Scan(&s); err != nil {
+		w.t.Fatalf("%s: %v", q, err)
 	}
-	l, _ := pglogrepl.ParseLSN(*s)
+	if s == nil {
+		w.t.Fatalf("%s: NULL", q)
+	}
+	l, err := pglogrepl.ParseLSN(*s)
+	if err != nil {
+		w.t.Fatalf("%s: %q: %v", q, *s, err)
+	}
 	return l
 }
 

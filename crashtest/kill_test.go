@@ -13,7 +13,8 @@ import (
 // Both counts are measured and printed.
 func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
 	pgcluster.AnyVersion(t)
-	t.Parallel()
+	// Not parallel: it checks that the slot did not move at all, and on a
+	// shared cluster an idle session acknowledges other tests' WAL.
 	w := newWorld(t, nil)
 	p := w.start()
 	seeded(w, p, false)

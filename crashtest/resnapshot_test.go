@@ -219,6 +219,12 @@ func TestResnapshot_KillResumes(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
+	var once sync.Once
+	halt := func() { // also on a failure: no writer outlives the test
+		once.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer halt()
 	out, code := w.resnapshot("users")
 	if code != 0 {
 		t.Fatalf("resnapshot exited %d: %s", code, out)
@@ -232,8 +238,7 @@ func TestResnapshot_KillResumes(t *testing.T) {
 	p.kill()
 	p = w.start(env...)
 	w.poll("the request done", 2*time.Minute, func() bool { return strings.Contains(w.stateText(), `"done": true`) })
-	close(stop)
-	wg.Wait()
+	halt()
 	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
 		t.Fatal(msg)
 	}

@@ -663,10 +663,11 @@ func TestClient_QueryLongAnswerVersusStall(t *testing.T) {
 	if err := c.Query(ctx(t), "long", func(json.RawMessage) error { n++; return nil }); err != nil || n != 6 {
 		t.Fatalf("600 ms answer with 300 ms RequestTimeout: n=%d err=%v", n, err)
 	}
-	start := time.Now()
+	// The stalled answer would end cleanly after 5 s: only the client's
+	// stall check turns it into an error.
 	err := c.Query(ctx(t), "stall", func(json.RawMessage) error { return nil })
-	if err == nil || !strings.Contains(err.Error(), "stalled") || time.Since(start) > 3*time.Second {
-		t.Fatalf("stalled answer: err=%v after %s", err, time.Since(start))
+	if err == nil || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("stalled answer: err=%v", err)
 	}
 }
 
