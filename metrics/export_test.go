@@ -1,6 +1,40 @@
 package metrics
 
-import "context"
+import (
+	"context"
+	"regexp"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // ReadSlot reads the slot once, as the poller in Serve does.
 func (m *Metrics) ReadSlot(ctx context.Context) { m.readSlot(ctx) }
+
+var descName = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+
+// Exported lists every metric the binary serves, with its labels, as the
+// README writes it: name{label,label}.
+func Exported(m *Metrics) []string {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range m.collectors {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var out []string
+	for d := range ch {
+		g := descName.FindStringSubmatch(d.String())
+		if g == nil {
+			panic("unexpected prometheus.Desc format: " + d.String())
+		}
+		name := g[1]
+		if g[2] != "" {
+			name += "{" + g[2] + "}"
+		}
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}

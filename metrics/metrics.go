@@ -24,6 +24,7 @@ import (
 // Metrics implements connector.Observer and serves the endpoints.
 type Metrics struct {
 	reg        *prometheus.Registry
+	collectors []prometheus.Collector // what reg serves
 	batchRows  prometheus.Histogram
 	postSecs   prometheus.Histogram
 	waitSecs   prometheus.Histogram
@@ -59,7 +60,8 @@ func New(dsn, slot string, logger *slog.Logger) *Metrics {
 		Help: "Failed Feldera requests, by error code (transport: no answer)."}, []string{"code"})
 	m.reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfeldera_reconnects_total",
 		Help: "Replication sessions that ended with an error, by cause."}, []string{"cause"})
-	m.reg.MustRegister(m.batchRows, m.postSecs, m.waitSecs, m.felErrors, m.reconnects, collector{m})
+	m.collectors = []prometheus.Collector{m.batchRows, m.postSecs, m.waitSecs, m.felErrors, m.reconnects, collector{m}}
+	m.reg.MustRegister(m.collectors...)
 	return m
 }
 
