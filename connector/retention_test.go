@@ -2,7 +2,6 @@ package connector_test
 
 import (
 	"context"
-	"os"
 	"sort"
 	"testing"
 	"time"
@@ -15,15 +14,11 @@ import (
 
 // How far confirmed_flush_lsn trails the WAL head under the checkpoint
 // gate, in bytes and in time, against the pipeline's checkpoint interval,
-// beside the complete gate in the same run. A measurement, not a check:
-// MEASURE_WAL_RETENTION=1 go test ./connector -run TestMeasure_WALRetention -v
+// beside the complete gate in the same run. A measurement, not a check,
+// so a benchmark (one pass each, about a minute in all):
+// go test ./connector -run '^$' -bench WALRetention -v
 // (docs/operations.md records a run).
-func TestMeasure_WALRetention(t *testing.T) {
-	pgcluster.EveryVersion(t)
-	t.Parallel()
-	if os.Getenv("MEASURE_WAL_RETENTION") == "" {
-		t.Skip("a measurement: set MEASURE_WAL_RETENTION=1")
-	}
+func BenchmarkWALRetention(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		ft    string
@@ -34,7 +29,8 @@ func TestMeasure_WALRetention(t *testing.T) {
 		{"at_least_once, checkpoint every 2s", `{"model": "at_least_once"}`, 2 * time.Second},
 		{"at_least_once, checkpoint every 5s", `{"model": "at_least_once"}`, 5 * time.Second},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		b.Run(c.name, func(b *testing.B) {
+			var t testing.TB = b
 			e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
 				fc.FaultTolerance = c.ft
 				fc.CheckpointEvery = c.every
