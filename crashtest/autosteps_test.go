@@ -27,7 +27,9 @@ func TestCrash_AfterBeginBesideAutomaticSteps(t *testing.T) {
 		c.Tables = felderatest.MustParseDDL(felderaDDL + `
 CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`)
 		c.StepTime, c.StepJitter = 20*time.Millisecond, 30*time.Millisecond
-		c.StepPerRecord, c.StepRecords = 100*time.Microsecond, 100_000 // 60,000 side records: a 6 s step
+		// 60,000 side records: an 18 s step, long enough that the crash
+		// lands inside it on a loaded machine too (6 s did not, once).
+		c.StepPerRecord, c.StepRecords = 300*time.Microsecond, 100_000
 	})
 	side, err := feldera.New(feldera.Config{URL: w.fel.URL, Pipeline: "p"})
 	if err != nil {
@@ -63,7 +65,7 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`)
 	for i := 2; i <= 20; i++ {
 		w.exec(fmt.Sprintf("BEGIN; INSERT INTO users VALUES (%d, 'a', %d); INSERT INTO items VALUES (%d, 'eu', %d); COMMIT", i, i, i, i))
 	}
-	if report := w.caughtUp(q, 60*time.Second); report != "" {
+	if report := w.caughtUp(q, 120*time.Second); report != "" {
 		t.Fatalf("not exact after the restart: %s\n%s", report, w.log())
 	}
 	out := q.output()

@@ -2,6 +2,7 @@ package crashtest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand"
@@ -180,9 +181,18 @@ func must(t *testing.T, err error) {
 // restart carries on from the state file (the retraction from its start,
 // the chunks from the last durable one), the request is not taken again
 // from the replayed stream, and it ends done and exact.
+//
+// The broken variant erases the chunks' progress from the state file
+// before the last restart, which then reads the whole table again: the
+// bound on what that restart sends must see it.
 func TestResnapshot_KillResumes(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
+	t.Run("resumes", func(t *testing.T) { t.Parallel(); killResumes(t, false) })
+	t.Run("progress_erased_BROKEN", func(t *testing.T) { t.Parallel(); killResumes(t, true) })
+}
+
+func killResumes(t *testing.T, redo bool) {
 	const users = 20000
 	w := newWorld(t, nil)
 	w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", users))
@@ -203,6 +213,7 @@ func TestResnapshot_KillResumes(t *testing.T) {
 	defer conn.Close(context.Background())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var updates atomic.Int64
 	wg.Add(1)
 	go func() { // a writer to users all along
 		defer wg.Done()
@@ -216,6 +227,7 @@ func TestResnapshot_KillResumes(t *testing.T) {
 				t.Errorf("writer: %v", err)
 				return
 			}
+			updates.Add(1)
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
@@ -232,15 +244,43 @@ func TestResnapshot_KillResumes(t *testing.T) {
 	id := strings.Fields(strings.TrimPrefix(out[strings.Index(out, "request "):], "request "))[0]
 	w.poll("the connector took the request", time.Minute, func() bool { return strings.Contains(p.output(), "resnapshot: request received") })
 	p.kill()
-	retracting := strings.Contains(w.stateText(), `"retract": true`)
+	if !strings.Contains(w.stateText(), `"retract": true`) {
+		t.Fatalf("the kill did not land in the retraction (the state file does not say retracting): the test no longer covers a restart there\n%s", w.stateText())
+	}
 	p = w.start(env...)
 	w.poll("half the chunks", 2*time.Minute, func() bool { c, _ := w.usersCopied(); return c >= users/2 })
 	p.kill()
+	copied, _ := w.usersCopied()
+	if redo {
+		w.eraseProgress(t)
+	}
+	resumed := time.Now()
 	p = w.start(env...)
 	w.poll("the request done", 2*time.Minute, func() bool { return strings.Contains(w.stateText(), `"done": true`) })
 	halt()
 	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
 		t.Fatal(msg)
+	}
+	// The last restart carries on from the last durable chunk: it sends
+	// the rows not yet copied, a chunk per lane read again at most, and
+	// what the writer changed (each update at most once, replayed or not);
+	// reading the whole table again would send about copied rows more.
+	sent := 0
+	for _, r := range w.fel.Requests() {
+		if r.Table == "users" && !r.Time.Before(resumed) {
+			sent += r.Inserts
+		}
+	}
+	bound := int(users-copied) + 2*500 + int(updates.Load())
+	if redo {
+		if sent <= bound {
+			t.Fatalf("with the progress erased the restart sent %d inserts, within the bound %d: the test cannot see a restart that reads the table again", sent, bound)
+		}
+		t.Logf("progress erased: the restart sent %d inserts, over the bound %d", sent, bound)
+		return
+	}
+	if sent > bound {
+		t.Fatalf("the restart after %d of %d rows were copied sent %d inserts to users, more than the %d left, a chunk again and %d updates: it did not resume from the state file", copied, users, sent, users-copied, updates.Load())
 	}
 	w.logMu.Lock()
 	all := w.logs.String()
@@ -251,7 +291,36 @@ func TestResnapshot_KillResumes(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(w.dir, ".pgfeldera-retract-*")); len(left) > 0 {
 		t.Fatalf("spool files left behind: %v", left)
 	}
-	t.Logf("request %s: killed once in its retraction (state said retracting: %v), once halfway through its chunks; done and exact", id, retracting)
+	t.Logf("request %s: killed once in its retraction, once halfway through its chunks (%d of %d copied); the restart sent %d inserts (bound %d); done and exact", id, copied, users, sent, bound)
+}
+
+// eraseProgress makes the state file say no chunk of users was read (the
+// broken variant of a resuming restart).
+func (w *world) eraseProgress(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(w.dir, "state.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range st["tables"].([]any) {
+		m := tb.(map[string]any)
+		if m["source"] == "public.users" {
+			delete(m, "after")
+			delete(m, "lanes")
+			m["chunks"], m["copied"] = 0, 0
+		}
+	}
+	if b, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // stateText is the state file's content ("" before it exists).
