@@ -1,7 +1,7 @@
 # pgfeldera: the two commands a new user needs are `make demo` and `make test`.
 GO      ?= go
 PKGS    ?= ./...
-TESTFLAGS ?= -race -count=1 -timeout 45m -parallel 4
+TESTFLAGS ?= -race -count=1 -timeout 45m
 # TESTEXTRA adds flags to TESTFLAGS (CI: -json).
 TESTEXTRA ?=
 

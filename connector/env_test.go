@@ -116,11 +116,22 @@ func newEnvGen(t testing.TB, c *pgcluster.Cluster, pgDDL string, felderaDDL func
 		t.Fatal(err)
 	}
 	t.Cleanup(e.fel.Close)
-	e.client, err = feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, RequestTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The request timeout is generous: a double under -race on a loaded
+	// machine answers a 1 MB body in seconds, and a timeout there is not
+	// the behaviour under test (tests of timeouts set their own).
+	e.client = e.newClient(time.Minute)
 	return e
+}
+
+// newClient is a client of the test's double with the given request
+// timeout.
+func (e *env) newClient(timeout time.Duration) *feldera.Client {
+	e.t.Helper()
+	c, err := feldera.New(feldera.Config{URL: e.fel.URL, Pipeline: "p", RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, RequestTimeout: timeout})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
 }
 
 func (e *env) exec(sql string, args ...any) {

@@ -47,14 +47,14 @@ func TestFaults(t *testing.T) {
 			e.poll("five 503s served", 60*time.Second, func() bool { return e.fel.Served(felderatest.FailStatus) >= 5 })
 			e.fel.ClearFaults()
 			e.workload(2)
-		}, func(e *env) string { return served(e, felderatest.FailStatus, 5) }},
+		}, func(e *env) string { return served(e, felderatest.FailStatus, 5) }, 0},
 		{"FelderaHangsPastClientTimeout", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Hang, Path: "ingress"})
 			e.workload(1)
-			e.waitLog("push ", 20*time.Second) // the client's request timeout (10 s) gave up on the hang
+			e.waitLog("push ", 40*time.Second) // the client's request timeout (10 s) gave up on the hang
 			e.fel.ClearFaults()
 			e.workload(2)
-		}, func(e *env) string { return served(e, felderatest.Hang, 1) }},
+		}, func(e *env) string { return served(e, felderatest.Hang, 1) }, 10 * time.Second},
 		{"CompletionHeld30s", func(e *env) {
 			e.fel.HoldCompletion(true)
 			e.workload(1)
@@ -66,7 +66,7 @@ func TestFaults(t *testing.T) {
 			e.waitLog("(FELDERA_COMPLETION_TIMEOUT", 60*time.Second)
 			e.fel.HoldCompletion(false)
 			e.workload(2)
-		}, nil},
+		}, nil, 0},
 		{"ConnectionDroppedMidPost", func(e *env) {
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.Drop, Path: "ingress", Count: 3})
 			e.fel.InjectFault(felderatest.Fault{Kind: felderatest.PartialThen503, Path: "ingress", Count: 2})
@@ -77,7 +77,7 @@ func TestFaults(t *testing.T) {
 				return m
 			}
 			return served(e, felderatest.PartialThen503, 2)
-		}},
+		}, 0},
 	})
 }
 
@@ -94,13 +94,14 @@ func TestFaults_WalSenderTerminated(t *testing.T) {
 			e.t.Fatalf("terminating the walsender of slot %s: %v (terminated: %v)", e.slot, err, ok)
 		}
 		e.workload(2)
-	}, nil}})
+	}, nil, 0}})
 }
 
 type faultCase struct {
-	name   string
-	during func(e *env)
-	fired  func(e *env) string // "" when the fault demonstrably happened
+	name    string
+	during  func(e *env)
+	fired   func(e *env) string // "" when the fault demonstrably happened
+	timeout time.Duration       // the client's request timeout, if not the harness's
 }
 
 // faults runs each case against its own connector: the fault must end a
@@ -111,7 +112,11 @@ func faults(t *testing.T, cases []faultCase) {
 			e := newEnv(t, mixedPG, mixedFeldera)
 			cfg := e.config("users,public.items:catalog_items")
 			cfg.SnapshotMode = "initial"
-			conn := e.newConnector(cfg, e.client)
+			client := e.client
+			if c.timeout != 0 {
+				client = e.newClient(c.timeout)
+			}
+			conn := e.newConnector(cfg, client)
 			e.run(conn)
 			e.waitSlot()
 			// The faults are meant to end a streaming session: one that
