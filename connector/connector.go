@@ -224,6 +224,7 @@ type Connector struct {
 	noStartRetract bool                                // test hook: an incremental resnapshot at startup skips the retraction (unsafe)
 	failAfterSlot  bool                                // test hook: an incremental start fails right after creating its slot
 	noPendingFirst bool                                // test hook: a snapshot start records no pending state first (unsafe)
+	noFeedWait     bool                                // test hook: commit a Feldera transaction without waiting for its input to be fed (unsafe)
 	sessionHook    func(ctx context.Context) error     // test hook: replaces session
 	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
 	stats          Stats

@@ -103,3 +103,8 @@ const WatermarkNudge = watermarkNudge
 // reading the table again: the unsafe variant that leaves existing rows
 // without the column's default, and a partition's rows out.
 func IgnoreShapeChanges(c *Connector) { c.ignoreShape = true }
+
+// SkipFeedWait makes a Feldera transaction commit without first waiting
+// until Feldera fed it every record posted in it: the unsafe variant that
+// shows the wait is what keeps a source transaction whole.
+func SkipFeedWait(c *Connector) { c.noFeedWait = true }

@@ -151,7 +151,7 @@ func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch
 		c.txn.unfedBytes += b.size()
 	}
 	if plan.end {
-		if err := c.absorbed(ctx); err != nil {
+		if err := c.absorbedUnlessHooked(ctx); err != nil {
 			return fail(err)
 		}
 		if err := c.commitTxn(ctx); err != nil {
