@@ -225,6 +225,7 @@ type Connector struct {
 	failAfterSlot  bool                                // test hook: an incremental start fails right after creating its slot
 	noPendingFirst bool                                // test hook: a snapshot start records no pending state first (unsafe)
 	noFeedWait     bool                                // test hook: commit a Feldera transaction without waiting for its input to be fed (unsafe)
+	noSettle       bool                                // test hook: ignore the Feldera transaction a crashed process left open (unsafe)
 	sessionHook    func(ctx context.Context) error     // test hook: replaces session
 	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
 	stats          Stats

@@ -108,3 +108,9 @@ func IgnoreShapeChanges(c *Connector) { c.ignoreShape = true }
 // until Feldera fed it every record posted in it: the unsafe variant that
 // shows the wait is what keeps a source transaction whole.
 func SkipFeedWait(c *Connector) { c.noFeedWait = true }
+
+// IgnoreTransactionLeftOpen makes the connector ignore the Feldera
+// transaction the fence file says a crashed process left open: the unsafe
+// variant that shows settling it first is what lets the restart start its
+// own.
+func IgnoreTransactionLeftOpen(c *Connector) { c.noSettle = true }
