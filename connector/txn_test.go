@@ -268,13 +268,29 @@ func TestStream_TransactionLongerThanCompletionTimeout(t *testing.T) {
 	cfg := e.config("users")
 	cfg.BatchMaxRows = 20
 	cfg.CompletionTimeout = 300 * time.Millisecond
-	r := e.start(cfg)
+	c := e.newConnector(cfg, e.client)
+	r := e.run(c)
 	e.waitSlot()
+	before := len(e.fel.Requests())
 	e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 15000) g") // 750 batches, one Feldera transaction
 	e.waitConfirmed(e.currentLSN(), 60*time.Second)
 	e.assertEqual("users", "users")
 	if strings.Contains(e.logs.String(), "not complete after") {
 		t.Fatalf("a batch of the transaction timed out before its commit:\n%s", tail(e.logs.String(), 3000))
+	}
+	// What the test is about: one Feldera transaction, one session, and
+	// sending it took longer than FELDERA_COMPLETION_TIMEOUT (the first
+	// batch's token completes only at the commit, after the last POST).
+	if n := c.Stats().Transactions.Load(); n != 1 {
+		t.Fatalf("%d Feldera transactions, want the source transaction in one", n)
+	}
+	sessionsOnly(t, e, c)
+	reqs := e.fel.Requests()[before:]
+	if len(reqs) < 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if took := reqs[len(reqs)-1].Time.Sub(reqs[0].Time); took <= cfg.CompletionTimeout {
+		t.Fatalf("sending the transaction took %s, not longer than FELDERA_COMPLETION_TIMEOUT (%s): the test shows nothing", took, cfg.CompletionTimeout)
 	}
 	r.stop(t)
 }
