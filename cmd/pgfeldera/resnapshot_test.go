@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +43,38 @@ func TestResolveTables(t *testing.T) {
 	}
 	if _, err := resolveTables(st, []string{"nosuch"}); err == nil {
 		t.Error("an unknown table accepted")
+	}
+}
+
+// resnapshot --wait exits 0 once the connector marks the request done,
+// and 1 when it refused it or the timeout passed first, saying why.
+func TestWaitRequest_ExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		req      *state.Request // nil: never taken
+		timeout  time.Duration
+		code     int
+		stdout   string
+		stderrIn string
+	}{
+		{"done", &state.Request{ID: "r1", Tables: []string{"public.users"}, Done: true}, 0, exitOK, "done after", ""},
+		{"refused", &state.Request{ID: "r1", Tables: []string{"public.users"}, Refused: "table public.users has no primary key"}, 0, exitFatal, "", "refused request r1: table public.users has no primary key"},
+		{"timeout", nil, 300 * time.Millisecond, exitFatal, "", "not done after 300ms"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := t.TempDir() + "/state.json"
+			st := &state.State{Version: state.Version, Slot: "s", Publication: "p"}
+			if c.req != nil {
+				st.Requests = []state.Request{*c.req}
+			}
+			if err := state.Save(path, st); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr strings.Builder
+			code := waitRequest(context.Background(), path, "s", "r1", c.timeout, &stdout, &stderr)
+			if code != c.code || !strings.Contains(stdout.String(), c.stdout) || !strings.Contains(stderr.String(), c.stderrIn) {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, c.code, stdout.String(), stderr.String())
+			}
+		})
 	}
 }
