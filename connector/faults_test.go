@@ -403,3 +403,26 @@ func TestFence_OnlyAnswersThatMayLandLate(t *testing.T) {
 		})
 	}
 }
+
+// /readyz while the supervisor backs off between sessions: not ready,
+// saying why, and ready again once a session streams.
+func TestReady_FalseDuringBackoff(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	e := newEnv(t, mixedPG, mixedFeldera)
+	cfg := e.config("users,public.items:catalog_items")
+	cfg.BackoffInitial, cfg.BackoffMax = 5*time.Second, 5*time.Second
+	c := e.newConnector(cfg, e.client)
+	e.run(c)
+	e.waitSlot()
+	e.poll("ready", 30*time.Second, func() bool { ok, _ := c.Ready(); return ok })
+	var ok bool
+	if err := e.db.QueryRow(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.slot).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminating the walsender of slot %s: %v (terminated: %v)", e.slot, err, ok)
+	}
+	e.waitLog("session: ended, reconnecting", 30*time.Second)
+	if ready, why := c.Ready(); ready || why != "no replication session" {
+		t.Fatalf("during the backoff: ready=%v (%s), want not ready: no replication session", ready, why)
+	}
+	e.poll("ready after the backoff", 60*time.Second, func() bool { ok, _ := c.Ready(); return ok })
+}
