@@ -108,7 +108,11 @@ func writeDuring(w *world, p *proc, from int) {
 
 // during runs one statement after another on its own connection until the
 // snapshot completed (or the process died), and 30 more after that.
-func during(w *world, p *proc, stmt func(conn *pgx.Conn) error) {
+func during(w *world, p *proc, stmt func(conn *pgx.Conn) error) { duringThen(w, p, 30, stmt) }
+
+// duringThen is during, going on for tail statements once the snapshot is
+// complete.
+func duringThen(w *world, p *proc, tail int, stmt func(conn *pgx.Conn) error) {
 	conn, err := pgx.Connect(context.Background(), w.dsn)
 	if err != nil {
 		w.t.Fatal(err)
@@ -121,7 +125,7 @@ func during(w *world, p *proc, stmt func(conn *pgx.Conn) error) {
 		if after > 0 {
 			after--
 		} else if after < 0 && (stateComplete(w) || exitedNow(p)) {
-			after = 30
+			after = tail
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -143,9 +147,14 @@ func stateComplete(w *world) bool {
 
 // mutateDuring inserts, updates and deletes random keys of users (those
 // the setup wrote and more), as during does.
+//
+// It goes on for 3,000 statements (a few seconds) after the snapshot:
+// under exactly_once acknowledgements wait for the watcher's next look at
+// the pipeline (every 2 s), so a short tail would be one acknowledgement,
+// and the matrix crashes after the third.
 func mutateDuring(w *world, p *proc, keys int, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, seed))
-	during(w, p, func(conn *pgx.Conn) error {
+	duringThen(w, p, 3000, func(conn *pgx.Conn) error {
 		q := []string{
 			"INSERT INTO users VALUES ($1, 'ins', 0) ON CONFLICT (id) DO UPDATE SET name = 'reins'",
 			"UPDATE users SET name = 'upd', score = score + 1 WHERE id = $1",
