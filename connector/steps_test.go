@@ -179,7 +179,15 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felder
 	}
 }
 
+//
+// States before the snapshot landed whole are not summed: pgbench -i
+// starts every balance at 0, so they hold trivially, and summing 100,000
+// accounts at each of the snapshot's steps (under -race, with the double
+// locked meanwhile) made the test take minutes.
 func pgbenchSums(v felderatest.View) (bool, string) {
+	if v.Len("pgbench_accounts") < 100_000 {
+		return true, ""
+	}
 	a, err1 := v.SumInt("pgbench_accounts", "abalance")
 	tl, err2 := v.SumInt("pgbench_tellers", "tbalance")
 	b, err3 := v.SumInt("pgbench_branches", "bbalance")

@@ -97,9 +97,13 @@ func mixedRun(w *world, p *proc, snap bool) {
 
 // writeDuring commits single-row transactions on its own connection until
 // the snapshot completed (or the process died) and 30 more after that.
-func writeDuring(w *world, p *proc, from int) {
+func writeDuring(w *world, p *proc, from int) { writeDuringThen(w, p, from, 30) }
+
+// writeDuringThen is writeDuring with tail statements after the snapshot
+// (see mutateDuring for why the matrix wants more).
+func writeDuringThen(w *world, p *proc, from, tail int) {
 	id := from
-	during(w, p, func(conn *pgx.Conn) error {
+	duringThen(w, p, tail, func(conn *pgx.Conn) error {
 		id++
 		_, err := conn.Exec(context.Background(), "INSERT INTO users VALUES ($1, 'live', 0)", id-1)
 		return err
@@ -179,7 +183,7 @@ var workloads = []workload{
 			w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 30000) g")
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 3000) g")
 		},
-		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
+		run: func(w *world, p *proc, snap bool) { writeDuringThen(w, p, 100000, 3000) },
 	},
 	{
 		name:      "truncate",
@@ -234,7 +238,7 @@ var workloads = []workload{
 			w.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 3000) g")
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 300) g")
 		},
-		run: func(w *world, p *proc, snap bool) { writeDuring(w, p, 100000) },
+		run: func(w *world, p *proc, snap bool) { writeDuringThen(w, p, 100000, 3000) },
 	},
 	{
 		// an incremental snapshot (chunks of SNAPSHOT_CHUNK_ROWS=100, in two
