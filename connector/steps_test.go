@@ -179,7 +179,6 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felder
 	}
 }
 
-//
 // States before the snapshot landed whole are not summed: pgbench -i
 // starts every balance at 0, so they hold trivially, and summing 100,000
 // accounts at each of the snapshot's steps (under -race, with the double

@@ -279,40 +279,81 @@ func (w *world) confirmed() pglogrepl.LSN {
 
 // caughtUp waits until the slot confirmed the current WAL position and the
 // oracle holds, or the time runs out; it returns the last oracle report.
+//
+// The time runs out once within passed without progress (see until).
 func (w *world) caughtUp(p *proc, within time.Duration) string {
 	w.t.Helper()
 	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
-	deadline := time.Now().Add(within)
 	report := "not caught up"
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return fmt.Sprintf("pgfeldera exited with %d while catching up\n%s", p.code, w.log())
-		default:
+	exited := false
+	w.until(within, 50*time.Millisecond, func() bool {
+		if exitedNow(p) {
+			exited = true
+			return true
 		}
 		if p.streaming() && w.confirmed() >= target {
-			if report = w.oracle(); report == "" {
-				return ""
-			}
+			report = w.oracle()
 		}
-		time.Sleep(50 * time.Millisecond)
+		return report == ""
+	})
+	if exited {
+		return fmt.Sprintf("pgfeldera exited with %d while catching up\n%s", p.code, w.log())
 	}
 	return report
+}
+
+// until waits for cond as long as the system under test makes progress:
+// it gives up once within passed with no progress, or at ten times within
+// in all. Progress is anything the processes or the double did that a
+// test can see (output, a request, a step, the slot's position), so a
+// slow machine makes a test slower, not red, while a stall still fails
+// it. It reports whether cond held.
+func (w *world) until(within, every time.Duration, cond func() bool) bool {
+	start := time.Now()
+	last, moved, looked := w.progress(), start, start
+	for !cond() {
+		now := time.Now()
+		if now.Sub(looked) >= 250*time.Millisecond {
+			looked = now
+			if p := w.progress(); p != last {
+				last, moved = p, now
+			}
+		}
+		if now.Sub(moved) > within || now.Sub(start) > 10*within {
+			return false
+		}
+		time.Sleep(every)
+	}
+	return true
+}
+
+// progress is a mark of what the processes and the double did so far.
+func (w *world) progress() [4]int64 {
+	w.logMu.Lock()
+	out := int64(w.logs.Len())
+	w.logMu.Unlock()
+	var lsn *string // NULL or no slot yet: no position
+	_ = w.db.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", w.slot).Scan(&lsn)
+	var at pglogrepl.LSN
+	if lsn != nil {
+		at, _ = pglogrepl.ParseLSN(*lsn)
+	}
+	return [4]int64{out, int64(w.fel.RequestCount()), int64(w.fel.Steps()), int64(at)}
 }
 
 // acked waits until this process streams and the slot confirmed the
 // current WAL position, without asking for equality (the unsafe modes).
 func (w *world) acked(p *proc, within time.Duration) bool {
 	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) && !exitedNow(p) {
-		if p.streaming() && w.confirmed() >= target {
-			time.Sleep(20 * time.Millisecond) // let the last completion land
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
+	ok := false
+	w.until(within, 10*time.Millisecond, func() bool {
+		ok = !exitedNow(p) && p.streaming() && w.confirmed() >= target
+		return ok || exitedNow(p)
+	})
+	if ok {
+		time.Sleep(20 * time.Millisecond) // let the last completion land
 	}
-	return false
+	return ok
 }
 
 // oracle compares every table, every column; "" when equal.
@@ -441,12 +482,8 @@ func (w *world) waitState(within time.Duration) {
 // a state, never a sleep hoping for it.
 func (w *world) poll(what string, within time.Duration, cond func() bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("waited %s for %s\n%s", within, what, w.log())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !w.until(within, 10*time.Millisecond, cond) {
+		w.t.Fatalf("waited %s without progress for %s\n%s", within, what, w.log())
 	}
 }
 
