@@ -310,12 +310,12 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id INT NOT NULL P
 // commit progresses, and delivers every row once, in one session.
 func TestStream_LongCommit(t *testing.T) {
 	pgcluster.AnyVersion(t)
-	t.Parallel() // a 90 s commit
+	t.Parallel() // a 20 s commit
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
-		fc.CommitPerRecord = 450 * time.Microsecond // 200,000 records: 90 s
+		fc.CommitPerRecord = 100 * time.Microsecond // 200,000 records: 20 s
 	})
 	cfg := e.config("users")
-	cfg.CompletionTimeout = 0 // the default, 60 s
+	cfg.CompletionTimeout = 10 * time.Second // the commit takes twice as long
 	c := e.newConnector(cfg, e.client)
 	e.run(c)
 	e.waitSlot()
@@ -326,6 +326,9 @@ func TestStream_LongCommit(t *testing.T) {
 	e.assertEqual("users", "users")
 	onceEach(t, e, "users", 200_000)
 	sessionsOnly(t, e, c)
+	if took <= 2*cfg.CompletionTimeout {
+		t.Fatalf("acknowledged after %s: the commit did not outlast FELDERA_COMPLETION_TIMEOUT (%s) twice, the test shows nothing", took, cfg.CompletionTimeout)
+	}
 	t.Logf("acknowledged after %s", took.Round(time.Second))
 }
 
@@ -348,15 +351,16 @@ func onceEach(t *testing.T, e *env, table string, want int) {
 // session and starts a second copy beside the running commit.
 func TestSnapshot_OneTransactionLongCommit(t *testing.T) {
 	pgcluster.AnyVersion(t)
-	t.Parallel() // a 120 s commit
+	t.Parallel() // a 25 s commit
 	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
-		fc.CommitPerRecord = 1200 * time.Microsecond // 100,000 records: 120 s
+		fc.CommitPerRecord = 250 * time.Microsecond // 100,000 records: 25 s
 	})
 	e.exec("INSERT INTO users SELECT g, 'u', g FROM generate_series(1, 100000) g")
 	cfg := e.snapshotConfig("users")
 	cfg.SnapshotTransaction = true
-	cfg.CompletionTimeout = 0
+	cfg.CompletionTimeout = 10 * time.Second // the commit takes 2.5 times as long
 	c := e.newConnector(cfg, e.client)
+	start := time.Now()
 	e.run(c)
 	e.waitLog("snapshot: complete", 5*time.Minute)
 	e.waitConfirmed(e.currentLSN(), time.Minute)
@@ -365,5 +369,8 @@ func TestSnapshot_OneTransactionLongCommit(t *testing.T) {
 	sessionsOnly(t, e, c)
 	if !strings.Contains(e.logs.String(), "inside one Feldera transaction") {
 		t.Fatal("the snapshot did not go inside a Feldera transaction")
+	}
+	if took := time.Since(start); took <= 2*cfg.CompletionTimeout {
+		t.Fatalf("done after %s: the commit did not outlast FELDERA_COMPLETION_TIMEOUT (%s) twice, the test shows nothing", took, cfg.CompletionTimeout)
 	}
 }
