@@ -20,6 +20,17 @@ func TestREADME_ConfigTable(t *testing.T) {
 			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.Trim(strings.TrimSpace(cells[2]), "`")
 		}
 	}
+	// And the other way: every variable the table documents is one the
+	// binary reads (a renamed or removed setting leaves no stale row).
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.Env] = true
+	}
+	for name := range rows {
+		if name != "" && name == strings.ToUpper(name) && strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789") == "" && !known[name] {
+			t.Errorf("README documents %s, which pgfeldera does not read", name)
+		}
+	}
 	for _, s := range settings {
 		def, ok := rows[s.Env]
 		if !ok {
