@@ -580,7 +580,9 @@ func TestIncremental_LateWatermarkNudgesTheWalsender(t *testing.T) {
 	var held atomic.Bool
 	connector.SetChunkReadHook(c, func(string, []string) {
 		if held.CompareAndSwap(false, true) {
-			time.Sleep(1300 * time.Millisecond)
+			// Six nudge intervals: the test wants two nudges, and a loaded
+			// machine (a parallel -race run) saw none in 1.3 s.
+			time.Sleep(3 * time.Second)
 		}
 	})
 	e.run(c)
@@ -588,7 +590,7 @@ func TestIncremental_LateWatermarkNudgesTheWalsender(t *testing.T) {
 	e.assertEqual("users", "users")
 	const nudge = "a chunk's high watermark has not come: status update sent to wake the walsender"
 	if n := strings.Count(e.logs.String(), nudge); n < 2 {
-		t.Fatalf("%d status updates while a chunk's watermark was held 1.3 s; want at least 2 (one per %s)", n, connector.WatermarkNudge)
+		t.Fatalf("%d status updates while a chunk's watermark was held 3 s; want at least 2 (one per %s)", n, connector.WatermarkNudge)
 	}
 }
 

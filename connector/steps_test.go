@@ -80,10 +80,13 @@ func TestStream_TransfersAtomicInOneTable(t *testing.T) {
 			}}
 			e := newEnvOn(t, pgcluster.Shared(t), transfersPG, transfersFeldera, func(fc *felderatest.Config) {
 				heavySteps(fc)
-				// A step takes a tenth of what a request carries: a commit
-				// asked as soon as the last POST was answered would find
-				// most of it still buffered.
+				// A step takes a tenth of what a request carries, and takes
+				// 100-130 ms: a commit asked as soon as the last POST was
+				// answered finds most of it still buffered for a second,
+				// however slow the machine makes the connector (with 20-50
+				// ms steps a parallel -race run fed it all first).
 				fc.StepRecords = 200
+				fc.StepTime = 100 * time.Millisecond
 				fc.OnState = iv.see
 			})
 			cfg := e.config("accounts")
