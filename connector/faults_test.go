@@ -89,10 +89,7 @@ func TestFaults_WalSenderTerminated(t *testing.T) {
 	t.Parallel()
 	faults(t, []faultCase{{"WalSenderTerminated", func(e *env) {
 		e.workload(1)
-		var ok bool
-		if err := e.db.QueryRow(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.slot).Scan(&ok); err != nil || !ok {
-			e.t.Fatalf("terminating the walsender of slot %s: %v (terminated: %v)", e.slot, err, ok)
-		}
+		e.terminateWalSender()
 		e.workload(2)
 	}, nil, 0}})
 }
@@ -416,13 +413,20 @@ func TestReady_FalseDuringBackoff(t *testing.T) {
 	e.run(c)
 	e.waitSlot()
 	e.poll("ready", 30*time.Second, func() bool { ok, _ := c.Ready(); return ok })
-	var ok bool
-	if err := e.db.QueryRow(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.slot).Scan(&ok); err != nil || !ok {
-		t.Fatalf("terminating the walsender of slot %s: %v (terminated: %v)", e.slot, err, ok)
-	}
+	e.terminateWalSender()
 	e.waitLog("session: ended, reconnecting", 30*time.Second)
 	if ready, why := c.Ready(); ready || why != "no replication session" {
 		t.Fatalf("during the backoff: ready=%v (%s), want not ready: no replication session", ready, why)
 	}
 	e.poll("ready after the backoff", 60*time.Second, func() bool { ok, _ := c.Ready(); return ok })
+}
+
+// terminateWalSender ends the walsender holding the test's slot, and only
+// that one: other tests share the cluster.
+func (e *env) terminateWalSender() {
+	e.t.Helper()
+	var ok bool
+	if err := e.db.QueryRow(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.slot).Scan(&ok); err != nil || !ok {
+		e.t.Fatalf("terminating the walsender of slot %s: %v (terminated: %v)", e.slot, err, ok)
+	}
 }
