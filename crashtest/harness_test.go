@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -273,8 +274,26 @@ func (w *world) lsn(q string) pglogrepl.LSN {
 	return l
 }
 
+// confirmed is the slot's confirmed_flush_lsn: 0 while the slot has no
+// position (being created, or not yet created again after a failover or
+// a lost slot). A failed query fails the test: a check that the slot did
+// not move must not pass because the position could not be read (and one
+// whose slot vanished sees 0, not the position it had).
 func (w *world) confirmed() pglogrepl.LSN {
-	return w.lsn("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '" + w.slot + "'")
+	w.t.Helper()
+	var s *string
+	err := w.db.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", w.slot).Scan(&s)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && s == nil):
+		return 0
+	case err != nil:
+		w.t.Fatalf("reading slot %s: %v", w.slot, err)
+	}
+	l, err := pglogrepl.ParseLSN(*s)
+	if err != nil {
+		w.t.Fatalf("slot %s: confirmed_flush_lsn %q: %v", w.slot, *s, err)
+	}
+	return l
 }
 
 // caughtUp waits until the slot confirmed the current WAL position and the
