@@ -52,7 +52,16 @@ func checkDeclared(tb testing.TB) {
 	if _, ok := tb.(*testing.T); !ok {
 		return
 	}
-	if _, ok := declared.Load(topName(tb)); !ok {
-		tb.Fatalf("%s reaches a PostgreSQL cluster without declaring whether it depends on the server version: call pgcluster.EveryVersion(t) or pgcluster.AnyVersion(t) first", topName(tb))
+	if msg := undeclared(topName(tb)); msg != "" {
+		tb.Fatal(msg)
 	}
+}
+
+// undeclared is the guard's message for a top-level test that declared
+// no scope, "" for one that did.
+func undeclared(test string) string {
+	if _, ok := declared.Load(test); ok {
+		return ""
+	}
+	return test + " reaches a PostgreSQL cluster without declaring whether it depends on the server version: call pgcluster.EveryVersion(t) or pgcluster.AnyVersion(t) first"
 }
