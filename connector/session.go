@@ -214,7 +214,7 @@ func (c *Connector) session(ctx context.Context) error {
 	var alert context.CancelFunc
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
-	s.lost = c.watchPipeline(watchCtx, p, alert)
+	s.lost = c.watchPipeline(watchCtx, p, alert, s.wake.fire)
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "batch_max_bytes", c.cfg.BatchMaxBytes, "batch_max_in_flight", c.cfg.BatchMaxInFlight, "linger", c.cfg.BatchLinger)

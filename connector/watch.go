@@ -30,14 +30,19 @@ const checkpointPoll = 500 * time.Millisecond
 // what this session completed (freshCheckpoint), asks for one when
 // completed work has waited CheckpointAfter, and reports a requested
 // checkpoint that failed.
-func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-chan error {
+func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
 	c.seenAt.Store(0)
 	c.checkpointWaits.Store(0)
+	// Under exactly_once a completion is acknowledged once a look begun
+	// after it found the session's process (frontier.confirm): the looks
+	// come as often as checkpoint polls, and each wakes the receive loop,
+	// so acknowledgements trail completions by half a second, not two.
+	confirming := p.model == feldera.FTExactlyOnce
 	go func() {
 		every := 2 * time.Second
-		if p.gate == GateCheckpoint {
+		if p.gate == GateCheckpoint || confirming {
 			every = checkpointPoll
 		}
 		t := time.NewTicker(every)
@@ -77,6 +82,9 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert func()) <-
 				}
 			}
 			err := c.checkRestart(ctx, p)
+			if err == nil && confirming {
+				looked()
+			}
 			if err == nil && n%partitionCheckEvery == partitionCheckEvery-1 {
 				err = pw.check(ctx)
 			}
