@@ -1245,7 +1245,7 @@ func (b *bench) transactionsCost(rounds, txns, rate int, dur time.Duration) (Res
 	}
 	// One table, two rows a transaction (a transfer): Feldera may feed a
 	// request to its steps in parts, so auto wraps these too.
-	two := strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0)", fmt.Sprintf("(VALUES (i), (i + %d)) AS v(g)", txns))
+	two := strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0) g", fmt.Sprintf("(VALUES (i), (i + %d)) AS v(g)", txns))
 	oneTable, err := b.catchUp(rounds, rows, "t", "pub",
 		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; COMMIT; END LOOP; END $$`, txns, two))
 	if err != nil {
