@@ -23,6 +23,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 )
 
 var _ connector.Sink = (*feldera.Client)(nil)
@@ -344,22 +345,7 @@ func (e *env) waitSlot() {
 // test can see (a log line, a request, the slot's position), so a slow
 // machine makes a test slower, not red, while a stall still fails it.
 func (e *env) until(within, every time.Duration, cond func() bool) bool {
-	start := time.Now()
-	last, moved, looked := e.progress(), start, start
-	for !cond() {
-		now := time.Now()
-		if now.Sub(looked) >= 250*time.Millisecond {
-			looked = now
-			if p := e.progress(); p != last {
-				last, moved = p, now
-			}
-		}
-		if now.Sub(moved) > within || now.Sub(start) > 10*within {
-			return false
-		}
-		time.Sleep(every)
-	}
-	return true
+	return waitfor.Until(within, every, e.progress, cond)
 }
 
 // progress is a mark of what the connector and the double did so far.

@@ -21,6 +21,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 )
 
 // binary is the real pgfeldera, built once for the package.
@@ -328,22 +329,7 @@ func (w *world) caughtUp(p *proc, within time.Duration) string {
 // slow machine makes a test slower, not red, while a stall still fails
 // it. It reports whether cond held.
 func (w *world) until(within, every time.Duration, cond func() bool) bool {
-	start := time.Now()
-	last, moved, looked := w.progress(), start, start
-	for !cond() {
-		now := time.Now()
-		if now.Sub(looked) >= 250*time.Millisecond {
-			looked = now
-			if p := w.progress(); p != last {
-				last, moved = p, now
-			}
-		}
-		if now.Sub(moved) > within || now.Sub(start) > 10*within {
-			return false
-		}
-		time.Sleep(every)
-	}
-	return true
+	return waitfor.Until(within, every, w.progress, cond)
 }
 
 // progress is a mark of what the processes and the double did so far.
