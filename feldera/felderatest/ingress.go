@@ -295,12 +295,16 @@ func (s *Server) noteOps(in *intake, ops []op) {
 // manager's forward timeout; what was read stays queued) or the client
 // left.
 func (s *Server) roomFor(r *http.Request, ep *endpoint) bool {
-	start := time.Now()
+	start, full := time.Now(), false
 	for {
 		s.mu.Lock()
 		now := time.Now()
 		s.advance(now)
 		n, _ := s.buffered(ep)
+		if n >= s.cfg.MaxQueuedRecords && !full {
+			full = true
+			s.pushedBack++
+		}
 		wake := now.Add(5 * time.Millisecond)
 		if s.cur != nil && s.cur.end.Before(wake) {
 			wake = s.cur.end

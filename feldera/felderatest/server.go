@@ -250,6 +250,7 @@ type Server struct {
 	pending       int // completion polls answered "inprogress"
 	peakQueued    int // the most ingress requests queued and not yet completed at once
 	peakRows      int // the most records queued and not yet completed at once
+	pushedBack    int // requests that found their endpoint's buffer full
 
 	lastTID            int64      // per process: last_transaction_id
 	init               initiators // who wants a transaction
@@ -841,6 +842,16 @@ func (s *Server) PeakQueuedRecords() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peakRows
+}
+
+// PushedBack counts the ingress requests that found their endpoint's
+// buffer full (Config.MaxQueuedRecords) and stopped being read until a
+// step drained it: Feldera's backpressure, which a request meets only when
+// more is in flight than Feldera buffers.
+func (s *Server) PushedBack() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pushedBack
 }
 
 // notePeak records how many requests and records Feldera buffers: queued,
