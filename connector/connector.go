@@ -380,6 +380,14 @@ func (c *Connector) Run(ctx context.Context) error {
 		context.AfterFunc(hardStop, func() { t.Stop() })
 	})
 	defer stopAfter()
+	if c.cfg.StateFile != "" {
+		// Taken before anything reads or tidies the state file.
+		lock, err := state.Lock(c.cfg.StateFile)
+		if err != nil {
+			return &FatalError{Err: err}
+		}
+		defer lock.Unlock()
+	}
 	if err := c.openFence(); err != nil {
 		return &FatalError{Err: err}
 	}

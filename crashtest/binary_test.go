@@ -1,13 +1,15 @@
 package crashtest_test
 
 import (
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
 // The claims README makes about the process, checked on the real binary.
@@ -104,4 +106,47 @@ func TestBinary_SecretsNeverPrinted(t *testing.T) {
 			t.Errorf("%s appears in the output: …%s…", name, out[max(0, i-200):min(len(out), i+100)])
 		}
 	}
+}
+
+// One process per state file: a second `run` on the same STATE_FILE (a
+// RollingUpdate with surge, a second unit) exits 2 naming the file and the
+// running process, and leaves the first one running and delivering.
+func TestBinary_SecondRunOnOneStateFileExits2(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	w := newWorld(t, nil)
+	p := w.start("SNAPSHOT_MODE=never")
+	seeded(w, p, false)
+	second := w.start("SNAPSHOT_MODE=never")
+	code := second.exited(60 * time.Second)
+	if code != 2 {
+		second.kill()
+		t.Fatalf("a second run on the state file exited %d, want 2\n%s", code, second.output())
+	}
+	out := second.output()
+	for _, want := range []string{filepath.Join(w.dir, "state.json"), fmt.Sprintf("pid %d", p.cmd.Process.Pid), "one pgfeldera process per state file"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the refusal does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "session: streaming") || strings.Contains(out, "removed temporary files") {
+		t.Fatalf("the second process touched the slot or the state before refusing:\n%s", out)
+	}
+	if exitedNow(p) {
+		t.Fatalf("the first process stopped:\n%s", p.output())
+	}
+	w.exec("INSERT INTO users VALUES (1, 'after the refusal', 1)")
+	if msg := w.caughtUp(p, 60*time.Second); msg != "" {
+		t.Fatal(msg)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("the first process exited %d on SIGTERM", code)
+	}
+	// The lock goes with the process: a new run starts.
+	p2 := w.start("SNAPSHOT_MODE=never")
+	seeded(w, p2, false)
+	if !p2.streaming() {
+		t.Fatalf("a run after the first stopped did not start:\n%s", p2.output())
+	}
+	p2.stop(t)
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/metrics"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // runConnector wires the connector and returns the exit code.
@@ -45,6 +47,12 @@ func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Lo
 	logger.Info("pgfeldera: starting", "version", version, "postgres", redactDSN(cfg.DSN), "feldera", redactURL(cfg.FelderaURL),
 		"pipeline", cfg.Pipeline, "publication", cfg.Publication, "slot", cfg.Slot, "tables", len(cfg.Tables), "snapshot_mode", cfg.SnapshotMode)
 	if err := conn.Run(ctx); err != nil {
+		var locked *state.LockedError
+		if errors.As(err, &locked) {
+			// Another process runs this connector: a deployment error.
+			logger.Error("pgfeldera: " + locked.Error())
+			return exitConfig
+		}
 		logger.Error("pgfeldera: fatal", "err", err)
 		return exitFatal
 	}
