@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +41,22 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build pgfeldera: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	parallelDefault(4)
 	pgcluster.Main(m) // exits
+}
+
+// parallelDefault runs n tests at once unless -test.parallel says
+// otherwise. A crash case spends most of its time waiting (for an
+// acknowledgement, a restart, a fence), about a quarter of one core busy:
+// at GOMAXPROCS (two here) the matrix's 96 cases took 8 of crashtest's
+// 14 minutes in CI.
+func parallelDefault(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set && runtime.GOMAXPROCS(0) < n {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 const pgDDL = `
@@ -131,6 +149,15 @@ type proc struct {
 	code int
 	mu   sync.Mutex
 	out  bytes.Buffer
+}
+
+// waitedFence reports whether this process held its ingress back behind a
+// fence: every such wait is logged (connector/fence.go, openFence).
+func (p *proc) waitedFence() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Contains(p.out.Bytes(), []byte("nothing is sent until")) ||
+		bytes.Contains(p.out.Bytes(), []byte("fencing ingress as after a crash"))
 }
 
 // fenced reports whether this process found that its dead predecessor had

@@ -187,7 +187,7 @@ func TestCrashRandom(t *testing.T) {
 			}
 			first := w.firstPostAfter(restart)
 			fenced := p2.fenced()
-			if msg := checkFirstPost(point, fenced, first); how == "crash point" && msg != "" {
+			if msg := checkFirstPost(point, fenced, p2.waitedFence(), first); how == "crash point" && msg != "" {
 				t.Fatalf("CRASHTEST_SEED=%d (%s): %s\nthe restart's log:\n%s", s, settings, msg, excerpt(p2.output(), 30000))
 			}
 			if m := w.maxLines(); m > maxRequestLines {

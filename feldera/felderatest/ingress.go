@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
 // ---- ingress ----
@@ -479,6 +480,26 @@ func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseEr
 		}
 		return nil, errs, event
 	}
+	if lines, ok := ndjsonLines(body, a); ok {
+		for _, v := range lines {
+			event++
+			o, err := parseEvent(t, v, a.raw)
+			if err != nil {
+				errs = append(errs, toParseError(err, event))
+				continue
+			}
+			ops = append(ops, o...)
+		}
+		return ops, errs, event
+	}
+	return parseStream(t, body, a, event)
+}
+
+// parseStream is parseBody through encoding/json's stream decoder: the
+// reference the line-by-line path agrees with (FuzzParseBody).
+func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parseError, int) {
+	var ops []op
+	var errs []parseError
 	dec := json.NewDecoder(bytes.NewReader(body))
 	for {
 		var v json.RawMessage
@@ -524,6 +545,53 @@ func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseEr
 	return ops, errs, event
 }
 
+// envelope splits an event into its commands, with encoding/json's
+// answer wherever jsonscan does not take the event on.
+func envelope(v json.RawMessage) (map[string]json.RawMessage, error) {
+	var buf [3]jsonscan.Member
+	if members, ok := jsonscan.Object(v, buf[:0]); ok {
+		env := make(map[string]json.RawMessage, len(members))
+		for _, m := range members {
+			env[m.Key] = m.Value // the last of a repeated key, as encoding/json
+		}
+		return env, nil
+	}
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(v, &env); err != nil {
+		return nil, fmt.Errorf("invalid type: %s, expected an insert/delete/update object", describe(bytes.TrimSpace(v)))
+	}
+	return env, nil
+}
+
+// ndjsonLines splits a body whose every non-blank line is exactly one
+// valid JSON value into those values: the events encoding/json's stream
+// decoder would read from it, found without decoding them. Any other body
+// (values spanning or sharing lines, invalid JSON, arrays) is not ok, and
+// goes through the decoder.
+func ndjsonLines(body []byte, a ingressArgs) ([]json.RawMessage, bool) {
+	if a.array {
+		return nil, false
+	}
+	var lines []json.RawMessage
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		line = jsonscan.Trim(line)
+		if len(line) == 0 {
+			continue
+		}
+		if jsonscan.Value(line) != len(line) {
+			return nil, false
+		}
+		lines = append(lines, line)
+	}
+	return lines, true
+}
+
 func toParseError(err error, event int) parseError {
 	pe := parseError{Description: err.Error(), EventNumber: event}
 	if fe, ok := err.(*fieldError); ok {
@@ -543,14 +611,21 @@ func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
 		}
 		return []op{{kind: 'i', row: vals, set: set}}, nil
 	}
-	var env map[string]json.RawMessage
-	if err := json.Unmarshal(v, &env); err != nil {
-		return nil, fmt.Errorf("invalid type: %s, expected an insert/delete/update object", describe(bytes.TrimSpace(v)))
+	env, err := envelope(v)
+	if err != nil {
+		return nil, err
 	}
+	// Of several unknown fields, the first in sorted order is named, so
+	// the answer does not depend on map order.
+	var unknown []string
 	for k := range env {
 		if k != "insert" && k != "delete" && k != "update" {
-			return nil, fmt.Errorf("unknown field `%s`, expected one of `table`, `insert`, `delete`, `update`", k)
+			unknown = append(unknown, k)
 		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("unknown field `%s`, expected one of `table`, `insert`, `delete`, `update`", unknown[0])
 	}
 	var out []op
 	for _, kind := range []struct {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
 // table holds the state of one Feldera table: by key for a PRIMARY KEY
@@ -212,17 +213,17 @@ func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 			vals[i], given[i] = arr[i], true
 		}
 	case len(raw) > 0 && raw[0] == '{':
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &obj); err != nil {
+		obj, err := members(raw, len(fields))
+		if err != nil {
 			return nil, nil, err
 		}
-		for k, v := range obj {
-			i, err := t.fieldIndex(k)
+		for _, m := range obj {
+			i, err := t.fieldIndex(m.Key)
 			if err != nil {
 				return nil, nil, err
 			}
 			if i >= 0 {
-				vals[i], given[i] = v, true
+				vals[i], given[i] = m.Value, true
 			}
 		}
 	default:
@@ -257,6 +258,27 @@ func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 		vals[i] = n
 	}
 	return vals, given, nil
+}
+
+// members splits a record object, through jsonscan, or encoding/json
+// where jsonscan does not take it on (the last of a repeated key wins in
+// both).
+func members(raw []byte, n int) ([]jsonscan.Member, error) {
+	if ms, ok := jsonscan.Object(raw, make([]jsonscan.Member, 0, n)); ok {
+		return ms, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	ms := make([]jsonscan.Member, 0, len(obj))
+	for k, v := range obj {
+		ms = append(ms, jsonscan.Member{Key: k, Value: v})
+	}
+	// In key order, so that which of two bad fields is named does not
+	// depend on map order.
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Key < ms[j].Key })
+	return ms, nil
 }
 
 type fieldError struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
 // Result is a comparison of one table.
@@ -52,19 +53,78 @@ func (r Result) String() string {
 // canon re-encodes a JSON object with sorted keys and exact numbers,
 // keeping only the keys keep accepts (nil keeps all).
 func canon(raw []byte, keep map[string]bool) (string, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var m map[string]any
-	if err := d.Decode(&m); err != nil {
+	var buf [16]jsonscan.Member
+	if members, ok := jsonscan.Object(raw, buf[:0]); ok {
+		m := make(map[string]json.RawMessage, len(members))
+		for _, mb := range members {
+			m[mb.Key] = mb.Value
+		}
+		return canonFields(m, keep)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return "", err
 	}
+	return canonFields(m, keep)
+}
+
+// canonFields is canon of an object already split into its fields. A
+// string is re-encoded (Postgres and Go escape differently); a number,
+// true, false or null is its literal, so numbers stay exact; an object or
+// array goes through the generic encoder.
+func canonFields(m map[string]json.RawMessage, keep map[string]bool) (string, error) {
+	keys := make([]string, 0, len(m))
 	for k := range m {
-		if keep != nil && !keep[k] {
-			delete(m, k)
+		if keep == nil || keep[k] {
+			keys = append(keys, k)
 		}
 	}
-	b, err := json.Marshal(m)
-	return string(b), err
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		v, err := canonValue(m[k])
+		if err != nil {
+			return "", fmt.Errorf("field %s: %w", k, err)
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+func canonValue(raw json.RawMessage) ([]byte, error) {
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 {
+		return nil, fmt.Errorf("empty value")
+	}
+	switch v[0] {
+	case '"':
+		if jsonscan.Plain(v) {
+			return v, nil
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return nil, err
+		}
+		return json.Marshal(s)
+	case '{', '[':
+		d := json.NewDecoder(bytes.NewReader(v))
+		d.UseNumber()
+		var x any
+		if err := d.Decode(&x); err != nil {
+			return nil, err
+		}
+		return json.Marshal(x)
+	default:
+		return v, nil
+	}
 }
 
 // Compare reads pgTable (as to_jsonb rows) and felTable from the double and
@@ -109,7 +169,7 @@ func Compare(ctx context.Context, db *pgx.Conn, pgTable string, fel *felderatest
 		if len(cols) == 0 {
 			keep = nil
 		}
-		c, err := canon([]byte(row.String()), keep)
+		c, err := canonFields(row, keep)
 		if err != nil {
 			return r, err
 		}

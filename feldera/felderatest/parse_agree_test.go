@@ -1,0 +1,82 @@
+package felderatest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// The fast paths of the double's parser answer exactly as encoding/json's
+// path does, wherever they answer at all.
+
+// FuzzNormalize: a value normPlain takes is one normalizeAny returns
+// unchanged, without error.
+func FuzzNormalize(f *testing.F) {
+	for _, s := range []string{`1`, `-1`, `0`, `-0`, `+5`, `007`, `127`, `128`, `-129`, `255`, `256`, `18446744073709551615`,
+		`9223372036854775808`, `"x"`, `"é"`, `"<"`, `"a\"b"`, `null`, ` 1`, `1.0`, `1e2`} {
+		f.Add([]byte(s))
+	}
+	types := []string{"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "VARCHAR", "CHAR"}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		for _, typ := range types {
+			ct := feldera.ColumnType{Type: typ, Nullable: true}
+			fast, ok := normPlain(ct, raw)
+			if !ok {
+				continue
+			}
+			slow, err := normalizeAny(ct, raw)
+			if err != nil || !bytes.Equal(fast, slow) {
+				t.Fatalf("%s %q: fast path %q, encoding/json's path %q (%v)", typ, raw, fast, slow, err)
+			}
+		}
+	})
+}
+
+// FuzzParseBody: a body read line by line gives the commands, the errors
+// and the event count the stream decoder gives.
+func FuzzParseBody(f *testing.F) {
+	for _, s := range []string{
+		"{\"insert\":{\"id\":1,\"name\":\"a\",\"score\":2}}\n{\"delete\":{\"id\":1}}\n",
+		"{\"insert\":{\"id\":1}} {\"insert\":{\"id\":2}}\n",
+		"{\"insert\":{\"id\":1,\n\"name\":\"x\"}}\n",
+		"\n\n{\"update\":{\"id\":3,\"score\":4}}\r\n",
+		"{\"insert\":{\"ID\":1,\"Name\":\"x\"},\"delete\":{\"id\":2}}\n",
+		"{\"insert\":{\"id\":\"1\"}}\n{\"upsert\":{\"id\":1}}\n[1]\n",
+		"{\"insert\":{\"id\":1,\"id\":2}}\n{\"insert\":{\"id\":1}\n",
+		"{\"insert\":{\"id\":1,\"name\":\"caf\\u00e9\",\"score\":null}}\n",
+		"\f{\"insert\":{\"id\":1}}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	name := "name"
+	rel := feldera.Relation{Name: "t", PrimaryKey: []string{"id"}, Fields: []feldera.Field{
+		{Name: "id", ColumnType: feldera.ColumnType{Type: "BIGINT"}},
+		{Name: "name", ColumnType: feldera.ColumnType{Type: "VARCHAR", Nullable: true}, Default: &name},
+		{Name: "score", ColumnType: feldera.ColumnType{Type: "INTEGER", Nullable: true}},
+	}}
+	tb, err := newTable(rel)
+	if err != nil {
+		f.Fatal(err)
+	}
+	a := ingressArgs{formatIsJSON: true}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ops, errs, n := parseBody(tb, body, a, 0)
+		wops, werrs, wn := parseStream(tb, body, a, 0)
+		if n != wn || !reflect.DeepEqual(describeOps(ops), describeOps(wops)) || !reflect.DeepEqual(errs, werrs) {
+			t.Fatalf("%q:\nline by line: %d events %v %v\nstream:       %d events %v %v", body, n, describeOps(ops), errs, wn, describeOps(wops), werrs)
+		}
+	})
+}
+
+func describeOps(ops []op) []string {
+	var out []string
+	for _, o := range ops {
+		row, _ := json.Marshal(o.row)
+		out = append(out, fmt.Sprintf("%c %s %v", o.kind, row, o.set))
+	}
+	return out
+}
