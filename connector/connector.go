@@ -158,6 +158,14 @@ type Config struct {
 	// Default DefaultCheckpointAfter.
 	CheckpointAfter time.Duration
 
+	// CheckpointWAL, under the checkpoint gate, also asks for a checkpoint
+	// once completed work waiting for one holds this many bytes of WAL,
+	// so that a fast writer cannot push the slot toward
+	// max_slot_wal_keep_size (and invalidation) between timed requests.
+	// 0: a quarter of max_slot_wal_keep_size where one is set, else none;
+	// negative: none.
+	CheckpointWAL int64
+
 	// ReadyBlockedFor is how long a flush (or, during a snapshot, the copy)
 	// may make no progress before Ready reports not ready. Default
 	// ReadyBlockedFor (a minute).
@@ -232,6 +240,7 @@ type Connector struct {
 
 	gate             atomic.Int32                         // the Gate of the current session (status, metrics)
 	checkpointWaits  atomic.Int64                         // unix nanos since completed work waits for a checkpoint; 0: none waits
+	checkpointWAL    atomic.Int64                         // bytes of WAL that completed work waiting for a checkpoint holds
 	checkpointed     atomic.Uint64                        // the newest checkpoint's steps the watcher saw
 	seenAt           atomic.Int64                         // unix ns: when the watcher's last look that found the session's process began
 	lastCheckpoints  atomic.Pointer[[]feldera.Checkpoint] // the list whose newest is the session's newest fresh checkpoint (freshCheckpoint)

@@ -241,6 +241,23 @@ func (f *frontier) waiting() (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// waitingWAL is how much WAL the complete batches waiting for a
+// checkpoint hold beyond the durable LSN: what a checkpoint now would let
+// the slot release.
+func (f *frontier) waitingWAL() uint64 {
+	var top pglogrepl.LSN
+	for _, e := range f.queue {
+		if !e.done {
+			break
+		}
+		top = max(top, e.lsn)
+	}
+	if top <= f.durable {
+		return 0
+	}
+	return uint64(top - f.durable)
+}
+
 // highestPending is the step a checkpoint must cover for every completed
 // batch of the complete prefix to be durable.
 func (f *frontier) highestPending() uint64 {

@@ -43,6 +43,7 @@ type plan struct {
 	ckptBefore     map[string]bool      // their UUIDs: they cover nothing this session completes
 	gate           Gate                 // when a completed batch is durable, by the model
 	walTimeout     time.Duration
+	walBudget      int64        // bytes of WAL waiting for a checkpoint before one is asked for; 0: none
 	types          *typeCatalog // pg_type beyond the built-ins, for the decoder
 }
 
@@ -82,6 +83,11 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	}
 	p := &plan{}
 	p.walTimeout, _ = parsePGDuration(walTimeout)
+	keep, err := readKeepSize(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	p.walBudget = walBudget(c.cfg.CheckpointWAL, keep)
 
 	var pubInsert, pubUpdate, pubDelete, pubTruncate bool
 	err = conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", c.cfg.Publication).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)
@@ -298,7 +304,7 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 	}
 	c.gate.Store(int32(p.gate))
 	c.logger.Info("ack gate chosen", "gate", p.gate.String(), "model", p.model, "why", why,
-		"deployment_id", p.deploymentID, "incarnation_uuid", p.incarnation)
+		"deployment_id", p.deploymentID, "incarnation_uuid", p.incarnation, "checkpoint_wal", p.walBudget)
 	return nil
 }
 

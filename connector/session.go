@@ -408,6 +408,7 @@ func (s *stream) publishWait() {
 	} else {
 		s.c.checkpointWaits.Store(0)
 	}
+	s.c.checkpointWAL.Store(int64(s.front.waitingWAL()))
 }
 
 func (s *stream) run(ctx context.Context) error {

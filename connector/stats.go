@@ -88,6 +88,16 @@ func (c *Connector) CheckpointWait() time.Duration {
 	return 0
 }
 
+// CheckpointWaitWAL is how many bytes of WAL the completed work waiting
+// for a checkpoint holds in the slot (the checkpoint gate); 0 when
+// nothing waits. FELDERA_CHECKPOINT_WAL bounds it.
+func (c *Connector) CheckpointWaitWAL() uint64 {
+	if c.checkpointWaits.Load() == 0 {
+		return 0
+	}
+	return uint64(c.checkpointWAL.Load())
+}
+
 // ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a flush
 // may wait before the connector stops being ready.
 const ReadyBlockedFor = time.Minute

@@ -68,13 +68,14 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 				// list): one of a restarted process would hold what was
 				// sent to it before the restart was seen, and make it
 				// look like a later history than the one restored.
-				if since := c.checkpointWaits.Load(); same && since != 0 && time.Since(time.Unix(0, since)) >= c.cfg.CheckpointAfter && time.Since(asked) >= c.cfg.CheckpointAfter {
+				if why := c.checkpointDue(p, same, asked); why != "" {
 					asked = time.Now()
 					if s, err := c.sink.RequestCheckpoint(ctx); err != nil {
 						c.logger.Warn("feldera: checkpoint request failed; waiting for the pipeline's own", "err", err)
 					} else {
 						seq = s
-						c.logger.Info("feldera: asked for a checkpoint: completed work waited for one", "waited", time.Since(time.Unix(0, since)).Round(time.Millisecond), "checkpoint_after", c.cfg.CheckpointAfter)
+						c.logger.Info("feldera: asked for a checkpoint: "+why, "waited", time.Since(time.Unix(0, c.checkpointWaits.Load())).Round(time.Millisecond),
+							"wal_waiting", c.checkpointWAL.Load(), "checkpoint_after", c.cfg.CheckpointAfter, "checkpoint_wal", p.walBudget)
 					}
 				}
 				if seq != 0 {
@@ -96,6 +97,25 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 		}
 	}()
 	return lost
+}
+
+// checkpointDue says why to ask for a checkpoint now, or "": completed
+// work has waited CheckpointAfter for one, or holds the WAL budget. Only
+// of the process the session feeds (same), and not again before the
+// previous request had time to be taken: CheckpointAfter by time, two
+// looks by WAL.
+func (c *Connector) checkpointDue(p *plan, same bool, asked time.Time) string {
+	since := c.checkpointWaits.Load()
+	if !same || since == 0 {
+		return ""
+	}
+	if time.Since(time.Unix(0, since)) >= c.cfg.CheckpointAfter && time.Since(asked) >= c.cfg.CheckpointAfter {
+		return "completed work waited for one"
+	}
+	if p.walBudget > 0 && c.checkpointWAL.Load() >= p.walBudget && time.Since(asked) >= 2*checkpointPoll {
+		return "completed work waiting for one holds FELDERA_CHECKPOINT_WAL of WAL"
+	}
+	return ""
 }
 
 // freshCheckpoint is the newest checkpoint that can cover what this

@@ -197,12 +197,13 @@ var (
 	descReady     = prometheus.NewDesc("pgfeldera_ready", "1 when /readyz is ready.", nil, nil)
 	descGate      = prometheus.NewDesc("pgfeldera_ack_gate", "1 for the acknowledgement gate in use: complete (at completion: no fault tolerance, or exactly_once) or checkpoint (once a checkpoint covers the batch: at_least_once).", []string{"gate"}, nil)
 	descCkptWait  = prometheus.NewDesc("pgfeldera_checkpoint_wait_seconds", "How long completed work has waited for a Feldera checkpoint to cover it (checkpoint gate); 0 when nothing waits.", nil, nil)
+	descCkptWAL   = prometheus.NewDesc("pgfeldera_checkpoint_wait_wal_bytes", "Bytes of WAL the slot retains for completed work waiting for a Feldera checkpoint (checkpoint gate); FELDERA_CHECKPOINT_WAL bounds it.", nil, nil)
 	descChunks    = prometheus.NewDesc("pgfeldera_snapshot_chunks", "An incremental snapshot's chunks per table: done (durable in Feldera and recorded in the state file) and total (done plus the estimate of those left, from pg_class.reltuples).", []string{"table", "state"}, nil)
 	descFence     = prometheus.NewDesc("pgfeldera_ingress_fence_seconds", "Seconds before ingress may send again: an earlier request got no clear answer and Feldera may still apply it (FELDERA_INGRESS_FENCE); 0 when not fenced.", nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descCkptFail, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descChunks} {
+	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descCkptFail, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descCkptWAL, descChunks} {
 		ch <- d
 	}
 }
@@ -266,4 +267,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, v, g.String())
 	}
 	ch <- prometheus.MustNewConstMetric(descCkptWait, prometheus.GaugeValue, conn.CheckpointWait().Seconds())
+	ch <- prometheus.MustNewConstMetric(descCkptWAL, prometheus.GaugeValue, float64(conn.CheckpointWaitWAL()))
 }

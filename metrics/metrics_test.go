@@ -231,6 +231,7 @@ func TestMetrics_SnapshotBlockedSlotAndCauses(t *testing.T) {
 		`pgfeldera_ack_gate{gate="complete"}`:               "1", // no fault tolerance
 		`pgfeldera_ack_gate{gate="checkpoint"}`:             "0",
 		"pgfeldera_checkpoint_wait_seconds":                 "0",
+		"pgfeldera_checkpoint_wait_wal_bytes":               "0",
 	} {
 		if got := metric(body, name); got != want {
 			t.Errorf("%s = %q, want %s", name, got, want)

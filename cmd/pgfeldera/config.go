@@ -33,6 +33,7 @@ type Config struct {
 	RequestTimeout      time.Duration
 	StopTimeout         time.Duration
 	CheckpointAfter     time.Duration
+	CheckpointWAL       int64 // 0: from max_slot_wal_keep_size; -1: off
 	BatchMaxRows        int
 	SnapshotChunkRows   int
 	SnapshotParallelism int
@@ -69,11 +70,11 @@ func parseBytes(v string) (int, bool) {
 			break
 		}
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > (1<<31)/mult {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/int64(mult) {
 		return 0, false
 	}
-	return n * mult, true
+	return int(n) * mult, true
 }
 
 func badValue(env, value, allowed string) error {
@@ -183,6 +184,22 @@ var settings = []setting{
 		parse: durationInto("FELDERA_REQUEST_TIMEOUT", func(c *Config) *time.Duration { return &c.RequestTimeout })},
 	{Env: "FELDERA_CHECKPOINT_AFTER", Default: "30s", Help: "under at_least_once, ask Feldera for a checkpoint once completed work has waited this long for one (it is acknowledged only when a checkpoint covers it)",
 		parse: durationInto("FELDERA_CHECKPOINT_AFTER", func(c *Config) *time.Duration { return &c.CheckpointAfter })},
+	{Env: "FELDERA_CHECKPOINT_WAL", Default: "", Help: "under at_least_once, also ask Feldera for a checkpoint once completed work waiting for one holds this much WAL in the slot, so a fast writer cannot push the slot toward max_slot_wal_keep_size between checkpoints; plain bytes or with KiB/MiB/GiB, off to ask only by time (empty: a quarter of max_slot_wal_keep_size where one is set, else off)",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "":
+				return nil
+			case "off":
+				c.CheckpointWAL = -1
+				return nil
+			}
+			n, ok := parseBytes(v)
+			if !ok || n < 64<<10 {
+				return badValue("FELDERA_CHECKPOINT_WAL", v, "a size of at least 64KiB, such as 256MiB, or off")
+			}
+			c.CheckpointWAL = int64(n)
+			return nil
+		}},
 	{Env: "STOP_TIMEOUT", Default: "20s", Help: "on SIGTERM/SIGINT, longest time to finish in-flight work before exiting 0 with nothing unfinished acknowledged",
 		parse: durationInto("STOP_TIMEOUT", func(c *Config) *time.Duration { return &c.StopTimeout })},
 	{Env: "BATCH_MAX_ROWS", Default: "10000", Help: "outbox flush size in rows: the memory bound",

@@ -70,6 +70,19 @@ func TestConfig_BatchMaxBytes(t *testing.T) {
 	}
 }
 
+func TestConfig_CheckpointWAL(t *testing.T) {
+	for v, want := range map[string]int64{"": 0, "off": -1, "64KiB": 64 << 10, "256MiB": 256 << 20, "20GiB": 20 << 30} {
+		vars := map[string]string{"PG_DSN": "postgres://x@h/db", "PG_TABLE": "t", "FELDERA_URL": "http://h", "FELDERA_PIPELINE": "p"}
+		if v != "" {
+			vars["FELDERA_CHECKPOINT_WAL"] = v
+		}
+		c, err := parseConfig("run", nil, env(vars), &bytes.Buffer{})
+		if err != nil || c.CheckpointWAL != want {
+			t.Fatalf("FELDERA_CHECKPOINT_WAL=%q: %d, %v; want %d", v, c.CheckpointWAL, err, want)
+		}
+	}
+}
+
 func TestConfig_BadValuesExit2(t *testing.T) {
 	cases := []struct {
 		name, key, value, want string
@@ -79,6 +92,8 @@ func TestConfig_BadValuesExit2(t *testing.T) {
 		{"bytesUnit", "BATCH_MAX_BYTES", "16MB", "BATCH_MAX_BYTES"},
 		{"bytesTiny", "BATCH_MAX_BYTES", "10", "BATCH_MAX_BYTES"},
 		{"bytesHuge", "BATCH_MAX_BYTES", "2GiB", "BATCH_MAX_BYTES"},
+		{"checkpointWALTiny", "FELDERA_CHECKPOINT_WAL", "1KiB", "FELDERA_CHECKPOINT_WAL"},
+		{"checkpointWALWord", "FELDERA_CHECKPOINT_WAL", "on", "FELDERA_CHECKPOINT_WAL"},
 		{"ackMode", "FELDERA_ACK_MODE", "maybe", "FELDERA_ACK_MODE"},
 		{"linger", "BATCH_LINGER_MS", "-1", "BATCH_LINGER_MS"},
 		{"snapshot", "SNAPSHOT_MODE", "sometimes", "SNAPSHOT_MODE"},

@@ -73,6 +73,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		IngressFence:        c.IngressFence,
 		StopTimeout:         c.StopTimeout,
 		CheckpointAfter:     c.CheckpointAfter,
+		CheckpointWAL:       c.CheckpointWAL,
 		BatchMaxRows:        c.BatchMaxRows,
 		SnapshotChunkRows:   c.SnapshotChunkRows,
 		SnapshotParallelism: c.SnapshotParallelism,

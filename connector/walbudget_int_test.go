@@ -1,0 +1,98 @@
+package connector_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+)
+
+// Under at_least_once, with the pipeline's own checkpoints off and the
+// timed request an hour away, a writer at up to 1 MB/s: with
+// FELDERA_CHECKPOINT_WAL=3MiB pgfeldera asks for a checkpoint whenever the
+// completed work waiting for one holds 3 MiB, and the WAL the slot
+// retains stays under twice that. With the budget off (the timer alone)
+// the same writer drives it past twice the budget: the check can see the
+// difference. Its own cluster: another test's WAL would count as
+// retained.
+func TestCheckpoint_WALBudgetBoundsRetention(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	cluster := pgcluster.New(t, pgcluster.Options{})
+	const budget = 3 << 20
+	for _, v := range []struct {
+		name   string
+		off    bool
+		expect string
+	}{{"budget", false, "holds FELDERA_CHECKPOINT_WAL"}, {"timer_only_BROKEN", true, ""}} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvOn(t, cluster, mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+				fc.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": null}`
+			})
+			cfg := e.config("users,public.items:catalog_items")
+			cfg.CheckpointAfter = time.Hour
+			cfg.CheckpointWAL = budget
+			if v.off {
+				cfg.CheckpointWAL = -1
+			}
+			c := e.newConnector(cfg, e.client)
+			e.run(c)
+			e.waitSlot()
+			w := e.startWrites(func() string {
+				time.Sleep(20 * time.Millisecond)
+				// Five rows of 4 KB of hex that TOAST cannot compress
+				// (with index and page images about 45 KB of WAL): up to
+				// 1 MB/s, well within what a checkpoint every budget's
+				// worth keeps up with (a look every 0.5 s), and few
+				// enough rows that decoding keeps up under -race.
+				return `INSERT INTO users SELECT g, (SELECT string_agg(md5(random()::text || g || s), '') FROM generate_series(1, 125) s), 0
+					FROM generate_series(1, 5) g ON CONFLICT (id) DO UPDATE SET name = excluded.name, score = users.score + 1`
+			})
+			var peak uint64
+			start := time.Now()
+			for time.Since(start) < 12*time.Second {
+				var head, conf string
+				if err := e.db.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&head, &conf); err != nil {
+					t.Fatal(err)
+				}
+				h, err1 := pglogrepl.ParseLSN(head)
+				cf, err2 := pglogrepl.ParseLSN(conf)
+				if err1 != nil || err2 != nil {
+					t.Fatalf("slot %s: head %q confirmed %q", e.slot, head, conf)
+				}
+				peak = max(peak, uint64(h-cf))
+				time.Sleep(50 * time.Millisecond)
+			}
+			ops := w.halt()
+			t.Logf("%d statements; the slot retained at most %.1f MiB (budget %d MiB); waiting work held %.1f MiB at the end", ops, float64(peak)/(1<<20), budget>>20, float64(c.CheckpointWaitWAL())/(1<<20))
+			if v.off {
+				if peak <= 2*budget {
+					t.Fatalf("with the budget off the slot retained at most %.1f MiB: the writer is too slow for the check to see a missing budget", float64(peak)/(1<<20))
+				}
+				return
+			}
+			if peak > 2*budget {
+				t.Fatalf("the slot retained %.1f MiB, more than twice FELDERA_CHECKPOINT_WAL (%d MiB)\n%s", float64(peak)/(1<<20), budget>>20, tail(e.logs.String(), 3000))
+			}
+			if !strings.Contains(e.logs.String(), v.expect) {
+				t.Fatalf("no checkpoint was asked for by WAL\n%s", tail(e.logs.String(), 3000))
+			}
+			// The tail is less than the budget: it waits for checkpoints
+			// the test takes.
+			target := e.currentLSN()
+			if !e.until(60*time.Second, 200*time.Millisecond, func() bool {
+				e.fel.Checkpoint()
+				return e.confirmed() >= target
+			}) {
+				t.Fatalf("the tail was not acknowledged after checkpoints\n%s", tail(e.logs.String(), 3000))
+			}
+			e.assertEqual("users", "users")
+		})
+	}
+}
