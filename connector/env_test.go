@@ -425,6 +425,33 @@ func (e *env) waitLateApplied(n int) {
 	e.poll(fmt.Sprintf("%d late requests applied", n), 10*time.Second, func() bool { return e.fel.LateApplied() >= n })
 }
 
+// refusal waits, as long as the connector makes progress (see until),
+// for its Run to end with an error, closes r.done, and fails the test
+// unless the error names each of wants. It returns the error for any
+// further check. what says what should have been refused.
+func (e *env) refusal(r *running, what string, within time.Duration, wants ...string) error {
+	e.t.Helper()
+	var err error
+	ended := e.until(within, 10*time.Millisecond, func() bool {
+		select {
+		case err = <-r.done:
+			return true
+		default:
+			return false
+		}
+	})
+	if !ended {
+		e.t.Fatalf("%s was not refused: the connector kept running\n%s", what, tail(e.logs.String(), 3000))
+	}
+	close(r.done)
+	for _, w := range wants {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			e.t.Fatalf("%s: Run returned %v, want an error naming %q", what, err, w)
+		}
+	}
+	return err
+}
+
 // poll waits until cond holds, failing the test once within passed
 // without progress (see until).
 func (e *env) poll(what string, within time.Duration, cond func() bool) {

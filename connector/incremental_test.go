@@ -512,15 +512,7 @@ func TestIncremental_CrashAfterNewSlot(t *testing.T) {
 			c := e.newConnector(cfg, e.client)
 			connector.FailAfterSlot(c, unsafe)
 			r = e.run(c)
-			select {
-			case err := <-r.done:
-				close(r.done)
-				if err == nil || !strings.Contains(err.Error(), "test hook") {
-					t.Fatalf("the failing start returned %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("the failing start did not end")
-			}
+			e.refusal(r, "the failing start", 30*time.Second, "test hook")
 
 			sessions := count("session: streaming")
 			r = e.start(cfg)

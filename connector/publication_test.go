@@ -209,15 +209,7 @@ func TestPublication_PartitionedTable(t *testing.T) {
 
 			if style == "leaves" {
 				e.exec("TRUNCATE m1")
-				select {
-				case err := <-r.done:
-					if err == nil || !strings.Contains(err.Error(), "TRUNCATE of public.m1") || !strings.Contains(err.Error(), "share Feldera table m") {
-						t.Fatalf("err = %v", err)
-					}
-					close(r.done)
-				case <-time.After(30 * time.Second):
-					t.Fatal("a TRUNCATE of one of two leaves sharing a Feldera table was not refused")
-				}
+				e.refusal(r, "a TRUNCATE of one of two leaves sharing a Feldera table", 30*time.Second, "TRUNCATE of public.m1", "share Feldera table m")
 			}
 		})
 	}

@@ -147,17 +147,7 @@ CREATE PUBLICATION pub FOR TABLE ev;`
 		e.waitConfirmed(e.currentLSN(), 30*time.Second)
 		before := e.confirmed()
 		e.exec(insert)
-		select {
-		case err := <-r.done:
-			close(r.done)
-			for _, w := range append(want, "public.ev") {
-				if err == nil || !strings.Contains(err.Error(), w) {
-					t.Fatalf("err = %v, want mention of %q", err, w)
-				}
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("no refusal")
-		}
+		e.refusal(r, insert, 30*time.Second, append(want, "public.ev")...)
 		if e.confirmed() != before || len(e.fel.Rows("ev")) != 1 {
 			t.Fatalf("the refused transaction was acknowledged or delivered: %d rows", len(e.fel.Rows("ev")))
 		}

@@ -3,7 +3,6 @@ package connector_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -60,15 +59,10 @@ func TestFailover_OnRefusedBelow17(t *testing.T) {
 	cfg := e.config("users,public.items:catalog_items")
 	cfg.SlotFailover = connector.FailoverOn
 	r := e.start(cfg)
-	select {
-	case err := <-r.done:
-		close(r.done)
-		var fe *connector.FatalError
-		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "PG_SLOT_FAILOVER=on") || !strings.Contains(err.Error(), fmt.Sprintf("PostgreSQL %d", c.Version)) {
-			t.Fatalf("err = %v, want a fatal error naming PG_SLOT_FAILOVER=on and PostgreSQL %d", err, c.Version)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("PG_SLOT_FAILOVER=on was not refused")
+	err := e.refusal(r, "PG_SLOT_FAILOVER=on", 60*time.Second, "PG_SLOT_FAILOVER=on", fmt.Sprintf("PostgreSQL %d", c.Version))
+	var fe *connector.FatalError
+	if !errors.As(err, &fe) {
+		t.Fatalf("err = %v, want a fatal error", err)
 	}
 }
 
