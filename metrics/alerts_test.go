@@ -1,10 +1,12 @@
 package metrics_test
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,12 +20,22 @@ const alertsDir = "../docs/examples/prometheus"
 // histogram's series (_bucket, _sum, _count) count as their metric.
 var ruleMetric = regexp.MustCompile(`pgfeldera_[a-z_]+`)
 
-// Every metric the alert rules name is one the binary exports: a metric
-// renamed in the code leaves no rule silently watching nothing.
+// Every metric the alert rules and the dashboard name is one the binary
+// exports: a metric renamed in the code leaves no rule or panel silently
+// watching nothing.
 func TestAlertRules_NameExportedMetrics(t *testing.T) {
-	b, err := os.ReadFile(alertsDir + "/pgfeldera-alerts.yml")
+	for _, f := range []string{alertsDir + "/pgfeldera-alerts.yml", "../docs/examples/grafana/pgfeldera-dashboard.json"} {
+		t.Run(filepath.Base(f), func(t *testing.T) { namesExported(t, f) })
+	}
+}
+
+func namesExported(t *testing.T, file string) {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.HasSuffix(file, ".json") && !json.Valid(b) {
+		t.Fatalf("%s is not valid JSON", file)
 	}
 	served := map[string]bool{}
 	for _, n := range metrics.Exported(metrics.New("", "s", slog.New(slog.NewTextHandler(io.Discard, nil)))) {
@@ -42,7 +54,7 @@ func TestAlertRules_NameExportedMetrics(t *testing.T) {
 			}
 		}
 		if !served[base] {
-			t.Errorf("the alert rules name %s, which the binary does not export", n)
+			t.Errorf("%s names %s, which the binary does not export", file, n)
 		}
 	}
 }
