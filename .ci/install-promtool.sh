@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Prints the path of promtool (Prometheus's rule checker), installing
-# Debian's prometheus package when it is missing. The alert rules' tests
+# Prints the path of promtool (Prometheus's rule checker): PROMTOOL when
+# set, else the one on PATH, else it installs Debian's prometheus package. The alert rules' tests
 # (metrics/alerts_test.go) run it; in CI a missing promtool fails them.
 set -euo pipefail
+if [ -n "${PROMTOOL:-}" ]; then
+  if [ ! -x "$PROMTOOL" ]; then echo "PROMTOOL=$PROMTOOL is not an executable" >&2; exit 1; fi
+  echo "$PROMTOOL"
+  exit 0
+fi
 if command -v promtool >/dev/null 2>&1; then
   command -v promtool
   exit 0

@@ -162,7 +162,8 @@ type Config struct {
 	// once completed work waiting for one holds this many bytes of WAL,
 	// so that a fast writer cannot push the slot toward
 	// max_slot_wal_keep_size (and invalidation) between timed requests.
-	// 0: a quarter of max_slot_wal_keep_size where one is set, else none;
+	// 0: a quarter of max_slot_wal_keep_size (of max_wal_size when it is
+	// 0), none when it is -1 (unlimited);
 	// negative: none.
 	CheckpointWAL int64
 

@@ -83,11 +83,11 @@ func (c *Connector) prepare(ctx context.Context, atRest bool) (*plan, error) {
 	}
 	p := &plan{}
 	p.walTimeout, _ = parsePGDuration(walTimeout)
-	keep, err := readKeepSize(ctx, conn)
+	keep, maxWAL, err := readWALLimits(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
-	p.walBudget = walBudget(c.cfg.CheckpointWAL, keep)
+	p.walBudget = walBudget(c.cfg.CheckpointWAL, keep, maxWAL)
 
 	var pubInsert, pubUpdate, pubDelete, pubTruncate bool
 	err = conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", c.cfg.Publication).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)

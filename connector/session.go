@@ -403,12 +403,14 @@ func (s *stream) stalledGate() error {
 // publishWait tells the watcher since when completed work waits for a
 // checkpoint (it may ask for one) and the status how long.
 func (s *stream) publishWait() {
+	// The WAL figure first: a look that sees work waiting reads the
+	// figure of that work, not of the work before.
+	s.c.checkpointWAL.Store(int64(s.front.waitingWAL()))
 	if at, ok := s.front.waiting(); ok {
 		s.c.checkpointWaits.Store(at.UnixNano())
 	} else {
 		s.c.checkpointWaits.Store(0)
 	}
-	s.c.checkpointWAL.Store(int64(s.front.waitingWAL()))
 }
 
 func (s *stream) run(ctx context.Context) error {

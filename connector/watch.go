@@ -35,6 +35,7 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 	c.checkpointed.Store(0)
 	c.seenAt.Store(0)
 	c.checkpointWaits.Store(0)
+	c.checkpointWAL.Store(0)
 	// Under exactly_once a completion is acknowledged once a look begun
 	// after it found the session's process (frontier.confirm): the looks
 	// come as often as checkpoint polls, and each wakes the receive loop,
@@ -49,8 +50,7 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 		defer t.Stop()
 		pw := &partitionWatch{c: c, p: p}
 		defer pw.close()
-		var asked time.Time
-		var seq uint64 // the sequence number of the last checkpoint asked for
+		var ask asker
 		for n := 0; ; n++ {
 			select {
 			case <-ctx.Done():
@@ -58,29 +58,7 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 			case <-t.C:
 			}
 			if p.gate == GateCheckpoint {
-				cp, ok, same := c.freshCheckpoint(ctx, p)
-				if ok {
-					c.checkpointed.Store(cp.Steps)
-					c.health.checkpointFailed.Store(false)
-				}
-				// A checkpoint is asked for only of the process the
-				// session feeds (freshCheckpoint read /stats after the
-				// list): one of a restarted process would hold what was
-				// sent to it before the restart was seen, and make it
-				// look like a later history than the one restored.
-				if why := c.checkpointDue(p, same, asked); why != "" {
-					asked = time.Now()
-					if s, err := c.sink.RequestCheckpoint(ctx); err != nil {
-						c.logger.Warn("feldera: checkpoint request failed; waiting for the pipeline's own", "err", err)
-					} else {
-						seq = s
-						c.logger.Info("feldera: asked for a checkpoint: "+why, "waited", time.Since(time.Unix(0, c.checkpointWaits.Load())).Round(time.Millisecond),
-							"wal_waiting", c.checkpointWAL.Load(), "checkpoint_after", c.cfg.CheckpointAfter, "checkpoint_wal", p.walBudget)
-					}
-				}
-				if seq != 0 {
-					c.checkFailure(ctx, seq)
-				}
+				c.lookAtCheckpoints(ctx, p, &ask)
 			}
 			err := c.checkRestart(ctx, p)
 			if err == nil && confirming {
@@ -99,20 +77,94 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 	return lost
 }
 
-// checkpointDue says why to ask for a checkpoint now, or "": completed
-// work has waited CheckpointAfter for one, or holds the WAL budget. Only
-// of the process the session feeds (same), and not again before the
-// previous request had time to be taken: CheckpointAfter by time, two
-// looks by WAL.
-func (c *Connector) checkpointDue(p *plan, same bool, asked time.Time) string {
-	since := c.checkpointWaits.Load()
-	if !same || since == 0 {
+// lookAtCheckpoints is one look of the watcher under the checkpoint gate:
+// it publishes the newest checkpoint that covers what this session
+// completed, asks for one when ask says it is due, and reports a
+// requested checkpoint that failed.
+func (c *Connector) lookAtCheckpoints(ctx context.Context, p *plan, ask *asker) {
+	cp, ok, same := c.freshCheckpoint(ctx, p)
+	now := time.Now()
+	if ok {
+		c.checkpointed.Store(cp.Steps)
+		c.health.checkpointFailed.Store(false)
+		ask.seen(cp.UUID, now)
+	}
+	// A checkpoint is asked for only of the process the session feeds
+	// (freshCheckpoint read /stats after the list): one of a restarted
+	// process would hold what was sent to it before the restart was seen,
+	// and make it look like a later history than the one restored.
+	var waiting time.Time
+	if at := c.checkpointWaits.Load(); at != 0 && same {
+		waiting = time.Unix(0, at)
+	}
+	wal := c.checkpointWAL.Load()
+	if why := ask.due(now, waiting, wal, p.walBudget, c.cfg.CheckpointAfter); why != "" {
+		s, err := c.sink.RequestCheckpoint(ctx)
+		ask.asking(now, s, err)
+		if err != nil {
+			c.logger.Warn("feldera: checkpoint request failed; waiting for the pipeline's own", "err", err)
+		} else {
+			c.logger.Info("feldera: asked for a checkpoint: "+why, "waited", now.Sub(waiting).Round(time.Millisecond),
+				"wal_waiting", wal, "checkpoint_after", c.cfg.CheckpointAfter, "checkpoint_wal", p.walBudget)
+		}
+	}
+	if ask.seq != 0 {
+		c.checkFailure(ctx, ask.seq)
+	}
+}
+
+// asker decides when to ask Feldera for a checkpoint: once completed work
+// has waited CheckpointAfter for one, or holds the WAL budget. By time,
+// not again before CheckpointAfter; by WAL, not again before the last
+// request was served (a checkpoint newer than the one at the request,
+// seen for two looks, so the session has applied it and the WAL figure
+// is fresh) or CheckpointAfter passed (a request lost or failed): a
+// checkpoint that takes longer than a look is not asked for again and
+// again while it runs.
+type asker struct {
+	asked  time.Time // the last request, zero: none yet
+	failed bool      // it failed
+	seq    uint64    // its sequence number, for checkFailure
+	at     string    // the newest checkpoint when it was asked
+	newest string    // the newest checkpoint seen
+	newAt  time.Time // when newest was first seen
+}
+
+// seen records the newest checkpoint a look found.
+func (a *asker) seen(uuid string, now time.Time) {
+	if uuid != a.newest {
+		a.newest, a.newAt = uuid, now
+	}
+}
+
+// asking records a request made now.
+func (a *asker) asking(now time.Time, seq uint64, err error) {
+	a.asked, a.at, a.failed = now, a.newest, err != nil
+	if err == nil {
+		a.seq = seq
+	}
+}
+
+// due says why to ask now, or "". waiting is since when completed work
+// waits for a checkpoint (zero: none, or not in the session's process);
+// wal is how much WAL it holds, budget the WAL that triggers a request
+// (0: none).
+func (a *asker) due(now, waiting time.Time, wal, budget int64, after time.Duration) string {
+	if waiting.IsZero() {
 		return ""
 	}
-	if time.Since(time.Unix(0, since)) >= c.cfg.CheckpointAfter && time.Since(asked) >= c.cfg.CheckpointAfter {
+	sinceAsked := now.Sub(a.asked)
+	if a.asked.IsZero() {
+		sinceAsked = after
+	}
+	if now.Sub(waiting) >= after && sinceAsked >= after {
 		return "completed work waited for one"
 	}
-	if p.walBudget > 0 && c.checkpointWAL.Load() >= p.walBudget && time.Since(asked) >= 2*checkpointPoll {
+	if budget <= 0 || wal < budget {
+		return ""
+	}
+	served := !a.failed && a.newest != a.at && now.Sub(a.newAt) >= 2*checkpointPoll
+	if a.asked.IsZero() || served || sinceAsked >= after {
 		return "completed work waiting for one holds FELDERA_CHECKPOINT_WAL of WAL"
 	}
 	return ""

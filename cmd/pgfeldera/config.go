@@ -184,7 +184,7 @@ var settings = []setting{
 		parse: durationInto("FELDERA_REQUEST_TIMEOUT", func(c *Config) *time.Duration { return &c.RequestTimeout })},
 	{Env: "FELDERA_CHECKPOINT_AFTER", Default: "30s", Help: "under at_least_once, ask Feldera for a checkpoint once completed work has waited this long for one (it is acknowledged only when a checkpoint covers it)",
 		parse: durationInto("FELDERA_CHECKPOINT_AFTER", func(c *Config) *time.Duration { return &c.CheckpointAfter })},
-	{Env: "FELDERA_CHECKPOINT_WAL", Default: "", Help: "under at_least_once, also ask Feldera for a checkpoint once completed work waiting for one holds this much WAL in the slot, so a fast writer cannot push the slot toward max_slot_wal_keep_size between checkpoints; plain bytes or with KiB/MiB/GiB, off to ask only by time (empty: a quarter of max_slot_wal_keep_size where one is set, else off)",
+	{Env: "FELDERA_CHECKPOINT_WAL", Default: "", Help: "under at_least_once, also ask Feldera for a checkpoint once completed work waiting for one holds this much WAL in the slot, so a fast writer cannot push the slot toward max_slot_wal_keep_size between checkpoints; plain bytes or with KiB/MiB/GiB, off to ask only by time (empty: a quarter of max_slot_wal_keep_size, of max_wal_size when it is 0, off when it is -1)",
 		parse: func(c *Config, v string) error {
 			switch v {
 			case "":

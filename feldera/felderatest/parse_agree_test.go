@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -49,6 +50,7 @@ func FuzzParseBody(f *testing.F) {
 		"{\"insert\":{\"id\":1,\"id\":2}}\n{\"insert\":{\"id\":1}\n",
 		"{\"insert\":{\"id\":1,\"name\":\"caf\\u00e9\",\"score\":null}}\n",
 		"\f{\"insert\":{\"id\":1}}\n",
+		"{\"insert\":{\"id\":1,\"junk\":" + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + "}}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -48,7 +48,7 @@ func Object(raw []byte, into []Member) (members []Member, ok bool) {
 			return nil, false
 		}
 		i = skipSpace(b, i+1)
-		v := Value(b[i:])
+		v := value(b[i:], 1)
 		if v < 0 {
 			return nil, false
 		}
@@ -67,19 +67,31 @@ func Object(raw []byte, into []Member) (members []Member, ok bool) {
 	}
 }
 
+// maxDepth bounds nesting: encoding/json refuses values nested deeper
+// than 10,000 levels, and a value this package gives up on goes to
+// encoding/json, so any bound below that keeps the two in agreement.
+const maxDepth = 512
+
 // Value returns the length of the valid JSON value at the start of b, or
-// -1 when b does not start with one.
-func Value(b []byte) int {
+// -1 when b does not start with one (or nests deeper than maxDepth).
+func Value(b []byte) int { return value(b, 0) }
+
+func value(b []byte, depth int) int {
 	if len(b) == 0 {
 		return -1
 	}
 	switch c := b[0]; {
 	case c == '"':
 		return str(b)
-	case c == '{':
-		return composite(b, '}')
-	case c == '[':
-		return composite(b, ']')
+	case c == '{', c == '[':
+		if depth >= maxDepth {
+			return -1
+		}
+		end := byte('}')
+		if c == '[' {
+			end = ']'
+		}
+		return composite(b, end, depth+1)
 	case c == 't':
 		return literal(b, "true")
 	case c == 'f':
@@ -92,8 +104,8 @@ func Value(b []byte) int {
 	return -1
 }
 
-// composite is Value of an object or array.
-func composite(b []byte, end byte) int {
+// composite is value of an object or array at depth.
+func composite(b []byte, end byte, depth int) int {
 	i := skipSpace(b, 1)
 	if i < len(b) && b[i] == end {
 		return i + 1
@@ -113,7 +125,7 @@ func composite(b []byte, end byte) int {
 			}
 			i = skipSpace(b, i+1)
 		}
-		n := Value(b[i:])
+		n := value(b[i:], depth)
 		if n < 0 {
 			return -1
 		}

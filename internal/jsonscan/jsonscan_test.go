@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -13,6 +14,8 @@ var seeds = []string{
 	`{"a":01}`, `{"a":1,}`, `{"a" 1}`, `{"a":1}x`, `[1]`, `{"a":"` + "\x01" + `"}`, `{"a":"\x"}`,
 	`{"a":1.}`, `{"a":-}`, `{"a":tru}`, `{"a":"<&>"}`, `{"a":"é"}`, `{"a":"\u2028"}`, "{\"a\":\"\xff\"}",
 	`{"a":{"b":{"c":[[],{}]}}}`, `{"a":1e5,"b":1E-5,"c":0}`, ``, `{`, `{"a":`,
+	`{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, // deeper than encoding/json takes
+	`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,     // deeper than jsonscan takes
 }
 
 // Object agrees with encoding/json wherever it answers: a valid object
@@ -28,8 +31,10 @@ func FuzzObject(f *testing.F) {
 		valid := json.Unmarshal(raw, &want) == nil && bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{"))
 		escapedKey := false
 		if valid {
-			// conservative: only then may a key hold an escape or bad UTF-8
-			escapedKey = bytes.Contains(raw, []byte(`\`)) || !utf8.Valid(raw)
+			// conservative: only then may a key hold an escape or bad
+			// UTF-8, or a value nest deeper than jsonscan takes
+			escapedKey = bytes.Contains(raw, []byte(`\`)) || !utf8.Valid(raw) ||
+				bytes.Count(raw, []byte("["))+bytes.Count(raw, []byte("{")) >= maxDepth
 		}
 		switch {
 		case ok && !valid:
