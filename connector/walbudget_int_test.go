@@ -45,7 +45,7 @@ func TestCheckpoint_WALBudgetBoundsRetention(t *testing.T) {
 			e.run(c)
 			e.waitSlot()
 			w := e.startWrites(func() string {
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(45 * time.Millisecond)
 				// Five rows of 4 KB of hex that TOAST cannot compress
 				// (with index and page images about 45 KB of WAL): up to
 				// 1 MB/s, well within what a checkpoint every budget's
