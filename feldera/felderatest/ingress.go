@@ -483,12 +483,7 @@ func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseEr
 	if lines, ok := ndjsonLines(body, a); ok {
 		for _, v := range lines {
 			event++
-			o, err := parseEvent(t, v, a.raw)
-			if err != nil {
-				errs = append(errs, toParseError(err, event))
-				continue
-			}
-			ops = append(ops, o...)
+			ops, errs = addEvent(t, v, a.raw, event, ops, errs)
 		}
 		return ops, errs, event
 	}
@@ -535,14 +530,19 @@ func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parse
 			continue
 		}
 		event++
-		o, err := parseEvent(t, v, a.raw)
-		if err != nil {
-			errs = append(errs, toParseError(err, event))
-			continue
-		}
-		ops = append(ops, o...)
+		ops, errs = addEvent(t, v, a.raw, event, ops, errs)
 	}
 	return ops, errs, event
+}
+
+// addEvent parses event number event and appends its commands, or its
+// error: a bad event is reported and skipped, as Feldera does.
+func addEvent(t *table, v json.RawMessage, raw bool, event int, ops []op, errs []parseError) ([]op, []parseError) {
+	o, err := parseEvent(t, v, raw)
+	if err != nil {
+		return ops, append(errs, toParseError(err, event))
+	}
+	return append(ops, o...), errs
 }
 
 // envelope splits an event into its commands, with encoding/json's
