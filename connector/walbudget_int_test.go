@@ -13,7 +13,7 @@ import (
 )
 
 // Under at_least_once, with the pipeline's own checkpoints off and the
-// timed request an hour away, a writer at up to 1 MB/s: with
+// timed request an hour away, a writer at up to 1 MB/s writes 15 MiB: with
 // FELDERA_CHECKPOINT_WAL=3MiB pgfeldera asks for a checkpoint whenever the
 // completed work waiting for one holds 3 MiB, and the WAL the slot
 // retains stays under twice that. With the budget off (the timer alone)
@@ -54,9 +54,15 @@ func TestCheckpoint_WALBudgetBoundsRetention(t *testing.T) {
 				return `INSERT INTO users SELECT g, (SELECT string_agg(md5(random()::text || g || s), '') FROM generate_series(1, 125) s), 0
 					FROM generate_series(1, 5) g ON CONFLICT (id) DO UPDATE SET name = excluded.name, score = users.score + 1`
 			})
+			// The same amount of WAL in both runs, however slow the
+			// machine: five budgets' worth.
+			from := e.currentLSN()
 			var peak uint64
 			start := time.Now()
-			for time.Since(start) < 12*time.Second {
+			for written := uint64(0); written < 5*budget; {
+				if time.Since(start) > 3*time.Minute {
+					t.Fatalf("the writer wrote %.1f MiB in 3 minutes", float64(written)/(1<<20))
+				}
 				var head, conf string
 				if err := e.db.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&head, &conf); err != nil {
 					t.Fatal(err)
@@ -67,10 +73,11 @@ func TestCheckpoint_WALBudgetBoundsRetention(t *testing.T) {
 					t.Fatalf("slot %s: head %q confirmed %q", e.slot, head, conf)
 				}
 				peak = max(peak, uint64(h-cf))
+				written = uint64(h - from)
 				time.Sleep(50 * time.Millisecond)
 			}
 			ops := w.halt()
-			t.Logf("%d statements; the slot retained at most %.1f MiB (budget %d MiB); waiting work held %.1f MiB at the end", ops, float64(peak)/(1<<20), budget>>20, float64(c.CheckpointWaitWAL())/(1<<20))
+			t.Logf("%d statements in %s; the slot retained at most %.1f MiB (budget %d MiB); waiting work held %.1f MiB at the end", ops, time.Since(start).Round(time.Millisecond), float64(peak)/(1<<20), budget>>20, float64(c.CheckpointWaitWAL())/(1<<20))
 			if v.off {
 				if peak <= 2*budget {
 					t.Fatalf("with the budget off the slot retained at most %.1f MiB: the writer is too slow for the check to see a missing budget", float64(peak)/(1<<20))
