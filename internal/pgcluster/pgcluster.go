@@ -207,8 +207,13 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.cred = cred
 	}
+	Sweep()
 	dir, err := os.MkdirTemp("", "pgcluster-")
 	if err != nil {
+		return nil, err
+	}
+	if err := markOwner(dir); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	c.Dir = dir

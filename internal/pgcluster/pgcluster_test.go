@@ -124,7 +124,7 @@ func TestCluster_NoLeftoverAfterPanic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		os.Stdout.WriteString("PID=" + strconv.Itoa(c.Pid()) + "\n")
+		os.Stdout.WriteString("PID=" + strconv.Itoa(c.Pid()) + "\nDIR=" + c.Dir + "\n")
 		panic("child panics with a running cluster")
 	}
 	pgcluster.Shared(t) // skip or fail exactly like the other tests when no binaries
@@ -132,23 +132,36 @@ func TestCluster_NoLeftoverAfterPanic(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PGCLUSTER_CHILD=1")
 	out, _ := cmd.CombinedOutput()
 	var pid int
+	var dir string
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "PID=") {
 			pid, _ = strconv.Atoi(strings.TrimPrefix(line, "PID="))
 		}
+		if d, ok := strings.CutPrefix(line, "DIR="); ok {
+			dir = d
+		}
 	}
-	if pid == 0 {
-		t.Fatalf("child printed no pid:\n%s", out)
+	if pid == 0 || dir == "" {
+		t.Fatalf("child printed no pid or directory:\n%s", out)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := syscall.Kill(pid, 0); err != nil {
-			return // gone
-		}
+	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("postmaster %d still alive after the test binary exited", pid)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The directory outlives the panic; the next Start (here, Sweep)
+	// removes it, its owner being gone, and keeps this process's own.
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the child's cluster directory %s: %v (the test cannot see a leftover)", dir, err)
+	}
+	pgcluster.Sweep()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the directory %s of a cluster whose test process died is still there (%v)", dir, err)
+	}
+	if _, err := os.Stat(pgcluster.Shared(t).Dir); err != nil {
+		t.Fatalf("Sweep removed a live process's cluster: %v", err)
 	}
 }
 
