@@ -85,7 +85,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 
 func (c *Connector) session(ctx context.Context) error {
 	c.maxStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
-	p, err := c.prepare(ctx, false)
+	p, err := c.prepare(ctx, forRun)
 	if err != nil {
 		return err
 	}

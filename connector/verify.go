@@ -38,7 +38,7 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.prepare(ctx, true)
+	p, err := c.prepare(ctx, forVerify)
 	if err != nil {
 		return nil, err
 	}

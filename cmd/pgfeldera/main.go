@@ -2,7 +2,7 @@
 // and acknowledges WAL to PostgreSQL only after Feldera reports the changes
 // complete.
 //
-// Subcommands: run, demo, status, verify, ddl, resnapshot, version. Exit codes: 0 graceful
+// Subcommands: run, demo, check, status, verify, ddl, resnapshot, version. Exit codes: 0 graceful
 // stop, 2 configuration error, 70 crash point, 1 any other fatal error.
 package main
 
@@ -41,6 +41,7 @@ const topUsage = `usage: pgfeldera <command> [flags]
 commands:
   run         stream PostgreSQL changes into Feldera (see: pgfeldera run --help)
   demo        run against a throwaway local Postgres and the built-in Feldera double
+  check       check every prerequisite of run at once, each problem with its fix (--json)
   status      show the slot, the state file and the pipeline
   verify      compare each mapped table in Postgres and Feldera
   ddl         print Feldera CREATE TABLE statements for TABLES from the Postgres catalog
@@ -80,6 +81,8 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 		return runStatus(ctx, rest, getenv, stdout, stderr)
 	case "verify":
 		return runVerify(ctx, rest, getenv, stdout, stderr)
+	case "check":
+		return runCheck(ctx, rest, getenv, stdout, stderr)
 	case "ddl":
 		return runDDL(ctx, rest, getenv, stdout, stderr)
 	case "resnapshot":

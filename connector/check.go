@@ -1,0 +1,174 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// CheckReport is what check found: every problem that would stop a run,
+// and, for the reader, what the run would do.
+type CheckReport struct {
+	Problems Problems `json:"problems"`
+	// Model is the pipeline's fault-tolerance model and Gate the ack gate
+	// it implies ("complete" or "checkpoint"); empty when the pipeline
+	// could not be read.
+	Model string `json:"fault_tolerance,omitempty"`
+	Gate  string `json:"ack_gate,omitempty"`
+	// Tables counts the mapped tables with a complete decoding plan.
+	Tables int `json:"tables_ready"`
+	// CheckpointWAL is the WAL budget that asks for a checkpoint under
+	// the checkpoint gate, in bytes (0: by time only).
+	CheckpointWAL int64 `json:"checkpoint_wal_bytes,omitempty"`
+}
+
+// OK reports whether a run would start.
+func (r *CheckReport) OK() bool { return len(r.Problems) == 0 }
+
+// Check looks at every prerequisite of a run at once, with the startup
+// checks a run makes (prepare) and those only a run's later steps would
+// find: the replication connection (the role's REPLICATION, pg_hba.conf,
+// a free walsender), a free replication slot, the slot not held by
+// another consumer, and the state file's directory and lock. It changes
+// nothing: no slot is created, no checkpoint asked for. The error is for
+// what stopped the look itself (a query that failed mid-way).
+func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
+	c, err := New(cfg, sink)
+	if err != nil {
+		return nil, err
+	}
+	r := &CheckReport{}
+	var ps problems
+	ps.add("STATE_FILE", checkStateFile(c.cfg.StateFile))
+	p, err := c.prepare(ctx, forCheck)
+	var found Problems
+	switch {
+	case errors.As(err, &found):
+		ps.list = append(ps.list, found...)
+	case errors.As(err, new(*pgconn.ConnectError)):
+		// No connection: nothing on the Postgres side can be read.
+		ps.add("PG_DSN", refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
+		if _, err := c.preparePipeline(ctx, &plan{}, forCheck, &ps); err != nil {
+			return nil, err
+		}
+		r.Problems = ps.list
+		return r, nil
+	case err != nil:
+		if !ps.add("", err) {
+			return nil, err
+		}
+	}
+	if p != nil {
+		r.Tables = len(p.targets)
+		if len(found) > 0 {
+			r.Tables = 0 // the plan is not whole
+		}
+		r.CheckpointWAL = p.walBudget
+		if p.model != "" {
+			r.Model, r.Gate = string(p.model), GateFor(p.model, c.cfg.AckMode).String()
+		}
+	}
+	if err := c.checkReplication(ctx, &ps); err != nil {
+		return nil, err
+	}
+	r.Problems = ps.list
+	return r, nil
+}
+
+// checkStateFile refuses a state file whose directory cannot hold it (a
+// run writes the state, its fence and temporary files there, and renames
+// them into place) or that another process holds.
+func checkStateFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".pgfeldera-check-*")
+	if err != nil {
+		return refuse("STATE_FILE", fmt.Sprintf("the directory of STATE_FILE %s cannot hold it: %v", path, err),
+			"create "+dir+", writable by the user pgfeldera runs as")
+	}
+	f.Close()
+	os.Remove(f.Name())
+	lock, err := state.Lock(path)
+	var locked *state.LockedError
+	if errors.As(err, &locked) {
+		return refuse("STATE_FILE", locked.Error(), "")
+	}
+	if err != nil {
+		return refuse("STATE_FILE", err.Error(), "make "+state.LockPath(path)+" writable by the user pgfeldera runs as")
+	}
+	return lock.Unlock()
+}
+
+// checkReplication opens a replication connection as a run does and
+// identifies the server (the role's REPLICATION, pg_hba.conf's
+// replication lines and a free walsender all show here), then looks at
+// the slot: free for another consumer, or room for a new one.
+func (c *Connector) checkReplication(ctx context.Context, ps *problems) error {
+	rcfg, err := replicationConfig(c.cfg.DSN)
+	if ps.add("PG_DSN", err) || err != nil {
+		return orNil(err)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		ps.add("PG_DSN", refuse("PG_DSN", "replication connection: "+err.Error(), replicationFix(err, rcfg.User)))
+		return nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := c.identify(ctx, conn); ps.add("PG_SLOT_FAILOVER", err) || err != nil {
+		return orNil(err)
+	}
+	res, err := conn.Exec(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(c.cfg.Slot)+`),
+		(SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(c.cfg.Slot)+` AND active),
+		(SELECT count(*) FROM pg_replication_slots), current_setting('max_replication_slots')`).ReadAll()
+	if err != nil {
+		return fmt.Errorf("read replication slots: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 {
+		return fmt.Errorf("read replication slots: no row")
+	}
+	row := res[0].Rows[0]
+	exists, pid, used, max := string(row[0]) == "1", string(row[1]), string(row[2]), string(row[3])
+	switch {
+	case exists && pid != "0":
+		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %s)", c.cfg.Slot, pid),
+			"stop the other consumer, or give this connector its own PG_SLOT"))
+	case !exists && atLeast(used, max):
+		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%s of max_replication_slots = %s)", c.cfg.Slot, used, max),
+			"drop an unused slot (pg_drop_replication_slot), or raise max_replication_slots and restart postgres"))
+	}
+	return nil
+}
+
+// replicationFix is the fix for a replication connection's refusal, by
+// its SQLSTATE.
+func replicationFix(err error, user string) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return "check that pg_hba.conf admits replication connections from this client"
+	}
+	switch pe.Code {
+	case "42501": // insufficient_privilege: the role lacks REPLICATION
+		return "ALTER ROLE " + quoteIdent(user) + " REPLICATION"
+	case "53300": // too_many_connections: no free walsender
+		return "raise max_wal_senders (and restart postgres), or stop an idle replication client"
+	case "28000", "28P01": // invalid_authorization_specification, invalid_password
+		return "pg_hba.conf needs a line for this client's replication connections (database 'replication' covers only physical ones; a logical one matches the database name), and the password must be right"
+	}
+	return "see the server's message"
+}
+
+// atLeast reports whether the decimal a is at least the decimal b.
+func atLeast(a, b string) bool {
+	var x, y int
+	fmt.Sscan(a, &x)
+	fmt.Sscan(b, &y)
+	return x >= y
+}
