@@ -258,6 +258,19 @@ func (f *frontier) waitingWAL() uint64 {
 	return uint64(top - f.durable)
 }
 
+// completed is the highest LSN of the complete prefix: what Feldera's views
+// show, durable or not.
+func (f *frontier) completed() pglogrepl.LSN {
+	top := f.durable
+	for _, e := range f.queue {
+		if !e.done {
+			break
+		}
+		top = max(top, e.lsn)
+	}
+	return top
+}
+
 // highestPending is the step a checkpoint must cover for every completed
 // batch of the complete prefix to be durable.
 func (f *frontier) highestPending() uint64 {

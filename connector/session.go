@@ -68,6 +68,7 @@ type stream struct {
 	front      *frontier       // the acknowledgement rule
 	live       liveness        // the replication connection's heartbeat
 	inc        *incremental    // the incremental snapshot under way, nil when none
+	clock      stageClock      // times each source transaction to each stage
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -611,6 +612,9 @@ func (s *stream) event(ev *decode.Event) error {
 		s.open, s.openRows, s.openRecs, s.openCommit = true, false, 0, ev.Begin.FinalLSN
 	case decode.KindCommit:
 		s.open = false
+		if s.openRows {
+			s.clock.commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
+		}
 		if s.openRecs > 1 && s.openRows {
 			s.filling.multi = true // its records are in this batch: whole, or the rest of it
 		}
@@ -748,6 +752,8 @@ func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN 
 
 // advance moves the acknowledged position (never backwards).
 func (s *stream) advance(lsn pglogrepl.LSN) {
+	s.stage(StageComplete, s.front.completed())
+	s.stage(StageDurable, lsn)
 	if lsn > s.c.acked {
 		s.c.acked = lsn
 		s.c.ackMoves++
@@ -762,12 +768,20 @@ func (s *stream) advance(lsn pglogrepl.LSN) {
 
 func (s *stream) status() error { return s.statusAsking(false) }
 
+// stage moves a stage of the source transactions' clock to lsn (0: none).
+func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
+	if lsn != 0 {
+		s.clock.reach(st, lsn, time.Now(), s.c.observer.Stage)
+	}
+}
+
 // statusAsking sends a status update; reply asks the server to answer at
 // once (a keepalive), which the heartbeat uses.
 func (s *stream) statusAsking(reply bool) error {
 	if err := sendStatus(s.conn, s.received, s.c.acked, reply); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
+	s.stage(StageAcked, s.c.acked)
 	s.lastStatus = time.Now()
 	s.nextStatus = s.lastStatus.Add(s.interval)
 	return nil
@@ -979,6 +993,7 @@ func (s *stream) apply(ev event) error {
 	switch ev.kind {
 	case evPosted:
 		s.posting = false
+		s.stage(StageSent, ev.b.ackTo)
 		ev.b.shrink(64 << 20)
 		s.spare = ev.b
 		if ev.ackNow {

@@ -55,6 +55,8 @@ type Observer interface {
 	FelderaError(code string)
 	// SessionEnded is a replication session that ended with an error.
 	SessionEnded(cause string)
+	// Stage is the time from a source transaction's commit to a stage.
+	Stage(stage Stage, since time.Duration)
 }
 
 type nopObserver struct{}
@@ -62,6 +64,7 @@ type nopObserver struct{}
 func (nopObserver) Batch(int, time.Duration, time.Duration) {}
 func (nopObserver) FelderaError(string)                     {}
 func (nopObserver) SessionEnded(string)                     {}
+func (nopObserver) Stage(Stage, time.Duration)              {}
 
 // health is what /readyz reads.
 type health struct {

@@ -3,6 +3,7 @@ package decode
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -141,14 +142,24 @@ func (r *reader) cstring(what string) string {
 
 // Begin is a BEGIN message.
 type Begin struct {
-	FinalLSN pglogrepl.LSN // LSN of the commit record
-	Xid      uint32
+	FinalLSN   pglogrepl.LSN // LSN of the commit record
+	CommitTime time.Time     // when the transaction committed on the server
+	Xid        uint32
 }
 
 // Commit is a COMMIT message.
 type Commit struct {
-	CommitLSN pglogrepl.LSN // the commit record
-	EndLSN    pglogrepl.LSN // first byte after the transaction: what to ack
+	CommitLSN  pglogrepl.LSN // the commit record
+	EndLSN     pglogrepl.LSN // first byte after the transaction: what to ack
+	CommitTime time.Time     // when the transaction committed on the server
+}
+
+// pgEpoch is PostgreSQL's epoch: its timestamps count microseconds from it.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// pgTime is a PostgreSQL TimestampTz as the protocol sends it.
+func pgTime(us uint64) time.Time {
+	return pgEpoch.Add(time.Duration(int64(us)) * time.Microsecond)
 }
 
 // Column is a column of a RELATION message.
@@ -232,7 +243,7 @@ func ParseMessage(b []byte) (Message, error) {
 func ParseBegin(b []byte) (Begin, error) {
 	r := reader{msg: MsgBegin, b: b[1:]}
 	m := Begin{FinalLSN: pglogrepl.LSN(r.u64("final LSN"))}
-	r.u64("commit time")
+	m.CommitTime = pgTime(r.u64("commit time"))
 	m.Xid = r.u32("xid")
 	return m, r.err
 }
@@ -242,7 +253,7 @@ func ParseCommit(b []byte) (Commit, error) {
 	r := reader{msg: MsgCommit, b: b[1:]}
 	r.u8("flags")
 	m := Commit{CommitLSN: pglogrepl.LSN(r.u64("commit LSN")), EndLSN: pglogrepl.LSN(r.u64("end LSN"))}
-	r.u64("commit time")
+	m.CommitTime = pgTime(r.u64("commit time"))
 	return m, r.err
 }
 

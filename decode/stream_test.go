@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -293,10 +294,13 @@ func TestDecoder_DroppedColumnWarns(t *testing.T) {
 func TestDecoder_BeginCommitTruncate(t *testing.T) {
 	d := newDecoder(t)
 	var ev decode.Event
-	if err := d.Decode(msg{'B'}.u64(0x100).u64(0).u32(7), bufs{}, &ev); err != nil || ev.Kind != decode.KindBegin || ev.Begin.Xid != 7 {
+	// 2024-01-02 03:04:05.000006 UTC, in microseconds from 2000-01-01.
+	const us = 757_479_845_000_006
+	at := time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC)
+	if err := d.Decode(msg{'B'}.u64(0x100).u64(us).u32(7), bufs{}, &ev); err != nil || ev.Kind != decode.KindBegin || ev.Begin.Xid != 7 || !ev.Begin.CommitTime.Equal(at) {
 		t.Fatalf("begin: %v %+v", err, ev)
 	}
-	if err := d.Decode(msg{'C'}.u8(0).u64(0x100).u64(0x128).u64(0), bufs{}, &ev); err != nil || ev.Kind != decode.KindCommit || ev.Commit.EndLSN != 0x128 {
+	if err := d.Decode(msg{'C'}.u8(0).u64(0x100).u64(0x128).u64(us), bufs{}, &ev); err != nil || ev.Kind != decode.KindCommit || ev.Commit.EndLSN != 0x128 || !ev.Commit.CommitTime.Equal(at) {
 		t.Fatalf("commit: %v %+v", err, ev)
 	}
 	d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), bufs{}, &ev)

@@ -30,6 +30,7 @@ type Metrics struct {
 	waitSecs   prometheus.Histogram
 	felErrors  *prometheus.CounterVec
 	reconnects *prometheus.CounterVec
+	stages     *prometheus.HistogramVec
 
 	mu        sync.Mutex
 	conn      *connector.Connector
@@ -60,7 +61,16 @@ func New(dsn, slot string, logger *slog.Logger) *Metrics {
 		Help: "Failed Feldera requests, by error code (transport: no answer)."}, []string{"code"})
 	m.reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pgfeldera_reconnects_total",
 		Help: "Replication sessions that ended with an error, by cause."}, []string{"cause"})
-	m.collectors = []prometheus.Collector{m.batchRows, m.postSecs, m.waitSecs, m.felErrors, m.reconnects, collector{m}}
+	// From 10 ms to about 45 minutes: a transaction waits for a checkpoint
+	// under at_least_once (FELDERA_CHECKPOINT_AFTER, 30 s by default) and
+	// for the status interval before it is acknowledged.
+	m.stages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pgfeldera_stage_seconds",
+		Help:    "Time from a source transaction's commit in Postgres to a stage: sent (Feldera's ingress took its rows), complete (visible in Feldera), durable (kept by a Feldera restart), acked (the slot may release it).",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 19)}, []string{"stage"})
+	for _, st := range connector.Stages() {
+		m.stages.WithLabelValues(st)
+	}
+	m.collectors = []prometheus.Collector{m.batchRows, m.postSecs, m.waitSecs, m.felErrors, m.reconnects, m.stages, collector{m}}
 	m.reg.MustRegister(m.collectors...)
 	return m
 }
@@ -84,6 +94,11 @@ func (m *Metrics) FelderaError(code string) { m.felErrors.WithLabelValues(code).
 
 // SessionEnded implements connector.Observer.
 func (m *Metrics) SessionEnded(cause string) { m.reconnects.WithLabelValues(cause).Inc() }
+
+// Stage implements connector.Observer.
+func (m *Metrics) Stage(st connector.Stage, since time.Duration) {
+	m.stages.WithLabelValues(st.String()).Observe(since.Seconds())
+}
 
 // Handler serves /metrics, /healthz and /readyz.
 func (m *Metrics) Handler() http.Handler {

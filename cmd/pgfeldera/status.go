@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/metrics"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -65,6 +67,11 @@ type Status struct {
 		Note string `json:"note,omitempty"`
 	} `json:"postgres"`
 	Tables []TableStatus `json:"tables"`
+	// Stages are the running process's times from a source transaction's
+	// commit to each stage (pgfeldera_stage_seconds, read from HTTP_ADDR's
+	// /metrics); StagesError says why there are none.
+	Stages      []metrics.StageTimes `json:"stages,omitempty"`
+	StagesError string               `json:"stages_error,omitempty"`
 	// Standbys are the other servers PG_DSN lists that are in recovery,
 	// and whether each holds a usable copy of the slot (PostgreSQL 17+).
 	Standbys []StandbyStatus `json:"standbys,omitempty"`
@@ -226,6 +233,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 		}
 		st.Tables = append(st.Tables, ts)
 	}
+	readStages(ctx, st, cfg.HTTPAddr)
 	return st, nil
 }
 
@@ -272,6 +280,7 @@ func printStatus(w io.Writer, st *Status) {
 		}
 		fmt.Fprintf(tw, "\tserver %s\t%s\n", sb.Host, line)
 	}
+	printStages(tw, st)
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
 	for _, t := range st.State.Tables {
 		line := t.Status
@@ -356,4 +365,54 @@ func deref(s *string) string {
 		return "?"
 	}
 	return *s
+}
+
+// readStages fills the stage times from the process serving HTTP_ADDR, if
+// one does.
+func readStages(ctx context.Context, st *Status, addr string) {
+	url, ok := metricsURL(addr)
+	if !ok {
+		st.StagesError = "HTTP_ADDR is empty: no metrics to read"
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stages, err := metrics.ReadStages(ctx, url)
+	if err != nil {
+		st.StagesError = "no running pgfeldera at " + url + ": " + err.Error()
+		return
+	}
+	st.Stages = stages
+}
+
+// metricsURL is where a pgfeldera serving HTTP_ADDR on this host answers:
+// a listen address without a host, or with an unspecified one, is reached
+// on loopback.
+func metricsURL(addr string) (string, bool) {
+	if addr == "" {
+		return "", false
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/metrics", true
+}
+
+func printStages(tw io.Writer, st *Status) {
+	if st.StagesError != "" {
+		fmt.Fprintf(tw, "stages\t%s\n", st.StagesError)
+		return
+	}
+	fmt.Fprintf(tw, "stages\ttime from a source commit, this process\n")
+	for _, s := range st.Stages {
+		if s.Count == 0 {
+			fmt.Fprintf(tw, "\t%s\tno transaction yet\n", s.Stage)
+			continue
+		}
+		fmt.Fprintf(tw, "\t%s\tmean %.3fs, p50 <= %gs, p99 <= %gs (%d transactions)\n", s.Stage, s.Mean, s.P50, s.P99, s.Count)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/metrics"
 )
 
 func TestMain(m *testing.M) { pgcluster.Main(m) }
@@ -47,17 +49,24 @@ func TestStatus(t *testing.T) {
 	// Run the connector until it has snapshotted, then look again.
 	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
 	tables, _ := connector.ParseTables("users")
+	m := metrics.New(dsn, "status_slot", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "status_slot", Tables: tables,
-		RequirePrimaryKey: true, StateFile: stateFile, SnapshotMode: connector.SnapshotInitial,
+		RequirePrimaryKey: true, StateFile: stateFile, SnapshotMode: connector.SnapshotInitial, Observer: m,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Attach(conn)
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	vars["HTTP_ADDR"] = strings.TrimPrefix(srv.URL, "http://")
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- conn.Run(rctx) }()
 	// Poll until the snapshot is complete, the slot active with a
-	// confirmed position, and Feldera holds every row: then look.
+	// confirmed position, Feldera holds every row, and a streamed
+	// transaction was acknowledged: then look.
+	inserted := false
 	var (
 		code int
 		st   Status
@@ -67,8 +76,15 @@ func TestStatus(t *testing.T) {
 		code, st, msg = status()
 		ready := code == 0 && st.Slot.Active && st.Slot.ConfirmedFlushLSN != nil &&
 			len(st.State.Tables) == 1 && st.State.Tables[0].Status == "complete" &&
-			len(st.Tables) == 1 && st.Tables[0].FelderaRows != nil && *st.Tables[0].FelderaRows == 42
-		if ready || time.Now().After(deadline) {
+			len(st.Tables) == 1 && st.Tables[0].FelderaRows != nil && *st.Tables[0].FelderaRows == 42+btoi(inserted)
+		if ready && !inserted {
+			if err := c.Exec(ctx, db, "INSERT INTO users VALUES (43, 'streamed')"); err != nil {
+				t.Fatal(err)
+			}
+			inserted = true
+			continue
+		}
+		if ready && len(st.Stages) == 4 && st.Stages[3].Count == 1 || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -89,14 +105,24 @@ func TestStatus(t *testing.T) {
 	if len(st.State.Tables) != 1 || st.State.Tables[0].Status != "complete" || st.Feldera.DeploymentStatus != "Running" {
 		t.Fatalf("state=%+v feldera=%+v", st.State, st.Feldera)
 	}
-	if len(st.Tables) != 1 || st.Tables[0].PostgresRows == nil || *st.Tables[0].PostgresRows != 42 || st.Tables[0].FelderaRows == nil || *st.Tables[0].FelderaRows != 42 {
+	if len(st.Tables) != 1 || st.Tables[0].PostgresRows == nil || *st.Tables[0].PostgresRows != 43 || st.Tables[0].FelderaRows == nil || *st.Tables[0].FelderaRows != 43 {
 		t.Fatalf("tables=%+v", st.Tables)
+	}
+	// The running process's stage times: the streamed transaction, timed
+	// once at each stage, in order.
+	if len(st.Stages) != 4 || st.StagesError != "" {
+		t.Fatalf("stages=%+v %q", st.Stages, st.StagesError)
+	}
+	for i, s := range st.Stages {
+		if s.Stage != connector.Stages()[i] || s.Count != 1 || i > 0 && s.Mean < st.Stages[i-1].Mean {
+			t.Fatalf("stages=%+v", st.Stages)
+		}
 	}
 	// The text form names the same things.
 	var out bytes.Buffer
 	run(ctx, func() {}, []string{"status"}, env(vars), &out, io.Discard)
 	if !strings.Contains(out.String(), "confirmed_flush_lsn") || !strings.Contains(out.String(), "public.users → users") ||
-		!strings.Contains(out.String(), "wal_level=logical") {
+		!strings.Contains(out.String(), "wal_level=logical") || !strings.Contains(out.String(), "(1 transactions)") {
 		t.Fatalf("text status:\n%s", out.String())
 	}
 }
@@ -162,4 +188,11 @@ func statusJSON(ctx context.Context, vars map[string]string) (int, Status, strin
 	var st Status
 	json.Unmarshal(out.Bytes(), &st)
 	return code, st, errb.String()
+}
+
+func btoi(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
