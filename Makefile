@@ -25,11 +25,11 @@ bench: build check-postgres
 # $(IMAGE):$(VERSION) and $(IMAGE):latest. The binary is built here on the
 # host and the image is FROM scratch, so no builder or base image is pulled
 # (the build works offline). It uses buildah, else podman, else docker,
-# whichever is found first (BUILDAH, PODMAN or DOCKER name one; set the
-# others empty to skip them). buildah runs with chroot isolation and the
-# vfs storage driver, which need no daemon, no runc and no overlay mounts,
-# so it builds inside an unprivileged CI container too; vfs copies whole
-# layers, harmless for this image's one layer.
+# whichever is found first (BUILDAH, PODMAN or DOCKER name the program; one
+# set empty is skipped). buildah runs with chroot isolation and the vfs
+# storage driver, which need no daemon, no runc and no overlay mounts, so it
+# builds inside a CI container too; vfs copies whole layers, harmless for
+# this image's one layer. TestImage reads the same STORAGE_DRIVER.
 IMAGE    ?= pgfeldera
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
