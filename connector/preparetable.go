@@ -20,30 +20,9 @@ import (
 // checks the Postgres side only.
 func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *problems) error {
 	name := t.Schema + "." + t.Name
-	if published != nil && !published[name] {
-		ps.add(name, refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
-			"ALTER PUBLICATION "+quoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
-		return nil
-	}
-	if published == nil {
-		return nil // no publication: nothing more to learn of its tables
-	}
-	var canSelect bool
-	if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1::regclass, 'SELECT')", t.Source()).Scan(&canSelect); err != nil {
-		return fmt.Errorf("read privileges on %s: %w", name, err)
-	}
-	if !canSelect {
-		// A snapshot, a resnapshot after Feldera lost its state and verify
-		// all read the table.
-		ps.add(name, refuse(name, fmt.Sprintf("the role of PG_DSN has no SELECT on %s: the snapshot cannot read it", name),
-			"GRANT SELECT ON "+t.Source()+" TO "+quoteIdent(c.user(conn))))
-	}
-	si, err := tableColumns(ctx, conn, t, c.cfg.Publication)
-	if ps.add(name, err) || err != nil {
-		return orNil(err)
-	}
-	if pipe == nil {
-		return nil
+	si, ok, err := c.sourceTable(ctx, conn, t, published, ps)
+	if !ok || err != nil || pipe == nil {
+		return err
 	}
 	rel, ok := pipe.ProgramInfo.Schema.Input(quoteIfNeeded(t.Dest))
 	if !ok {
@@ -51,13 +30,10 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 			"declare it (pgfeldera ddl prints it), or map "+name+" to another table in TABLES"))
 		return nil
 	}
-	if len(rel.PrimaryKey) == 0 && c.cfg.RequirePrimaryKey {
-		ps.add(name, refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows", rel.Name),
-			"declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that"))
+	if ps.add(name, identityProblem(t, rel, si, c.cfg.RequirePrimaryKey)) {
 		return nil
 	}
 	target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: route, Dest: rel}
-	cols, ident := si.cols, si.ident
 	target.Filter, target.Query = si.filter, si.partitioned || si.generated || si.filter != ""
 	if c.ignoreFilter {
 		target.Filter = ""
@@ -65,27 +41,12 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 	if si.filter != "" {
 		c.logger.Info("publication has a row filter for this table: the snapshot applies it too", "table", name, "filter", si.filter)
 	}
-	identName := map[byte]string{'n': "NOTHING", 'd': "DEFAULT", 'i': "USING INDEX", 'f': "FULL"}[ident]
-	if len(rel.PrimaryKey) == 0 && ident != 'f' {
-		// A keyless Feldera table is a multiset: an UPDATE must delete
-		// the old row by its whole value, which only REPLICA IDENTITY
-		// FULL sends. Without it the new row is inserted and the old
-		// one stays: a duplicate per update.
-		ps.add(name, refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY, so an update must retract the old row by its whole value, but its source table %s has REPLICA IDENTITY %s, which does not send the old row: every UPDATE would leave a duplicate",
-			rel.Name, name, identName), "ALTER TABLE "+t.Source()+" REPLICA IDENTITY FULL, or declare a PRIMARY KEY in Feldera"))
-		return nil
-	}
-	if len(rel.PrimaryKey) > 0 && (ident == 'n' || ident == 'd' && !anyKey(cols)) {
-		ps.add(name, refuse(name, fmt.Sprintf("table %s has REPLICA IDENTITY %s and no usable key, but Feldera table %s has a PRIMARY KEY: deletes and key changes could not be retracted",
-			name, identName, rel.Name), "add a primary key or set REPLICA IDENTITY FULL"))
-		return nil
-	}
-	dcols := make([]decode.Column, len(cols))
-	for i, col := range cols {
+	dcols := make([]decode.Column, len(si.cols))
+	for i, col := range si.cols {
 		dcols[i] = decode.Column{Key: col.inKey, Name: col.name, TypeOID: col.typeOID, TypeMod: col.typmod}
 	}
 	opts := c.decodeOptions(p.types)
-	drel, warnings, err := decode.NewRel(0, target, ident, dcols, &opts, nil)
+	drel, warnings, err := decode.NewRel(0, target, si.ident, dcols, &opts, nil)
 	if err != nil {
 		ps.add(name, fatal(err))
 		return nil
@@ -111,6 +72,61 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 	p.targets = append(p.targets, target)
 	p.rels = append(p.rels, drel)
 	p.leaves = append(p.leaves, leaves)
+	return nil
+}
+
+// sourceTable checks a mapped table on the Postgres side (in the
+// publication, readable by the role) and reads its columns; ok is false
+// when there is nothing more to check of it (a problem recorded, or no
+// publication to read it from).
+func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t Table, published map[string]bool, ps *problems) (si sourceInfo, ok bool, err error) {
+	name := t.Schema + "." + t.Name
+	if published == nil {
+		return si, false, nil // no publication: nothing more to learn of its tables
+	}
+	if !published[name] {
+		ps.add(name, refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
+			"ALTER PUBLICATION "+quoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
+		return si, false, nil
+	}
+	var canSelect bool
+	if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1::regclass, 'SELECT')", t.Source()).Scan(&canSelect); err != nil {
+		return si, false, fmt.Errorf("read privileges on %s: %w", name, err)
+	}
+	if !canSelect {
+		// A snapshot, a resnapshot after Feldera lost its state and verify
+		// all read the table.
+		ps.add(name, refuse(name, fmt.Sprintf("the role of PG_DSN has no SELECT on %s: the snapshot cannot read it", name),
+			"GRANT SELECT ON "+t.Source()+" TO "+quoteIdent(c.user(conn))))
+	}
+	si, err = tableColumns(ctx, conn, t, c.cfg.Publication)
+	if ps.add(name, err) || err != nil {
+		return si, false, orNil(err)
+	}
+	return si, true, nil
+}
+
+// identityProblem refuses a source whose replica identity cannot keep its
+// Feldera table exact, or a keyless Feldera table unless
+// FELDERA_REQUIRE_PRIMARY_KEY=false accepts the duplicates replays make.
+func identityProblem(t Table, rel feldera.Relation, si sourceInfo, requireKey bool) error {
+	name := t.Schema + "." + t.Name
+	identName := map[byte]string{'n': "NOTHING", 'd': "DEFAULT", 'i': "USING INDEX", 'f': "FULL"}[si.ident]
+	switch {
+	case len(rel.PrimaryKey) == 0 && requireKey:
+		return refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows", rel.Name),
+			"declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that")
+	case len(rel.PrimaryKey) == 0 && si.ident != 'f':
+		// A keyless Feldera table is a multiset: an UPDATE must delete
+		// the old row by its whole value, which only REPLICA IDENTITY
+		// FULL sends. Without it the new row is inserted and the old
+		// one stays: a duplicate per update.
+		return refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY, so an update must retract the old row by its whole value, but its source table %s has REPLICA IDENTITY %s, which does not send the old row: every UPDATE would leave a duplicate",
+			rel.Name, name, identName), "ALTER TABLE "+t.Source()+" REPLICA IDENTITY FULL, or declare a PRIMARY KEY in Feldera")
+	case len(rel.PrimaryKey) > 0 && (si.ident == 'n' || si.ident == 'd' && !anyKey(si.cols)):
+		return refuse(name, fmt.Sprintf("table %s has REPLICA IDENTITY %s and no usable key, but Feldera table %s has a PRIMARY KEY: deletes and key changes could not be retracted",
+			name, identName, rel.Name), "add a primary key or set REPLICA IDENTITY FULL")
+	}
 	return nil
 }
 

@@ -1,0 +1,47 @@
+package connector
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// identityProblem: which source replica identities keep a Feldera table
+// exact, by whether it has a key.
+func TestIdentityProblem(t *testing.T) {
+	keyed := feldera.Relation{Name: "users", PrimaryKey: []string{"id"}}
+	keyless := feldera.Relation{Name: "log"}
+	withKey := []columnInfo{{name: "id", inKey: true}, {name: "v"}}
+	noKey := []columnInfo{{name: "id"}, {name: "v"}}
+	for _, c := range []struct {
+		name       string
+		rel        feldera.Relation
+		ident      byte
+		cols       []columnInfo
+		requireKey bool
+		want       string // "" for none
+	}{
+		{"keyed, DEFAULT with a primary key", keyed, 'd', withKey, true, ""},
+		{"keyed, USING INDEX", keyed, 'i', withKey, true, ""},
+		{"keyed, FULL", keyed, 'f', noKey, true, ""},
+		{"keyed, DEFAULT without a key", keyed, 'd', noKey, true, "REPLICA IDENTITY DEFAULT and no usable key"},
+		{"keyed, NOTHING", keyed, 'n', withKey, true, "REPLICA IDENTITY NOTHING and no usable key"},
+		{"keyless, key required", keyless, 'f', noKey, true, "has no PRIMARY KEY: replays after a crash would duplicate rows"},
+		{"keyless accepted, FULL", keyless, 'f', noKey, false, ""},
+		{"keyless accepted, DEFAULT", keyless, 'd', withKey, false, "REPLICA IDENTITY DEFAULT, which does not send the old row"},
+		{"keyless accepted, NOTHING", keyless, 'n', noKey, false, "REPLICA IDENTITY NOTHING, which does not send the old row"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := identityProblem(Table{Schema: "public", Name: "t"}, c.rel, sourceInfo{ident: c.ident, cols: c.cols}, c.requireKey)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("err = %v, want %q", err, c.want)
+			case err != nil && !isFatal(err):
+				t.Fatalf("not fatal: %v", err)
+			}
+		})
+	}
+}
