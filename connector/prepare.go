@@ -144,10 +144,15 @@ func (c *Connector) prepareSource(ctx context.Context, conn *pgx.Conn, p *plan, 
 		return nil, err
 	}
 	p.walBudget = walBudget(c.cfg.CheckpointWAL, keep, maxWAL)
+	return c.readPublication(ctx, conn, ps)
+}
 
+// readPublication checks what the publication publishes and returns the
+// tables it carries ("schema.table"); nil when it does not exist.
+func (c *Connector) readPublication(ctx context.Context, conn *pgx.Conn, ps *problems) (map[string]bool, error) {
 	pub := c.cfg.Publication
 	var pubInsert, pubUpdate, pubDelete, pubTruncate bool
-	err = conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", pub).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)
+	err := conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", pub).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)
 	if errors.Is(err, pgx.ErrNoRows) {
 		ps.add("PG_PUBLICATION", refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not exist", pub), "CREATE PUBLICATION "+quoteIdent(pub)+" FOR TABLE ..."))
 		return nil, nil
