@@ -3,16 +3,8 @@
 # set, else the one on PATH, else it installs Debian's prometheus package. The alert rules' tests
 # (metrics/alerts_test.go) run it; in CI a missing promtool fails them.
 set -euo pipefail
-if [ -n "${PROMTOOL:-}" ]; then
-  if [ ! -x "$PROMTOOL" ]; then echo "PROMTOOL=$PROMTOOL is not an executable" >&2; exit 1; fi
-  echo "$PROMTOOL"
-  exit 0
-fi
-if command -v promtool >/dev/null 2>&1; then
-  command -v promtool
-  exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
+. "$(dirname "$0")/tool.sh"
+found PROMTOOL promtool
 # The package's service must not start here: only its promtool is wanted.
 if [ -d /usr/sbin ] && [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d

@@ -179,6 +179,14 @@ func (w *world) start(extra ...string) *proc {
 	w.t.Helper()
 	cmd := exec.Command(binary, "run")
 	cmd.Env = append(w.env(), extra...)
+	p := w.launch(cmd)
+	w.t.Cleanup(func() { p.kill() })
+	return p
+}
+
+// launch starts cmd with its output in the world's log.
+func (w *world) launch(cmd *exec.Cmd) *proc {
+	w.t.Helper()
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	lw := &lockedWriter{w: w, p: p}
 	cmd.Stdout, cmd.Stderr = lw, lw
@@ -190,7 +198,6 @@ func (w *world) start(extra ...string) *proc {
 		p.code = cmd.ProcessState.ExitCode()
 		close(p.done)
 	}()
-	w.t.Cleanup(func() { p.kill() })
 	return p
 }
 

@@ -307,17 +307,7 @@ func imageEnv(w *world) []string {
 func (w *world) startImage(b *buildah, ctr string, env []string, volume string) *proc {
 	w.t.Helper()
 	cmd := b.command(b.runArgs(ctr, env, volume, "/pgfeldera", "run")...)
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	lw := &lockedWriter{w: w, p: p}
-	cmd.Stdout, cmd.Stderr = lw, lw
-	if err := cmd.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	go func() {
-		cmd.Wait()
-		p.code = cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
+	p := w.launch(cmd)
 	w.t.Cleanup(func() {
 		if !exitedNow(p) {
 			for _, pid := range descendants(cmd.Process.Pid) {

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/pgfeldera/pgfeldera/connector"
-	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // runCheck looks at every prerequisite of a run at once and prints each
@@ -19,7 +18,7 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	if done {
 		return code
 	}
-	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RequestTimeout: cfg.RequestTimeout, Logger: logger})
+	client, err := cfg.felderaClient(logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera:", err)
 		return exitConfig

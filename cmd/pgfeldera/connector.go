@@ -18,7 +18,7 @@ func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Lo
 		logger.Info("pgfeldera: stopping gracefully (a second signal exits at once)")
 		stop() // restore default signal handling: a second signal kills
 	}()
-	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RequestTimeout: cfg.RequestTimeout, Logger: logger})
+	client, err := cfg.felderaClient(logger)
 	if err != nil {
 		logger.Error("pgfeldera: " + err.Error())
 		return exitConfig
@@ -57,6 +57,11 @@ func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Lo
 		return exitFatal
 	}
 	return exitOK
+}
+
+// felderaClient is the Feldera API client the settings name.
+func (c *Config) felderaClient(logger *slog.Logger) (*feldera.Client, error) {
+	return feldera.New(feldera.Config{URL: c.FelderaURL, Pipeline: c.Pipeline, APIKey: c.APIKey, RequestTimeout: c.RequestTimeout, Logger: logger})
 }
 
 func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {

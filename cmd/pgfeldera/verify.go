@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/connector"
-	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // runVerify compares every mapped table in Postgres and Feldera. Exit 0
@@ -43,7 +42,7 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 	if done {
 		return code
 	}
-	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RequestTimeout: cfg.RequestTimeout, Logger: logger})
+	client, err := cfg.felderaClient(logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera:", err)
 		return exitConfig
