@@ -2,6 +2,11 @@
 // (named pgfeldera_*) over HTTP: /metrics, /healthz and /readyz. It also
 // polls the replication slot on a normal connection, for what only
 // Postgres knows (confirmed position, retained WAL, wal_status).
+//
+// Goroutines: Serve starts the HTTP server's, a slot poller and a shutdown
+// watcher; when ctx ends it stops them and joins the last two before it
+// returns. The Observer methods and the handlers are safe for concurrent
+// use (the connector calls them from its session goroutines).
 package metrics
 
 import (
@@ -128,8 +133,19 @@ func (m *Metrics) Serve(ctx context.Context, addr string) error {
 		return fmt.Errorf("HTTP_ADDR=%s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go m.pollSlot(ctx, 5*time.Second)
+	// Serve owns the poller and the shutdown watcher: a server that fails
+	// to serve stops them, and both are joined before it returns.
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(2)
 	go func() {
+		defer wg.Done()
+		m.pollSlot(ctx, 5*time.Second)
+	}()
+	go func() {
+		defer wg.Done()
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
