@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -125,23 +126,20 @@ func (c *Connector) checkReplication(ctx context.Context, ps *problems) error {
 	if _, err := c.identify(ctx, conn); ps.add("PG_SLOT_FAILOVER", err) || err != nil {
 		return orNil(err)
 	}
-	res, err := conn.Exec(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(c.cfg.Slot)+`),
-		(SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(c.cfg.Slot)+` AND active),
-		(SELECT count(*) FROM pg_replication_slots), current_setting('max_replication_slots')`).ReadAll()
+	slot, err := replconn.ReadSlot(ctx, conn, c.cfg.Slot)
 	if err != nil {
-		return fmt.Errorf("read replication slots: %w", err)
+		return err
 	}
-	if len(res) != 1 || len(res[0].Rows) != 1 {
-		return fmt.Errorf("read replication slots: no row")
+	used, max, err := replconn.SlotRoom(ctx, conn)
+	if err != nil {
+		return err
 	}
-	row := res[0].Rows[0]
-	exists, pid, used, max := string(row[0]) == "1", string(row[1]), string(row[2]), string(row[3])
 	switch {
-	case exists && pid != "0":
-		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %s)", c.cfg.Slot, pid),
+	case slot.Exists && slot.ActivePID != 0:
+		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", c.cfg.Slot, slot.ActivePID),
 			"stop the other consumer, or give this connector its own PG_SLOT"))
-	case !exists && atLeast(used, max):
-		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%s of max_replication_slots = %s)", c.cfg.Slot, used, max),
+	case !slot.Exists && used >= max:
+		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", c.cfg.Slot, used, max),
 			"drop an unused slot (pg_drop_replication_slot), or raise max_replication_slots and restart postgres"))
 	}
 	return nil
@@ -163,12 +161,4 @@ func replicationFix(err error, user string) string {
 		return "pg_hba.conf needs a line for this client's replication connections (database 'replication' covers only physical ones; a logical one matches the database name), and the password must be right"
 	}
 	return "see the server's message"
-}
-
-// atLeast reports whether the decimal a is at least the decimal b.
-func atLeast(a, b string) bool {
-	var x, y int
-	fmt.Sscan(a, &x)
-	fmt.Sscan(b, &y)
-	return x >= y
 }

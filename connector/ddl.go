@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
 // DDL writes Feldera CREATE TABLE statements for tables from the Postgres
@@ -21,7 +22,7 @@ import (
 // Columns the decoder refuses are printed as comments saying why, and
 // returned as notes; the table is still usable without them.
 func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl string, notes []string, err error) {
-	conn, err := connectPG(ctx, dsn)
+	conn, err := replconn.Connect(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("connect to postgres: %w", err)
 	}

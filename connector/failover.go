@@ -3,7 +3,6 @@ package connector
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -56,7 +56,7 @@ type server struct {
 // the replication connection, and whether its slots fail over.
 func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, error) {
 	var srv server
-	major, err := serverMajor(conn.ParameterStatus("server_version"))
+	major, err := replconn.ServerMajor(conn.ParameterStatus("server_version"))
 	if err != nil {
 		return srv, err
 	}
@@ -79,16 +79,6 @@ func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, 
 	return srv, nil
 }
 
-// serverMajor is the major version in server_version ("17.10 (Debian
-// …)", "18beta1").
-func serverMajor(v string) (int, error) {
-	major, err := strconv.Atoi(v[:len(v)-len(strings.TrimLeft(v, "0123456789"))])
-	if err != nil {
-		return 0, fmt.Errorf("server_version %q: no major version", v)
-	}
-	return major, nil
-}
-
 // preflight checks, on a server with failover slots, what failover needs
 // on the primary, logs what is missing, and converts the slot to failover
 // when it exists without it and no walsender holds it.
@@ -96,7 +86,7 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	if srv.major < minFailoverVersion {
 		return nil
 	}
-	res, err := conn.Exec(ctx, "SELECT failover, active FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(c.cfg.Slot)).ReadAll()
+	res, err := conn.Exec(ctx, "SELECT failover, active FROM pg_replication_slots WHERE slot_name = "+replconn.QuoteLiteral(c.cfg.Slot)).ReadAll()
 	if err != nil {
 		return fmt.Errorf("read slot %s: %w", c.cfg.Slot, err)
 	}
@@ -140,7 +130,7 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	}
 	for _, name := range strings.Split(listed, ",") {
 		name = strings.TrimSpace(name)
-		res, err := conn.Exec(ctx, "SELECT slot_type, active FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(name)).ReadAll()
+		res, err := conn.Exec(ctx, "SELECT slot_type, active FROM pg_replication_slots WHERE slot_name = "+replconn.QuoteLiteral(name)).ReadAll()
 		if err != nil {
 			return fmt.Errorf("read slot %s: %w", name, err)
 		}
@@ -183,14 +173,14 @@ func (c *Connector) diverged(ctx context.Context, conn *pgconn.PgConn, st *state
 	if srv.timeline < st.Timeline {
 		return fmt.Sprintf("the server is on timeline %d, older than %d the tables were streamed on", srv.timeline, st.Timeline), nil
 	}
-	fork, err := forkPoint(ctx, conn, srv.timeline, st.Timeline)
+	fork, err := replconn.ForkPoint(ctx, conn, srv.timeline, st.Timeline)
 	if err != nil {
 		return "", err
 	}
 	// The slot on the new timeline must be the synchronized copy: a
 	// failover slot, not ahead of what this process acknowledged. (A
 	// missing slot is the resnapshot path anyway.)
-	res, err := conn.Exec(ctx, "SELECT failover, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(c.cfg.Slot)).ReadAll()
+	res, err := conn.Exec(ctx, "SELECT failover, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+replconn.QuoteLiteral(c.cfg.Slot)).ReadAll()
 	if err != nil {
 		return "", fmt.Errorf("read slot %s: %w", c.cfg.Slot, err)
 	}
@@ -214,43 +204,6 @@ func (c *Connector) diverged(ctx context.Context, conn *pgconn.PgConn, st *state
 			"timeline", srv.timeline, "was", st.Timeline, "fork", fork, "sent", c.sentHigh)
 	}
 	return "", nil
-}
-
-// forkPoint is where timeline old ended in the history of timeline tli.
-func forkPoint(ctx context.Context, conn *pgconn.PgConn, tli, old int32) (pglogrepl.LSN, error) {
-	h, err := pglogrepl.TimelineHistory(ctx, conn, tli)
-	if err != nil {
-		return 0, fmt.Errorf("TIMELINE_HISTORY %d: %w", tli, err)
-	}
-	return parseFork(string(h.Content), tli, old)
-}
-
-// parseFork reads a timeline history file (lines "parent-tli switchpoint
-// reason"): the first switch at or after timeline old, where old, or a
-// timeline it became, ended.
-func parseFork(content string, tli, old int32) (pglogrepl.LSN, error) {
-	var fork pglogrepl.LSN
-	for _, line := range strings.Split(content, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
-			continue
-		}
-		t, err := strconv.Atoi(f[0])
-		if err != nil {
-			return 0, fmt.Errorf("timeline %d history: %q: %w", tli, line, err)
-		}
-		lsn, err := pglogrepl.ParseLSN(f[1])
-		if err != nil {
-			return 0, fmt.Errorf("timeline %d history: %q: %w", tli, line, err)
-		}
-		if int32(t) >= old && (fork == 0 || lsn < fork) {
-			fork = lsn
-		}
-	}
-	if fork == 0 {
-		return 0, fmt.Errorf("timeline %d history does not say where timeline %d ended", tli, old)
-	}
-	return fork, nil
 }
 
 // recordServer writes the server's identity into the state file once a
@@ -300,7 +253,7 @@ func StandbySlots(ctx context.Context, dsn, slot string) []StandbySlot {
 		cfg.Host, cfg.Port, cfg.Fallbacks = h.host, h.port, nil
 		cfg.ValidateConnect = nil
 		cfg.ConnectTimeout = 5 * time.Second
-		cfg.DialFunc = pgDial
+		cfg.DialFunc = replconn.Dial
 		sb := StandbySlot{Host: fmt.Sprintf("%s:%d", h.host, h.port)}
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -568,7 +569,7 @@ func (s *stream) readChunks(ctx context.Context) error {
 // times slower chunks. This connection flushes its own commits (local);
 // any other setting is the server's and is kept.
 func (c *Connector) chunkConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := connectPG(ctx, c.cfg.DSN)
+	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -1052,7 +1053,7 @@ func watermarkSQL(ws []watermark) string {
 	var q strings.Builder
 	for _, w := range ws {
 		b, _ := json.Marshal(w)
-		q.WriteString("SELECT pg_logical_emit_message(true, '" + watermarkPrefix + "', " + quoteLiteral(string(b)) + "::text);")
+		q.WriteString("SELECT pg_logical_emit_message(true, '" + watermarkPrefix + "', " + replconn.QuoteLiteral(string(b)) + "::text);")
 	}
 	return q.String()
 }
@@ -1201,7 +1202,7 @@ func chunkSQL(marks []watermark, table string, blocks bool, copy string) string 
 	q += "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
 	if blocks {
 		q += "LOCK TABLE " + table + " IN ACCESS SHARE MODE;" +
-			"COPY (SELECT pg_current_snapshot()::text, coalesce(pg_relation_filenode(" + quoteLiteral(table) + "::regclass), 0::oid)::text) TO STDOUT;"
+			"COPY (SELECT pg_current_snapshot()::text, coalesce(pg_relation_filenode(" + replconn.QuoteLiteral(table) + "::regclass), 0::oid)::text) TO STDOUT;"
 	} else {
 		q += "COPY (SELECT pg_current_snapshot()::text) TO STDOUT;"
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
 // liveness is the replication stream's heartbeat rule, the one
@@ -77,7 +79,7 @@ func replicationTimeout(setting, walSenderTimeout time.Duration) time.Duration {
 // the slot stays active, refusing this session, until it does. A role may
 // end its own backends (pg_terminate_backend).
 func (c *Connector) endSilentWalsender(ctx context.Context, conn *pgconn.PgConn) error {
-	q := "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = " + quoteLiteral(c.cfg.Slot) + " AND active_pid IS NOT NULL"
+	q := "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = " + replconn.QuoteLiteral(c.cfg.Slot) + " AND active_pid IS NOT NULL"
 	res, err := conn.Exec(ctx, q).ReadAll()
 	if err != nil {
 		return fmt.Errorf("end the walsender that held slot %s before the connection went silent: %w", c.cfg.Slot, err)

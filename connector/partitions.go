@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -93,7 +94,7 @@ func (w *partitionWatch) check(ctx context.Context) error {
 		return nil
 	}
 	if w.conn == nil || w.conn.IsClosed() {
-		conn, err := connectPG(ctx, w.c.cfg.DSN)
+		conn, err := replconn.Connect(ctx, w.c.cfg.DSN)
 		if err != nil {
 			w.c.logger.Warn("partitions: cannot connect to read the partitions; trying again at the next check", "err", err)
 			return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
@@ -69,7 +70,7 @@ const (
 // table from the catalog, so a bad mapping is refused before streaming.
 // Every refusal found is collected and returned at once (Problems).
 func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error) {
-	conn, err := connectPG(ctx, c.cfg.DSN)
+	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}

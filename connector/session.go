@@ -17,6 +17,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
@@ -74,13 +75,10 @@ type stream struct {
 // replicationConfig parses the DSN and asks for a logical replication
 // connection.
 func replicationConfig(dsn string) (*pgconn.Config, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := replconn.Config(dsn)
 	if err != nil {
 		return nil, fatal(fmt.Errorf("PG_DSN: %w", err))
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "pgfeldera"
-	cfg.DialFunc = pgDial
 	return cfg, nil
 }
 
@@ -165,7 +163,7 @@ func (c *Connector) session(ctx context.Context) error {
 	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
-		"publication_names " + quoteLiteral(quoteIdent(c.cfg.Publication)),
+		"publication_names " + replconn.QuoteLiteral(quoteIdent(c.cfg.Publication)),
 		"messages 'true'",
 	}}
 	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {
@@ -176,7 +174,7 @@ func (c *Connector) session(ctx context.Context) error {
 	dec.Options = c.decodeOptions(p.types)
 	s := &stream{
 		c: c, plan: p, conn: conn, dec: dec, targets: p.routes, groups: p.groups,
-		interval:   statusInterval(p.walTimeout),
+		interval:   replconn.StatusInterval(p.walTimeout),
 		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
 		logger:     c.logger,
 		filling:    newBatch(len(p.routes)),
@@ -232,12 +230,9 @@ func (c *Connector) session(ctx context.Context) error {
 // ensureSlot creates the slot when missing. SNAPSHOT 'nothing' is always
 // written: an exported snapshot nobody uses would pin xmin.
 func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
-	res, err := conn.Exec(ctx, "SELECT 1 FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(c.cfg.Slot)).ReadAll()
-	if err != nil {
-		return fmt.Errorf("read slot: %w", err)
-	}
-	if len(res) > 0 && len(res[0].Rows) > 0 {
-		return nil
+	slot, err := replconn.ReadSlot(ctx, conn, c.cfg.Slot)
+	if err != nil || slot.Exists {
+		return err
 	}
 	if _, err := snapshot.CreateSlot(ctx, conn, c.cfg.Slot, false, c.srv.failover); err != nil {
 		return err
@@ -247,26 +242,16 @@ func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 }
 
 // slotConfirmed reads the slot's confirmed_flush_lsn (0 when it has none).
-func slotConfirmed(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.LSN, error) {
-	res, err := conn.Exec(ctx, "SELECT coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(slot)).ReadAll()
+func slotConfirmed(ctx context.Context, conn *pgconn.PgConn, name string) (pglogrepl.LSN, error) {
+	slot, err := replconn.ReadSlot(ctx, conn, name)
 	if err != nil {
-		return 0, fmt.Errorf("read slot %s: %w", slot, err)
+		return 0, err
 	}
-	if len(res) == 0 || len(res[0].Rows) == 0 {
-		return 0, fmt.Errorf("slot %s does not exist after startup", slot)
+	if !slot.Exists {
+		return 0, fmt.Errorf("slot %s does not exist after startup", name)
 	}
-	txt := string(res[0].Rows[0][0])
-	if txt == "" {
-		return 0, nil
-	}
-	lsn, err := pglogrepl.ParseLSN(txt)
-	if err != nil {
-		return 0, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", slot, txt, err)
-	}
-	return lsn, nil
+	return slot.Confirmed, nil
 }
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // pending reports whether anything read is not yet acknowledged.
 func (s *stream) pending() bool {
@@ -778,7 +763,7 @@ func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
 // statusAsking sends a status update; reply asks the server to answer at
 // once (a keepalive), which the heartbeat uses.
 func (s *stream) statusAsking(reply bool) error {
-	if err := sendStatus(s.conn, s.received, s.c.acked, reply); err != nil {
+	if err := replconn.SendStatus(s.conn, s.received, s.c.acked, s.c.acked, reply); err != nil {
 		return fmt.Errorf("send status update: %w", err)
 	}
 	s.stage(StageAcked, s.c.acked)
@@ -1169,7 +1154,7 @@ func (c *Connector) stopContext(ctx context.Context) context.Context {
 func (c *Connector) confirm(lsn pglogrepl.LSN) error {
 	ctx, cancel := context.WithTimeout(c.stopContext(context.Background()), 5*time.Second)
 	defer cancel()
-	conn, err := connectPG(ctx, c.cfg.DSN)
+	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err == nil {
 		defer conn.Close(context.Background())
 		for {

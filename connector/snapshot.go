@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -68,14 +69,8 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 }
 
 func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.Slot, error) {
-	res, err := rconn.Exec(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(name)).ReadAll()
-	if err != nil {
-		return snapshot.Slot{}, fmt.Errorf("read slot %s: %w", name, err)
-	}
-	if len(res) == 0 || len(res[0].Rows) == 0 {
-		return snapshot.Slot{}, nil
-	}
-	return snapshot.Slot{Exists: true, WalStatus: string(res[0].Rows[0][0])}, nil
+	slot, err := replconn.ReadSlot(ctx, rconn, name)
+	return snapshot.Slot{Exists: slot.Exists, WalStatus: slot.WalStatus}, err
 }
 
 // snapshot copies every table into Feldera under the new slot's exported
@@ -168,7 +163,7 @@ func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgC
 // copyAll copies each table through the decoder into batches flushed to
 // Feldera (waiting for completion), then retracts leftovers.
 func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retract bool) ([]int64, error) {
-	conn, err := connectPG(ctx, c.cfg.DSN)
+	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot connection: %w", err)
 	}

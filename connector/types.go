@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
 // typeCatalog is pg_type for the types the decoder's built-in table does
@@ -67,7 +68,7 @@ func (c *typeCatalog) Lookup(oid uint32) (decode.PGType, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := connectPG(ctx, c.dsn)
+	conn, err := replconn.Connect(ctx, c.dsn)
 	if err != nil {
 		return decode.PGType{}, false
 	}

@@ -1,4 +1,4 @@
-package connector
+package replconn
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Every connection to Postgres has TCP keepalives and a user timeout, so
@@ -35,17 +36,30 @@ var pgDialer = &net.Dialer{
 	},
 }
 
-// pgDial is the DialFunc of every Postgres connection.
-func pgDial(ctx context.Context, network, addr string) (net.Conn, error) {
+// Dial is the DialFunc of every Postgres connection.
+func Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	return pgDialer.DialContext(ctx, network, addr)
 }
 
-// connectPG opens a connection to dsn with pgDial.
-func connectPG(ctx context.Context, dsn string) (*pgx.Conn, error) {
+// Connect opens a normal (not replication) connection to dsn with Dial.
+func Connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
-	cfg.DialFunc = pgDial
+	cfg.DialFunc = Dial
 	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// Config parses dsn and asks for a logical replication connection
+// (replication=database) named pgfeldera, dialed with Dial.
+func Config(dsn string) (*pgconn.Config, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "pgfeldera"
+	cfg.DialFunc = Dial
+	return cfg, nil
 }

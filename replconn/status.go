@@ -1,4 +1,4 @@
-package connector
+package replconn
 
 import (
 	"encoding/binary"
@@ -11,11 +11,11 @@ import (
 
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// encodeStatus builds a Standby Status Update with every position set
+// EncodeStatus builds a Standby Status Update with every position set
 // explicitly. pglogrepl.SendStandbyStatusUpdate copies the write position
 // into flush when flush is 0, which would acknowledge what Feldera has not
 // completed; this never does.
-func encodeStatus(write, flush, apply pglogrepl.LSN, now time.Time, reply bool) []byte {
+func EncodeStatus(write, flush, apply pglogrepl.LSN, now time.Time, reply bool) []byte {
 	b := make([]byte, 0, 34)
 	b = append(b, 'r')
 	b = binary.BigEndian.AppendUint64(b, uint64(write))
@@ -30,21 +30,25 @@ func encodeStatus(write, flush, apply pglogrepl.LSN, now time.Time, reply bool) 
 	return b
 }
 
-func sendStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN, reply bool) error {
+// SendStatus sends a Standby Status Update: write is what was received,
+// flush what may be released (the slot's confirmed_flush_lsn), apply what
+// was applied; reply asks the server to answer at once. write is raised to
+// flush: the server expects write ≥ flush.
+func SendStatus(conn *pgconn.PgConn, write, flush, apply pglogrepl.LSN, reply bool) error {
 	if write < flush {
 		write = flush
 	}
-	buf, err := (&pgproto3.CopyData{Data: encodeStatus(write, flush, flush, time.Now(), reply)}).Encode(nil)
+	buf, err := (&pgproto3.CopyData{Data: EncodeStatus(write, flush, apply, time.Now(), reply)}).Encode(nil)
 	if err != nil {
 		return err
 	}
 	return conn.Frontend().SendUnbufferedEncodedCopyData(buf)
 }
 
-// statusInterval derives how often to report from the server's
+// StatusInterval derives how often to report from the server's
 // wal_sender_timeout: a third of it, clamped to [500ms, 10s]; 0 (disabled)
 // still reports every 10s so the slot can release WAL.
-func statusInterval(walSenderTimeout time.Duration) time.Duration {
+func StatusInterval(walSenderTimeout time.Duration) time.Duration {
 	if walSenderTimeout <= 0 {
 		return 10 * time.Second
 	}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package connector
+package replconn
 
 import "time"
 

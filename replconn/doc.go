@@ -1,0 +1,10 @@
+// Package replconn is pgfeldera's side of the PostgreSQL replication
+// protocol: how every connection to Postgres is dialed, the logical
+// replication connection's settings, the Standby Status Update with its
+// three positions explicit, the server's version and timeline history, and
+// the queries of the slot, each beside its parser.
+//
+// It starts no goroutines. A *pgconn.PgConn is not safe for concurrent
+// use: the goroutine that opened a replication connection owns it, and is
+// the only one that sends a status on it.
+package replconn
