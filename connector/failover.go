@@ -86,12 +86,12 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	if srv.major < minFailoverVersion {
 		return nil
 	}
-	res, err := conn.Exec(ctx, "SELECT failover, active FROM pg_replication_slots WHERE slot_name = "+replconn.QuoteLiteral(c.cfg.Slot)).ReadAll()
+	slot, err := replconn.ReadFailoverSlot(ctx, conn, c.cfg.Slot)
 	if err != nil {
-		return fmt.Errorf("read slot %s: %w", c.cfg.Slot, err)
+		return err
 	}
-	if len(res) == 1 && len(res[0].Rows) == 1 {
-		failover, active := string(res[0].Rows[0][0]) == "t", string(res[0].Rows[0][1]) == "t"
+	if slot.Exists {
+		failover, active := slot.Failover, slot.Active
 		switch {
 		case failover || !srv.failover:
 			if !failover {
@@ -109,7 +109,7 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	if !srv.failover {
 		return nil
 	}
-	res, err = conn.Exec(ctx, "SHOW synchronized_standby_slots").ReadAll()
+	res, err := conn.Exec(ctx, "SHOW synchronized_standby_slots").ReadAll()
 	if err != nil {
 		return fmt.Errorf("read synchronized_standby_slots: %w", err)
 	}
@@ -130,16 +130,16 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	}
 	for _, name := range strings.Split(listed, ",") {
 		name = strings.TrimSpace(name)
-		res, err := conn.Exec(ctx, "SELECT slot_type, active FROM pg_replication_slots WHERE slot_name = "+replconn.QuoteLiteral(name)).ReadAll()
+		sb, err := replconn.ReadSlot(ctx, conn, name)
 		if err != nil {
-			return fmt.Errorf("read slot %s: %w", name, err)
+			return err
 		}
 		switch {
-		case len(res) != 1 || len(res[0].Rows) != 1:
+		case !sb.Exists:
 			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which does not exist: the primary holds logical decoding back until it does", "slot", name)
-		case string(res[0].Rows[0][0]) != "physical":
+		case !sb.Physical:
 			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which is not a physical slot", "slot", name)
-		case string(res[0].Rows[0][1]) != "t":
+		case sb.ActivePID == 0:
 			c.logger.Warn("failover: the standby slot "+name+" is not active: no standby streams from it, and the primary holds logical decoding back until one does", "slot", name)
 		}
 	}
@@ -180,16 +180,15 @@ func (c *Connector) diverged(ctx context.Context, conn *pgconn.PgConn, st *state
 	// The slot on the new timeline must be the synchronized copy: a
 	// failover slot, not ahead of what this process acknowledged. (A
 	// missing slot is the resnapshot path anyway.)
-	res, err := conn.Exec(ctx, "SELECT failover, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+replconn.QuoteLiteral(c.cfg.Slot)).ReadAll()
+	slot, err := replconn.ReadFailoverSlot(ctx, conn, c.cfg.Slot)
 	if err != nil {
-		return "", fmt.Errorf("read slot %s: %w", c.cfg.Slot, err)
+		return "", err
 	}
-	if len(res) == 1 && len(res[0].Rows) == 1 {
-		row := res[0].Rows[0]
-		if string(row[0]) != "t" {
+	if slot.Exists {
+		if !slot.Failover {
 			return fmt.Sprintf("a failover to timeline %d, and slot %s there is not a failover slot (not the synchronized copy)", srv.timeline, c.cfg.Slot), nil
 		}
-		if confirmed, err := pglogrepl.ParseLSN(string(row[1])); err == nil && c.acked != 0 && confirmed > c.acked {
+		if confirmed := slot.Confirmed; confirmed != 0 && c.acked != 0 && confirmed > c.acked {
 			return fmt.Sprintf("a failover to timeline %d, and slot %s there confirms %s, past what this process acknowledged (%s)", srv.timeline, c.cfg.Slot, confirmed, c.acked), nil
 		}
 	}
@@ -264,8 +263,7 @@ func StandbySlots(ctx context.Context, dsn, slot string) []StandbySlot {
 		err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&sb.InRecovery)
 		if err == nil && sb.InRecovery {
 			var ok bool
-			err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE slot_name = $1
-				AND coalesce((to_jsonb(s) ->> 'synced')::bool, false) AND NOT temporary)`, slot).Scan(&ok)
+			ok, err = replconn.Synced(ctx, conn, slot)
 			sb.SlotSynced = &ok
 		}
 		if err != nil {

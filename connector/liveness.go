@@ -79,13 +79,12 @@ func replicationTimeout(setting, walSenderTimeout time.Duration) time.Duration {
 // the slot stays active, refusing this session, until it does. A role may
 // end its own backends (pg_terminate_backend).
 func (c *Connector) endSilentWalsender(ctx context.Context, conn *pgconn.PgConn) error {
-	q := "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = " + replconn.QuoteLiteral(c.cfg.Slot) + " AND active_pid IS NOT NULL"
-	res, err := conn.Exec(ctx, q).ReadAll()
+	pid, err := replconn.TerminateWalsender(ctx, conn, c.cfg.Slot)
 	if err != nil {
 		return fmt.Errorf("end the walsender that held slot %s before the connection went silent: %w", c.cfg.Slot, err)
 	}
-	if len(res) > 0 && len(res[0].Rows) > 0 {
-		c.logger.Warn("session: ended the walsender that still held the slot after the replication connection went silent", "pid", string(res[0].Rows[0][0]))
+	if pid != "" {
+		c.logger.Warn("session: ended the walsender that still held the slot after the replication connection went silent", "pid", pid)
 	}
 	return nil
 }

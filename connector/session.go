@@ -1159,14 +1159,11 @@ func (c *Connector) confirm(lsn pglogrepl.LSN) error {
 		defer conn.Close(context.Background())
 		for {
 			var confirmed pglogrepl.LSN
-			var txt *string
-			err = conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", c.cfg.Slot).Scan(&txt)
-			if err == nil && txt != nil {
-				confirmed, err = pglogrepl.ParseLSN(*txt)
-				if err == nil && confirmed >= lsn {
-					c.logger.Info("session: stopped; final acknowledgement confirmed by the slot", "confirmed_flush_lsn", confirmed)
-					return nil
-				}
+			var ok bool
+			confirmed, ok, err = replconn.Confirmed(ctx, conn, c.cfg.Slot)
+			if ok && confirmed >= lsn {
+				c.logger.Info("session: stopped; final acknowledgement confirmed by the slot", "confirmed_flush_lsn", confirmed)
+				return nil
 			}
 			select {
 			case <-ctx.Done():

@@ -2,10 +2,12 @@ package replconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -19,12 +21,14 @@ type Slot struct {
 	Confirmed pglogrepl.LSN
 	// ActivePID is the walsender that holds the slot, 0 when none does.
 	ActivePID int
+	// Physical is slot_type = physical (a standby's slot).
+	Physical bool
 }
 
 // ReadSlot reads slot name on a replication connection; a slot that does
 // not exist reads as the zero Slot.
 func ReadSlot(ctx context.Context, conn *pgconn.PgConn, name string) (Slot, error) {
-	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, ''), coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)).ReadAll()
+	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, ''), coalesce(active_pid, 0), slot_type FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)).ReadAll()
 	if err != nil {
 		return Slot{}, fmt.Errorf("read slot %s: %w", name, err)
 	}
@@ -32,7 +36,7 @@ func ReadSlot(ctx context.Context, conn *pgconn.PgConn, name string) (Slot, erro
 		return Slot{}, nil
 	}
 	row := res[0].Rows[0]
-	s := Slot{Exists: true, WalStatus: string(row[0])}
+	s := Slot{Exists: true, WalStatus: string(row[0]), Physical: string(row[3]) == "physical"}
 	if txt := string(row[1]); txt != "" {
 		if s.Confirmed, err = pglogrepl.ParseLSN(txt); err != nil {
 			return Slot{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, txt, err)
@@ -63,4 +67,72 @@ func SlotRoom(ctx context.Context, conn *pgconn.PgConn) (used, max int, err erro
 		return 0, 0, fmt.Errorf("read replication slots: %q %q: %w", row[0], row[1], err)
 	}
 	return used, max, nil
+}
+
+// FailoverSlot is what a server with failover slots (PostgreSQL 17+) says
+// of a slot.
+type FailoverSlot struct {
+	Exists, Failover, Active bool
+	Confirmed                pglogrepl.LSN // 0 when the slot has none
+}
+
+// ReadFailoverSlot reads slot name's failover flag on PostgreSQL 17 or
+// later (the column does not exist before).
+func ReadFailoverSlot(ctx context.Context, conn *pgconn.PgConn, name string) (FailoverSlot, error) {
+	res, err := conn.Exec(ctx, "SELECT failover, active, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)).ReadAll()
+	if err != nil {
+		return FailoverSlot{}, fmt.Errorf("read slot %s: %w", name, err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 {
+		return FailoverSlot{}, nil
+	}
+	row := res[0].Rows[0]
+	s := FailoverSlot{Exists: true, Failover: string(row[0]) == "t", Active: string(row[1]) == "t"}
+	if txt := string(row[2]); txt != "" {
+		if s.Confirmed, err = pglogrepl.ParseLSN(txt); err != nil {
+			return FailoverSlot{}, fmt.Errorf("slot %s: confirmed_flush_lsn %q: %w", name, txt, err)
+		}
+	}
+	return s, nil
+}
+
+// Confirmed reads slot name's confirmed_flush_lsn on a normal connection;
+// ok is false while the slot has none (or does not exist).
+func Confirmed(ctx context.Context, conn *pgx.Conn, name string) (lsn pglogrepl.LSN, ok bool, err error) {
+	var txt *string
+	if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&txt); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, nil
+		}
+		return 0, false, err
+	}
+	if txt == nil {
+		return 0, false, nil
+	}
+	lsn, err = pglogrepl.ParseLSN(*txt)
+	return lsn, err == nil, err
+}
+
+// TerminateWalsender ends the walsender that holds slot name, if one
+// does, and returns its pid ("" when none did). A role may end its own
+// backends (pg_terminate_backend).
+func TerminateWalsender(ctx context.Context, conn *pgconn.PgConn, name string) (string, error) {
+	res, err := conn.Exec(ctx, "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)+" AND active_pid IS NOT NULL").ReadAll()
+	if err != nil {
+		return "", err
+	}
+	if len(res) > 0 && len(res[0].Rows) > 0 {
+		return string(res[0].Rows[0][0]), nil
+	}
+	return "", nil
+}
+
+// Synced reports whether a standby holds a usable synchronized copy of
+// slot name (PostgreSQL 17+: synced and not temporary; false before 17,
+// which has no synced column), on a normal connection to the standby.
+func Synced(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+	var ok bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE slot_name = $1
+		AND coalesce((to_jsonb(s) ->> 'synced')::bool, false) AND NOT temporary)`, name).Scan(&ok)
+	return ok, err
 }
