@@ -14,14 +14,9 @@ import (
 // refusal); 1 when the look itself failed.
 func runCheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	asJSON, args := jsonFlag(args)
-	cfg, logger, code, done := configure("check", args, getenv, stderr)
+	cfg, logger, client, code, done := configureClient("check", args, getenv, stderr)
 	if done {
 		return code
-	}
-	client, err := cfg.felderaClient(logger)
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera:", err)
-		return exitConfig
 	}
 	report, err := connector.Check(ctx, cfg.connectorConfig(logger), client)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // Exit codes: a contract with scripts and orchestrators.
@@ -118,6 +119,20 @@ func configure(cmd string, args []string, getenv func(string) string, stderr io.
 		return nil, nil, exitConfig, true
 	}
 	return cfg, logger, 0, false
+}
+
+// configureClient is configure and the Feldera client the settings name.
+func configureClient(cmd string, args []string, getenv func(string) string, stderr io.Writer) (*Config, *slog.Logger, *feldera.Client, int, bool) {
+	cfg, logger, code, done := configure(cmd, args, getenv, stderr)
+	if done {
+		return nil, nil, nil, code, true
+	}
+	client, err := cfg.felderaClient(logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera:", err)
+		return nil, nil, nil, exitConfig, true
+	}
+	return cfg, logger, client, 0, false
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {

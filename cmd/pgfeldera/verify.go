@@ -38,14 +38,9 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 			rest = append(rest, a)
 		}
 	}
-	cfg, logger, code, done := configure("verify", rest, getenv, stderr)
+	cfg, logger, client, code, done := configureClient("verify", rest, getenv, stderr)
 	if done {
 		return code
-	}
-	client, err := cfg.felderaClient(logger)
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera:", err)
-		return exitConfig
 	}
 	start := time.Now()
 	verdicts, err := connector.Verify(ctx, cfg.connectorConfig(logger), client, maxDiffs)
