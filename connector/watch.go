@@ -224,6 +224,11 @@ func (c *Connector) checkFailure(ctx context.Context, seq uint64) {
 // the ones the session started with (see watchPipeline).
 func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 	began := time.Now()
+	// /stats before the pipeline: a redeploy replaces the deployment id
+	// before its new process (a new incarnation) answers, so a look that
+	// sees the new incarnation also sees the new deployment, and names a
+	// redeploy as one, not as a restart in place.
+	st, statsErr := c.sink.Stats(ctx)
 	if p.deploymentID != "" {
 		pipe, err := c.sink.Pipeline(ctx)
 		if err == nil && pipe.DeploymentID != nil && *pipe.DeploymentID != p.deploymentID {
@@ -243,8 +248,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 			return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
 		}
 	}
-	st, err := c.sink.Stats(ctx)
-	if err != nil || st.GlobalMetrics.IncarnationUUID == "" {
+	if statsErr != nil || st.GlobalMetrics.IncarnationUUID == "" {
 		return nil
 	}
 	now := st.GlobalMetrics.IncarnationUUID
