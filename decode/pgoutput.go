@@ -154,12 +154,13 @@ type Commit struct {
 	CommitTime time.Time     // when the transaction committed on the server
 }
 
-// pgEpoch is PostgreSQL's epoch: its timestamps count microseconds from it.
-var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+// PGEpoch is PostgreSQL's epoch: the protocol's timestamps count
+// microseconds from it.
+var PGEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // pgTime is a PostgreSQL TimestampTz as the protocol sends it.
 func pgTime(us uint64) time.Time {
-	return pgEpoch.Add(time.Duration(int64(us)) * time.Microsecond)
+	return PGEpoch.Add(time.Duration(int64(us)) * time.Microsecond)
 }
 
 // Column is a column of a RELATION message.

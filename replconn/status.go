@@ -7,9 +7,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-)
 
-var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	"github.com/pgfeldera/pgfeldera/decode"
+)
 
 // EncodeStatus builds a Standby Status Update with every position set
 // explicitly. pglogrepl.SendStandbyStatusUpdate copies the write position
@@ -21,7 +21,7 @@ func EncodeStatus(write, flush, apply pglogrepl.LSN, now time.Time, reply bool) 
 	b = binary.BigEndian.AppendUint64(b, uint64(write))
 	b = binary.BigEndian.AppendUint64(b, uint64(flush))
 	b = binary.BigEndian.AppendUint64(b, uint64(apply))
-	b = binary.BigEndian.AppendUint64(b, uint64(now.Sub(pgEpoch).Microseconds()))
+	b = binary.BigEndian.AppendUint64(b, uint64(now.Sub(decode.PGEpoch).Microseconds()))
 	if reply {
 		b = append(b, 1)
 	} else {

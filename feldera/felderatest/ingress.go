@@ -536,7 +536,9 @@ func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parse
 }
 
 // addEvent parses event number event and appends its commands, or its
-// error: a bad event is reported and skipped, as Feldera does.
+// error: a bad event is reported and skipped, as Feldera's JSON parser
+// does (crates/adapters/src/format/json/input.rs: a ParseError per bad
+// record, and the next record is parsed).
 func addEvent(t *table, v json.RawMessage, raw bool, event int, ops []op, errs []parseError) ([]op, []parseError) {
 	o, err := parseEvent(t, v, raw)
 	if err != nil {
