@@ -8,8 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ReadSlot reads the slot once, as the poller in Serve does.
-func (m *Metrics) ReadSlot(ctx context.Context) { m.readSlot(ctx) }
+// ReadSlot reads the slot once, as the poller in Serve does, and closes
+// the poller's connection, as Serve does when it stops.
+func (m *Metrics) ReadSlot(ctx context.Context) {
+	m.readSlot(ctx)
+	m.closeSlotConn()
+}
 
 var descName = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
 

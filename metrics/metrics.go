@@ -11,6 +11,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
 // Metrics implements connector.Observer and serves the endpoints.
@@ -42,6 +44,10 @@ type Metrics struct {
 	slot      slotInfo
 	dsn, name string
 	logger    *slog.Logger
+	// slotConn is the poller's connection, kept between reads (a
+	// connection per read would fork a backend every interval); nil
+	// until the first read and after a failed one.
+	slotConn *pgx.Conn
 }
 
 type slotInfo struct {
@@ -161,6 +167,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string) error {
 func (m *Metrics) pollSlot(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	defer m.closeSlotConn()
 	for {
 		m.readSlot(ctx)
 		select {
@@ -174,17 +181,30 @@ func (m *Metrics) pollSlot(ctx context.Context, every time.Duration) {
 func (m *Metrics) readSlot(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(qctx, m.dsn)
-	if err != nil {
-		return
-	}
-	defer conn.Close(context.Background())
 	var s slotInfo
 	var confirmed, status *string
 	var retained, safe *float64
-	err = conn.QueryRow(qctx, `SELECT confirmed_flush_lsn::text, wal_status,
-		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8, safe_wal_size::float8
-		FROM pg_replication_slots WHERE slot_name = $1`, m.name).Scan(&confirmed, &status, &retained, &safe)
+	var err error
+	// A kept connection that fails (Postgres restarted since the last
+	// read) is replaced and the read tried once more on a new one.
+	for kept := m.slotConn != nil; ; kept = false {
+		if m.slotConn == nil {
+			if m.slotConn, err = replconn.Connect(qctx, m.dsn); err != nil {
+				m.slotConn = nil
+				return
+			}
+		}
+		err = m.slotConn.QueryRow(qctx, `SELECT confirmed_flush_lsn::text, wal_status,
+			pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8, safe_wal_size::float8
+			FROM pg_replication_slots WHERE slot_name = $1`, m.name).Scan(&confirmed, &status, &retained, &safe)
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+		m.closeSlotConn()
+		if !kept {
+			break
+		}
+	}
 	if err == nil {
 		s.ok = true
 		if confirmed != nil {
@@ -203,6 +223,13 @@ func (m *Metrics) readSlot(ctx context.Context) {
 	m.mu.Lock()
 	m.slot = s
 	m.mu.Unlock()
+}
+
+func (m *Metrics) closeSlotConn() {
+	if m.slotConn != nil {
+		m.slotConn.Close(context.Background())
+		m.slotConn = nil
+	}
 }
 
 // collector reads the connector's counters at scrape time.

@@ -52,6 +52,9 @@ type Cluster struct {
 	exit chan struct{} // closed when cmd exits
 	logf *os.File
 	dbN  atomic.Int64
+
+	adminMu sync.Mutex
+	admin   []*pgx.Conn // idle connections to database postgres (onAdmin)
 }
 
 // Options tune a new cluster. Zero values mean the defaults.
@@ -427,6 +430,7 @@ func (c *Cluster) shutdown(sig syscall.Signal, timeout time.Duration) error {
 	}
 	c.cmd = nil
 	c.logf.Close()
+	c.closeAdmin()
 	return nil
 }
 
@@ -445,6 +449,7 @@ func (c *Cluster) killLocked() {
 	<-c.exit
 	c.cmd = nil
 	c.logf.Close()
+	c.closeAdmin()
 }
 
 // Restart stops the server (fast shutdown, or immediate when immediate is
@@ -485,6 +490,12 @@ func (c *Cluster) Stop() error {
 
 // Exec runs statements in database db as the superuser.
 func (c *Cluster) Exec(ctx context.Context, db string, sql string, args ...any) error {
+	if db == "postgres" {
+		return c.onAdmin(ctx, func(conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, sql, args...)
+			return err
+		})
+	}
 	conn, err := pgx.Connect(ctx, c.DSN(db))
 	if err != nil {
 		return err
@@ -492,6 +503,61 @@ func (c *Cluster) Exec(ctx context.Context, db string, sql string, args ...any) 
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql, args...)
 	return err
+}
+
+// onAdmin runs fn on an idle connection to database postgres, or a new
+// one, and keeps it for the next call. Tests poll the slot every few
+// milliseconds: a connection per poll was a backend forked, initialised
+// and ended each time, thousands per package and the largest part of the
+// servers' CPU time in CI. An idle connection is pinged before use, so
+// one left from before a Restart is replaced rather than failing the
+// caller.
+func (c *Cluster) onAdmin(ctx context.Context, fn func(*pgx.Conn) error) error {
+	conn, err := c.adminConn(ctx)
+	if err != nil {
+		return err
+	}
+	err = fn(conn)
+	c.adminMu.Lock()
+	if !conn.IsClosed() && len(c.admin) < 4 {
+		c.admin = append(c.admin, conn)
+		conn = nil
+	}
+	c.adminMu.Unlock()
+	if conn != nil {
+		conn.Close(context.Background())
+	}
+	return err
+}
+
+func (c *Cluster) adminConn(ctx context.Context) (*pgx.Conn, error) {
+	for {
+		c.adminMu.Lock()
+		n := len(c.admin)
+		if n == 0 {
+			c.adminMu.Unlock()
+			return pgx.Connect(ctx, c.DSN("postgres"))
+		}
+		conn := c.admin[n-1]
+		c.admin = c.admin[:n-1]
+		c.adminMu.Unlock()
+		if conn.Ping(ctx) == nil {
+			return conn, nil
+		}
+		conn.Close(context.Background())
+	}
+}
+
+// closeAdmin closes the idle connections of onAdmin once the server has
+// stopped.
+func (c *Cluster) closeAdmin() {
+	c.adminMu.Lock()
+	idle := c.admin
+	c.admin = nil
+	c.adminMu.Unlock()
+	for _, conn := range idle {
+		conn.Close(context.Background())
+	}
 }
 
 // Set changes a server setting with ALTER SYSTEM and reloads the configuration.
@@ -516,17 +582,14 @@ type Slot struct {
 
 // Slot reads the named slot; ok is false when it does not exist.
 func (c *Cluster) Slot(ctx context.Context, name string) (s Slot, ok bool, err error) {
-	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
-	if err != nil {
-		return s, false, err
-	}
-	defer conn.Close(ctx)
 	var pid *int32
 	var plugin, db, restart, confirmed, walStatus *string
-	err = conn.QueryRow(ctx, `SELECT slot_name, plugin, database, active, active_pid,
-		restart_lsn::text, confirmed_flush_lsn::text, wal_status
-		FROM pg_replication_slots WHERE slot_name = $1`, name).
-		Scan(&s.Name, &plugin, &db, &s.Active, &pid, &restart, &confirmed, &walStatus)
+	err = c.onAdmin(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT slot_name, plugin, database, active, active_pid,
+			restart_lsn::text, confirmed_flush_lsn::text, wal_status
+			FROM pg_replication_slots WHERE slot_name = $1`, name).
+			Scan(&s.Name, &plugin, &db, &s.Active, &pid, &restart, &confirmed, &walStatus)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, false, nil
 	}
