@@ -44,6 +44,9 @@ func TestLiveness_FrozenReplicationConnection(t *testing.T) {
 	cluster := frozenCluster(t)
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "heartbeat", true: "no_heartbeat_UNSAFE"}[unsafe], func(t *testing.T) {
+			if unsafe {
+				pgcluster.AnyVersion(t) // the check sees a hang: one server shows it
+			}
 			e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
 			proxy, dsn := proxied(t, e, cluster)
 			cfg := e.config("users")

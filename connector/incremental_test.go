@@ -90,6 +90,9 @@ func TestIncremental_ExactUnderWrites(t *testing.T) {
 		{"window/keys", false, 1, true}, {"noWindow/keys", true, 1, true}, {"window/keys/parallel3", false, 3, true}} {
 		unsafe, byKey := c.unsafe, c.byKey
 		t.Run(c.name, func(t *testing.T) {
+			if unsafe {
+				pgcluster.AnyVersion(t) // the check sees a loss: one server shows it
+			}
 			e := newEnv(t, mixedPG, mixedFeldera)
 			const rows = 20000
 			e.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, %d) g", rows))

@@ -37,6 +37,9 @@ func TestPublication_RowFilterAndColumnList(t *testing.T) {
 	for _, unsafe := range []bool{false, true} {
 		name := map[bool]string{false: "filtered", true: "unsafe_unfiltered"}[unsafe]
 		t.Run(name, func(t *testing.T) {
+			if unsafe {
+				pgcluster.AnyVersion(t) // the check sees filtered rows: one server shows it
+			}
 			e := newEnv(t, pubPG, pubFeldera)
 			e.exec("INSERT INTO f SELECT g, g % 20, 'n' || g FROM generate_series(1, 200) g")
 			e.exec("INSERT INTO c SELECT g, g, 'hidden' FROM generate_series(1, 50) g")

@@ -212,7 +212,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		in.req.Status = http.StatusOK
 	}
 	if late, _ := r.Context().Value(lateKey{}).(bool); late {
-		s.lateApplied++
+		s.late = append(s.late, lateMark{ep: in.ep, upTo: in.ep.queued})
 		in.req.Late = true
 	}
 	if !s.cfg.CountOnly {

@@ -246,11 +246,11 @@ type Server struct {
 	countOnly     map[string]int
 	held          int // requests a fault holds now
 	served        map[FaultKind]int
-	lateApplied   int // HangThenApply requests applied after their client left
-	pending       int // completion polls answered "inprogress"
-	peakQueued    int // the most ingress requests queued and not yet completed at once
-	peakRows      int // the most records queued and not yet completed at once
-	pushedBack    int // requests that found their endpoint's buffer full
+	late          []lateMark // HangThenApply requests whose client had left
+	pending       int        // completion polls answered "inprogress"
+	peakQueued    int        // the most ingress requests queued and not yet completed at once
+	peakRows      int        // the most records queued and not yet completed at once
+	pushedBack    int        // requests that found their endpoint's buffer full
 
 	lastTID            int64      // per process: last_transaction_id
 	init               initiators // who wants a transaction
@@ -818,12 +818,28 @@ func (s *Server) Held() int {
 	return s.held
 }
 
+// lateMark is a late request's place in its endpoint: it is applied once
+// the endpoint's completed records reach upTo.
+type lateMark struct {
+	ep   *endpoint
+	upTo uint64
+}
+
 // LateApplied is how many HangThenApply requests were applied after their
-// client had given up (the late duplicates a fence must outwait).
+// client had given up (the late duplicates a fence must outwait): their
+// records processed by a step and visible, not only queued, so a test
+// that reads the tables next sees them.
 func (s *Server) LateApplied() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lateApplied
+	s.advance(time.Now())
+	n := 0
+	for _, m := range s.late {
+		if m.ep.completed >= m.upTo {
+			n++
+		}
+	}
+	return n
 }
 
 // PeakQueued is the most ingress requests that had records queued, not

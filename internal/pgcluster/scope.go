@@ -15,6 +15,9 @@ import (
 // the others, only the tests that declared EveryVersion
 // (PGFELDERA_TEST_SCOPE=version); a test that declares nothing fails when it
 // asks for a cluster, so none is left out of the other servers unnoticed.
+// A subtest of an EveryVersion test calls AnyVersion when it is a
+// broken-on-purpose variant: it shows that the test's check can see a
+// loss, which one server shows as well as four.
 
 // ScopeEnv names the variable that restricts a run to EveryVersion tests.
 const ScopeEnv = "PGFELDERA_TEST_SCOPE"
