@@ -21,8 +21,18 @@ import (
 // the same writer drives it past twice the budget: the check can see the
 // difference. Its own cluster: another test's WAL would count as
 // retained.
+//
+// What it measures is a race between a writer at a fixed rate and the
+// connector's look, ask, checkpoint cycle: under the race detector, on
+// two cores shared with the rest of the suite, the connector (not the
+// budget) falls behind (a 6.5 s cycle, 7.4 MiB, in one CI run). CI runs
+// it once without -race, beside the other servers' tests, and fails if
+// it skipped (.ci/run).
 func TestCheckpoint_WALBudgetBoundsRetention(t *testing.T) {
 	pgcluster.AnyVersion(t)
+	if raceEnabled {
+		t.Skip("under -race the connector, not the budget, falls behind the writer; .ci/run runs this test once without -race")
+	}
 	t.Parallel()
 	cluster := pgcluster.New(t, pgcluster.Options{})
 	const budget = 3 << 20

@@ -1,0 +1,5 @@
+//go:build !race
+
+package connector_test
+
+const raceEnabled = false
