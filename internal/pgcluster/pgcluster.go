@@ -519,7 +519,8 @@ func (c *Cluster) onAdmin(ctx context.Context, fn func(*pgx.Conn) error) error {
 	}
 	err = fn(conn)
 	c.adminMu.Lock()
-	if !conn.IsClosed() && len(c.admin) < 4 {
+	// Only a connection outside any transaction is kept ('I': idle).
+	if !conn.IsClosed() && conn.PgConn().TxStatus() == 'I' && len(c.admin) < 4 {
 		c.admin = append(c.admin, conn)
 		conn = nil
 	}
