@@ -15,6 +15,22 @@ func (m *Metrics) ReadSlot(ctx context.Context) {
 	m.closeSlotConn()
 }
 
+// ReadSlotKept reads the slot as one tick of the poller does, keeping its
+// connection, and reports whether the slot was read and the server pid of
+// the connection kept (0 when none is).
+func (m *Metrics) ReadSlotKept(ctx context.Context) (ok bool, pid uint32) {
+	m.readSlot(ctx)
+	if m.slotConn != nil {
+		pid = m.slotConn.PgConn().PID()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.slot.ok, pid
+}
+
+// CloseSlotConn closes the poller's connection, as Serve does when it stops.
+func (m *Metrics) CloseSlotConn() { m.closeSlotConn() }
+
 var descName = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
 
 // Exported lists every metric the binary serves, with its labels, as the
