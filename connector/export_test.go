@@ -90,6 +90,11 @@ func TrustRestores(c *Connector) { c.trustRestores = true }
 // answered: the unsafe variant the tests show acknowledging lost batches.
 func TrustCheckpoints(c *Connector) { c.trustCheckpoints = true }
 
+// CompletedStep is the highest step any completion the connector polled
+// reported: a test waits for it before a restart that must find the
+// batches complete, not their tokens gone.
+func CompletedStep(c *Connector) uint64 { return c.maxStep.Load() }
+
 // NoHeartbeat turns off the replication connection's liveness rule and
 // the chunk reads' idle bound: the old behaviour, which the tests show
 // hanging on a connection the network dropped without a reset.
