@@ -13,8 +13,11 @@ demo: build
 test: check-postgres
 	$(GO) test $(TESTFLAGS) $(TESTEXTRA) $(PKGS)
 
+# bin/pgfeldera is the binary users deploy; bin/pgfeldera-demo is what
+# `pgfeldera demo` runs (a throwaway Postgres and the Feldera double, test
+# harnesses that pgfeldera itself does not link).
 build:
-	$(GO) build -o bin/pgfeldera ./cmd/pgfeldera
+	$(GO) build -o bin/ ./cmd/pgfeldera ./cmd/pgfeldera-demo
 
 # Not part of `make test`: several minutes, figures in docs/performance.md.
 # BENCHFLAGS e.g. -rounds 5 -only ab; BATCH_MAX_ROWS etc. pass through.

@@ -41,7 +41,7 @@ const topUsage = `usage: pgfeldera <command> [flags]
 
 commands:
   run         stream PostgreSQL changes into Feldera (see: pgfeldera run --help)
-  demo        run against a throwaway local Postgres and the built-in Feldera double
+  demo        run against a throwaway local Postgres and the built-in Feldera double (runs pgfeldera-demo)
   check       check every prerequisite of run at once, each problem with its fix (--json)
   status      show the slot, the state file and the pipeline
   verify      compare each mapped table in Postgres and Feldera
@@ -77,7 +77,7 @@ func run(ctx context.Context, stop func(), args []string, getenv func(string) st
 		}
 		return runConnector(ctx, stop, cfg, logger)
 	case "demo":
-		return runDemo(ctx, rest, getenv, stdout, stderr)
+		return runDemo(ctx, rest, stdout, stderr)
 	case "status":
 		return runStatus(ctx, rest, getenv, stdout, stderr)
 	case "verify":

@@ -127,24 +127,6 @@ func TestStatus(t *testing.T) {
 	}
 }
 
-// The README's first command: the demo runs end to end and its final
-// side-by-side counts match.
-func TestDemo(t *testing.T) {
-	pgcluster.AnyVersion(t)
-	pgcluster.Shared(t) // skips or fails like the other integration tests without binaries
-	var out, errb bytes.Buffer
-	code := run(context.Background(), func() {}, []string{"demo", "--duration", "10s"}, env(nil), &out, &errb)
-	if code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
-	}
-	if strings.Count(out.String(), "✓") != 2 || strings.Contains(out.String(), "✗") {
-		t.Fatalf("demo counts differ:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "removed") {
-		t.Fatalf("demo did not clean up:\n%s", out.String())
-	}
-}
-
 // A slot whose WAL is gone: status says the next run resnapshots and
 // exits 1, as it does for a missing slot.
 func TestStatus_LostSlotExits1(t *testing.T) {
