@@ -425,9 +425,9 @@ func (c *Connector) Run(ctx context.Context) error {
 		c.silentEnd = errors.As(err, &silent)
 		lastProgress := c.healthy
 		if err == nil {
-			err = errors.New("replication stream ended")
+			err = ErrStreamEnded
 		}
-		c.observer.SessionEnded(sessionCause(err))
+		c.observer.SessionEnded(string(sessionCause(err)))
 		if isFatal(err) {
 			return err
 		}

@@ -290,7 +290,7 @@ func (k *completer) overdue(ctx context.Context, f *flight) error {
 				break
 			}
 		}
-		return fmt.Errorf("feldera unavailable: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", f.seq, table, waited.Round(time.Millisecond))
+		return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, f.seq, table, waited.Round(time.Millisecond))
 	}
 	if waited >= completionLogAfter && !f.warned {
 		f.warned = true

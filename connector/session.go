@@ -63,6 +63,7 @@ type stream struct {
 
 	nextStatus time.Time
 	lastStatus time.Time       // when the last status update was sent
+	sentAck    pglogrepl.LSN   // the flush position the last status update carried
 	startEnd   pglogrepl.LSN   // the server's WAL end when the session began (idleKeepalive)
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
@@ -101,13 +102,13 @@ func (c *Connector) session(ctx context.Context) error {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, rcfg)
 	if err != nil {
-		return fmt.Errorf("replication connection: %w", err)
+		return fromPostgres(fmt.Errorf("replication connection: %w", err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	defer c.closeChunkConn()
 	for _, q := range pinnedGUCs {
 		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
-			return fmt.Errorf("replication connection: %s: %w", q, err)
+			return fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
 		}
 	}
 	// Which server this is (after a failover, the promoted standby): its
@@ -167,7 +168,7 @@ func (c *Connector) session(ctx context.Context) error {
 		"messages 'true'",
 	}}
 	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {
-		return fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
+		return fromPostgres(fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err))
 	}
 	dec := decode.NewDecoder(p.targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
@@ -182,6 +183,7 @@ func (c *Connector) session(ctx context.Context) error {
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
 		front:      newFrontier(p.gate, c.acked),
+		sentAck:    c.acked, // the slot's: a status repeating it moves nothing
 		inc:        inc,
 		startEnd:   c.srv.walEnd,
 	}
@@ -419,7 +421,7 @@ func (s *stream) run(ctx context.Context) error {
 		}
 		select {
 		case err := <-s.lost:
-			return err
+			return fromFeldera(err)
 		default:
 		}
 		if err := s.stalledGate(); err != nil {
@@ -431,7 +433,6 @@ func (s *stream) run(ctx context.Context) error {
 			if err := s.status(); err != nil {
 				return err
 			}
-			crashtest.Point("after_ack")
 		}
 		now := time.Now()
 		if s.canPost() && s.flushDue(now) {
@@ -491,7 +492,7 @@ func (s *stream) run(ctx context.Context) error {
 				rc.release()
 				continue
 			}
-			return fmt.Errorf("receive: %w", err)
+			return fromPostgres(fmt.Errorf("receive: %w", err))
 		}
 		s.live.heardAt(time.Now())
 		switch m := msg.(type) {
@@ -502,7 +503,7 @@ func (s *stream) run(ctx context.Context) error {
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
-			return errors.New("replication: server ended the stream")
+			return ErrStreamEnded
 		default:
 			// NoticeResponse and friends: nothing to do.
 		}
@@ -761,10 +762,18 @@ func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
 }
 
 // statusAsking sends a status update; reply asks the server to answer at
-// once (a keepalive), which the heartbeat uses.
+// once (a keepalive), which the heartbeat uses. It is the one place a
+// status update is sent, so the one place the acknowledged position
+// reaches Postgres: an update that carries a position past the last one
+// sent passes after_ack, whichever rule moved the position (a completion,
+// a checkpoint, a COMMIT with nothing buffered, an idle keepalive).
 func (s *stream) statusAsking(reply bool) error {
 	if err := replconn.SendStatus(s.conn, s.received, s.c.acked, s.c.acked, reply); err != nil {
-		return fmt.Errorf("send status update: %w", err)
+		return fromPostgres(fmt.Errorf("send status update: %w", err))
+	}
+	if s.c.acked > s.sentAck {
+		s.sentAck = s.c.acked
+		crashtest.Point("after_ack")
 	}
 	s.stage(StageAcked, s.c.acked)
 	s.lastStatus = time.Now()
@@ -972,6 +981,9 @@ func (s *stream) apply(ev event) error {
 		if ev.kind != evChunk {
 			s.c.health.flushFailed.Store(true)
 		}
+		if ev.kind == evPosted || ev.kind == evComplete {
+			return fromFeldera(ev.err) // a POST or a completion: Feldera's side
+		}
 		return ev.err
 	}
 	before := s.c.acked
@@ -996,10 +1008,7 @@ func (s *stream) apply(ev event) error {
 	s.publishWait()
 	s.setFlushSince()
 	if s.c.acked > before {
-		if err := s.status(); err != nil {
-			return err
-		}
-		crashtest.Point("after_ack")
+		return s.status()
 	}
 	return nil
 }
@@ -1048,7 +1057,7 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 					c.observer.FelderaError(code)
 				}
 				if wctx.Err() != nil && ctx.Err() == nil {
-					return fmt.Errorf("feldera unavailable: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", b.seq, s.table, time.Since(start).Round(time.Millisecond))
+					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.seq, s.table, time.Since(start).Round(time.Millisecond))
 				}
 				if feldera.IsRestarted(err) {
 					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.table, err)

@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -134,18 +133,4 @@ func (c *Connector) Ready() (bool, string) {
 		return false, "a flush has been waiting for Feldera for over " + c.cfg.ReadyBlockedFor.String()
 	}
 	return true, "streaming"
-}
-
-// sessionCause names why a session ended, for the reconnect metric.
-func sessionCause(err error) string {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "feldera unavailable"):
-		return "completion_timeout"
-	case strings.Contains(msg, "feldera"):
-		return "feldera"
-	case strings.Contains(msg, "receive") || strings.Contains(msg, "replication") || strings.Contains(msg, "connect") || strings.Contains(msg, "postgres"):
-		return "postgres"
-	}
-	return "other"
 }

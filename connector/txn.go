@@ -157,7 +157,7 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 		waited := time.Since(start)
 		if waited >= c.cfg.CompletionTimeout {
 			c.clearTxnRecord()
-			return fmt.Errorf("feldera unavailable: another client has held the pipeline's transaction for %s (409 TransactionInProgress to POST /start_transaction; FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", waited.Round(time.Millisecond))
+			return fmt.Errorf("%w: another client has held the pipeline's transaction for %s (409 TransactionInProgress to POST /start_transaction; FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, waited.Round(time.Millisecond))
 		}
 		if !warned && waited >= completionLogAfter {
 			warned = true
@@ -278,7 +278,7 @@ func (c *Connector) absorbed(ctx context.Context) error {
 		}
 		return false, nil
 	}, func(st *feldera.Stats) error {
-		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, st.IngressBuffered(t.tables))
+		return fmt.Errorf("%w: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", ErrFelderaUnavailable, t.id, c.cfg.CompletionTimeout, st.GlobalMetrics.TransactionStatus, st.IngressBuffered(t.tables))
 	})
 }
 
@@ -333,7 +333,7 @@ func (c *Connector) txnRoom(ctx context.Context, b *batch) error {
 		t.unfedRows, t.unfedBytes = int(rows), int(bytes)
 		return rows == 0 || t.unfedRows+b.total <= felderaQueueRecords && t.unfedBytes+b.size() <= felderaQueueBytes, nil
 	}, func(st *feldera.Stats) error {
-		return fmt.Errorf("feldera unavailable: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", t.id, c.cfg.CompletionTimeout, t.unfedRows)
+		return fmt.Errorf("%w: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", ErrFelderaUnavailable, t.id, c.cfg.CompletionTimeout, t.unfedRows)
 	})
 }
 
@@ -399,7 +399,7 @@ func (c *Connector) awaitCommit(ctx context.Context) error {
 	}, func(st *feldera.Stats) error {
 		// Asked, and committed by the API's side: the next session waits
 		// for it, or finds it gone, before it sends anything.
-		return fmt.Errorf("feldera unavailable: the commit of transaction %d showed no progress for %s (FELDERA_COMMIT_STALL_TIMEOUT; /stats %s%s): nothing acknowledged", t.id, c.cfg.CommitStallTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
+		return fmt.Errorf("%w: the commit of transaction %d showed no progress for %s (FELDERA_COMMIT_STALL_TIMEOUT; /stats %s%s): nothing acknowledged", ErrFelderaUnavailable, t.id, c.cfg.CommitStallTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
 	})
 }
 
