@@ -1,0 +1,220 @@
+package connector
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/replconn"
+)
+
+// pending reports whether anything read is not yet acknowledged.
+func (s *stream) pending() bool {
+	return s.open || s.filling.total > 0 || s.busy() || s.filling.ackTo > s.c.acked || s.front.pending()
+}
+
+// busy reports whether a POST, a batch in flight or a retraction runs.
+func (s *stream) busy() bool {
+	return s.posting || s.retracting || s.front.inFlight() > 0
+}
+
+// landed forgets the size of a batch that completed.
+func (s *stream) landed(id uint64) {
+	if sz, ok := s.flightSize[id]; ok {
+		s.flightRows -= sz[0]
+		s.flightBytes -= sz[1]
+		delete(s.flightSize, id)
+	}
+}
+
+// reach moves the position to lsn once everything Feldera completed so far
+// is durable under the gate: lsn needs nothing more from Feldera (its rows
+// went out in earlier batches, or it had none), but a retraction or an
+// earlier batch may still wait for a checkpoint.
+func (s *stream) reach(lsn pglogrepl.LSN) {
+	s.advance(s.front.reach(lsn, s.c.maxStep.Load(), time.Now()))
+	s.publishWait()
+}
+
+// checkpointed applies the newest checkpoint the watcher saw; it reports
+// whether the position moved. A checkpoint that covers more than the last
+// one is first recorded in the state file (recordCheckpoint): a restart
+// must restore it, or a later one, before anything it covers was
+// acknowledged.
+func (s *stream) checkpointed() (bool, error) {
+	if !s.front.pending() {
+		return false, nil
+	}
+	before := s.c.acked
+	if s.front.confirm {
+		s.advance(s.front.confirmedAt(time.Unix(0, s.c.seenAt.Load())))
+	}
+	steps := s.c.checkpointed.Load()
+	if steps > s.front.covered {
+		if err := s.recordCheckpoint(); err != nil {
+			return false, err
+		}
+	}
+	s.advance(s.front.checkpointed(steps))
+	s.publishWait()
+	return s.c.acked > before, nil
+}
+
+// recordCheckpoint writes the session's newest fresh checkpoint into the
+// state file. The first one after a program change under exactly_once
+// also closes the journal gap: Feldera journals its input again, and
+// everything completed is durable (up to the checkpoint by it, after it
+// by the journal), so the gate goes back to completion.
+func (s *stream) recordCheckpoint() error {
+	cps := s.c.lastCheckpoints.Load()
+	if s.inc == nil || cps == nil {
+		return nil
+	}
+	cp := ref(*cps)
+	if s.inc.st.Checkpoint != nil && s.inc.st.Checkpoint.UUID == cp.UUID {
+		return nil
+	}
+	st := s.inc.st
+	st.Checkpoint = cp
+	gap := st.JournalGap != ""
+	st.JournalGap = ""
+	if err := s.writeChunks(); err != nil {
+		return err
+	}
+	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.forceGate == nil {
+		s.front.gate = GateComplete
+		s.c.gate.Store(int32(GateComplete))
+		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)
+	}
+	return nil
+}
+
+// stalledGate ends the process when completed work has waited
+// NO_PROGRESS_TIMEOUT for a checkpoint: checkpoints that never come (or
+// fail) would otherwise keep the session streaming, acknowledging
+// nothing, while the primary retains WAL without bound. Only that wait
+// counts: a source transaction or a commit that takes long is progress
+// of its own, bounded elsewhere.
+func (s *stream) stalledGate() error {
+	at, ok := s.front.waiting()
+	if !ok || time.Since(at) <= s.c.cfg.NoProgressTimeout {
+		return nil
+	}
+	why := "no Feldera checkpoint came"
+	if e := s.c.health.checkpointError.Load(); e != nil && s.c.health.checkpointFailed.Load() {
+		why = "Feldera's checkpoints fail: " + *e
+	}
+	return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT): completed work waited that long for a checkpoint to cover it (%s), so nothing could be acknowledged and the slot retained WAL", ErrNoProgress, time.Since(at).Round(time.Second), why)}
+}
+
+// publishWait tells the watcher since when completed work waits for a
+// checkpoint (it may ask for one) and the status how long.
+func (s *stream) publishWait() {
+	// The WAL figure first: a look that sees work waiting reads the
+	// figure of that work, not of the work before.
+	s.c.checkpointWAL.Store(int64(s.front.waitingWAL()))
+	if at, ok := s.front.waiting(); ok {
+		s.c.checkpointWaits.Store(at.UnixNano())
+	} else {
+		s.c.checkpointWaits.Store(0)
+	}
+}
+
+// noteSent records how far in the WAL Feldera may hold changes once the
+// filling batch is sent (the failover check, diverged, which finds a
+// phantom when this lies past the new timeline's fork): every change sent
+// belongs to a transaction whose commit record ends at or before it. A
+// COMMIT message is read at its commit's end, so the last record read
+// bounds the transactions the batch holds whole. Rows of the open
+// transaction arrive at its commit record's start (the walsender decodes a
+// transaction at its commit), and a fork exactly there leaves that commit
+// out: its end lies at least one byte further.
+func (s *stream) noteSent(openRows bool) {
+	if high := sentBound(s.received, s.openCommit, openRows); high > s.c.sentHigh {
+		s.c.sentHigh = high
+	}
+}
+
+// sentBound is noteSent's rule: the position a batch's commits end by.
+func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN {
+	if openRows && openCommit+1 > received {
+		return openCommit + 1
+	}
+	return received
+}
+
+// advance moves the acknowledged position (never backwards).
+func (s *stream) advance(lsn pglogrepl.LSN) {
+	s.stage(StageComplete, s.front.completed())
+	s.stage(StageDurable, lsn)
+	if lsn > s.c.acked {
+		s.c.acked = lsn
+		s.c.ackMoves++
+		s.c.healthy = time.Now()
+		s.c.stats.Acked.Store(uint64(lsn))
+	}
+	if lsn > s.received {
+		s.received = lsn
+		s.c.stats.Received.Store(uint64(lsn))
+	}
+}
+
+func (s *stream) status() error { return s.statusAsking(false) }
+
+// stage moves a stage of the source transactions' clock to lsn (0: none).
+func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
+	if lsn != 0 {
+		s.clock.reach(st, lsn, time.Now(), s.c.observer.Stage)
+	}
+}
+
+// statusAsking sends a status update; reply asks the server to answer at
+// once (a keepalive), which the heartbeat uses. It is the one place a
+// status update is sent, so the one place the acknowledged position
+// reaches Postgres: an update that carries a position past the last one
+// sent passes after_ack, whichever rule moved the position (a completion,
+// a checkpoint, a COMMIT with nothing buffered, an idle keepalive).
+func (s *stream) statusAsking(reply bool) error {
+	if err := replconn.SendStatus(s.conn, s.received, s.c.acked, s.c.acked, reply); err != nil {
+		return fromPostgres(fmt.Errorf("send status update: %w", err))
+	}
+	if s.c.acked > s.sentAck {
+		s.sentAck = s.c.acked
+		crashtest.Point("after_ack")
+	}
+	s.stage(StageAcked, s.c.acked)
+	s.lastStatus = time.Now()
+	s.nextStatus = s.lastStatus.Add(s.interval)
+	return nil
+}
+
+// heartbeat applies the liveness rule at now: it asks the server for a
+// reply half the timeout after the last message, ends the session as
+// silent at the timeout, and returns when to look again.
+func (s *stream) heartbeat(now time.Time) (time.Time, error) {
+	ask, dead, at := s.live.next(now)
+	switch {
+	case dead:
+		return at, &SilentError{For: now.Sub(s.live.heard)}
+	case ask:
+		s.logger.Debug("session: the replication connection has been quiet for half its timeout: asking the server for a reply", "quiet", now.Sub(s.live.heard).Round(time.Millisecond))
+		return at, s.statusAsking(true)
+	}
+	return at, nil
+}
+
+// idleKeepalive reports whether a keepalive that found nothing pending
+// (nothing open, buffered or in flight) shows the session idle, which
+// restarts the NO_PROGRESS_TIMEOUT clock: only once the server has sent
+// everything it had when the session began (walEnd, the keepalive's
+// position, at or past startEnd). PostgreSQL 18.4 sends a keepalive at
+// the slot's confirmed position as streaming starts, before the WAL after
+// it; taken as idle, it restarted the clock at every reconnect, and a
+// Feldera that never completed kept the process reconnecting forever
+// instead of exiting 1 (TestBinary_NoProgressTimeoutExits1 on 18.4).
+func idleKeepalive(walEnd, startEnd pglogrepl.LSN) bool {
+	return walEnd >= startEnd
+}

@@ -1,0 +1,217 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// canPost reports whether the filling batch may be sent now: no POST
+// runs (one at a time keeps source order), no retraction, fewer than
+// BATCH_MAX_IN_FLIGHT batches are in flight, and with it they stay within
+// Feldera's ingress buffer.
+func (s *stream) canPost() bool {
+	if s.posting || s.retracting {
+		return false
+	}
+	if s.txnOpen {
+		// The batches of an open Feldera transaction complete only at
+		// its commit, which the batch that ends the source transaction
+		// asks for: they go on past BATCH_MAX_IN_FLIGHT (they hold only
+		// tokens) and past the buffer bound (the transaction's steps
+		// drain Feldera's buffer as usual), up to maxTxnFlight.
+		return s.front.inFlight() < maxTxnFlight
+	}
+	if s.front.inFlight() >= s.maxFlight {
+		return false
+	}
+	return s.front.inFlight() == 0 ||
+		s.flightRows+s.filling.total <= felderaQueueRecords && s.flightBytes+s.filling.size() <= felderaQueueBytes
+}
+
+// lingerDeadline is when the filling batch is due by its linger, when
+// that deadline applies: once it passes, flushDue holds, so a receive
+// bounded by it never ends before it reads without a flush following. A
+// full batch, or one a table's last chunk marked (sealNow), waits inside
+// a source transaction for the change that seals it or its COMMIT
+// instead, and so does one that holds rows of the open transaction (see
+// flushDue). (A sealNow batch once took the deadline too: inside a
+// transaction, with the deadline past, every receive ended before it
+// read, the COMMIT never came, and the snapshot never completed.)
+func (s *stream) lingerDeadline() (time.Time, bool) {
+	b := s.filling
+	if b.total == 0 || s.c.full(b) || b.sealNow || s.open && s.openRows || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
+		return time.Time{}, false
+	}
+	return b.first.Add(s.c.cfg.BatchLinger), true
+}
+
+// flushDue reports whether the filling batch should be sent now. The
+// linger never seals a batch that holds rows of the open source
+// transaction: nothing of it may be acknowledged, nor (inside the Feldera
+// transaction that sealing it would need) shown, before its COMMIT, so
+// sealing it early only adds a Feldera transaction per source one. The
+// batch waits for the COMMIT, or for its bound.
+func (s *stream) flushDue(now time.Time) bool {
+	b := s.filling
+	switch {
+	case b.total == 0:
+		// A Feldera transaction left open by a batch that ended inside a
+		// source transaction, which has ended since: commit it now.
+		return s.txnOpen && !s.open
+	case s.c.full(b):
+		// Inside a transaction the next change seals it (see handle).
+		return !s.open
+	case s.c.cfg.BatchLinger == 0 || b.sealNow:
+		return !s.open
+	case s.open && s.openRows:
+		return false
+	}
+	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
+}
+
+// startFlush hands the filling batch to the poster: its POSTs run in a
+// goroutine while the stream reads on; once they are answered its buffers
+// come back as the spare and its tokens go to the completer. end commits
+// a Feldera transaction the batch continues even inside a source
+// transaction (a TRUNCATE, a stop: they need everything sent complete).
+func (s *stream) startFlush(end bool) {
+	b := s.filling
+	// A batch sealed inside a source transaction splits it only when it
+	// holds some of its rows: one sealed (by the linger) after a BEGIN
+	// whose rows have not come yet holds whole transactions, and needs no
+	// Feldera transaction (an incremental snapshot's watermark
+	// transactions, which carry no rows, hit that at every chunk).
+	spans := s.open && s.openRows && !end
+	s.noteSent(s.open && s.openRows)
+	s.openRows = false
+	if spans && s.txnOpen && s.front.inFlight() >= maxTxnFlight-1 {
+		// The source transaction outgrew what one Feldera transaction may
+		// keep in flight: commit what was sent, and go on in a new one.
+		spans = false
+		if !s.warnedTxnCut {
+			s.warnedTxnCut = true
+			s.logger.Warn("flush: a source transaction is larger than one Feldera transaction may hold in flight; committing it in Feldera in parts (views see the parts)",
+				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
+		}
+	}
+	plan := planTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.multi, b.tables())
+	s.txnOpen = plan.in && !plan.end
+	crashtest.Point("after_decode")
+	s.seq++
+	s.filling = s.spare
+	s.filling.reset(s.seq)
+	s.spare = nil
+	now := time.Now()
+	id := s.front.enter(b.ackTo, now)
+	sz := [2]int{b.total, b.size()}
+	s.flightSize[id] = sz
+	s.flightRows += sz[0]
+	s.flightBytes += sz[1]
+	s.posting = true
+	s.setFlushSince()
+	accepted := s.c.cfg.AckMode == AckAccepted
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		tokens, start, mark, err := s.c.send(s.flushCtx, s.targets, b, plan)
+		if err == nil {
+			crashtest.Point("after_post")
+			if !accepted {
+				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: start, sent: time.Now(), txn: mark}
+			} else {
+				s.c.stats.Batches.Add(1)
+				s.c.observer.Batch(b.total, time.Since(start), 0)
+			}
+		}
+		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
+	}()
+}
+
+// flush POSTs each route's lines of b, then (wait) blocks until every
+// token is complete: the snapshot and the retractions, which send one
+// batch at a time. Any failure leaves the position where it was.
+//
+// A batch may hold part of a transaction when the transaction is larger
+// than BATCH_MAX_ROWS: Feldera then sees the first part before the rest.
+// That weakens the source transaction's atomicity in Feldera; it is the
+// price of a hard memory bound, and the primary key reconciles a replay of
+// the seam. The position only ever moves to a COMMIT all of whose rows are
+// complete.
+func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch, wait bool) error {
+	c.health.flushSince.Store(time.Now().UnixNano())
+	defer c.health.flushSince.Store(0)
+	failed := true
+	defer func() { c.health.flushFailed.Store(failed) }()
+	tokens, start, err := c.post(ctx, targets, b)
+	if err != nil {
+		return err
+	}
+	posted := time.Now()
+	if wait {
+		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
+		defer cancel()
+		slow := time.AfterFunc(completionLogAfter, func() {
+			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.seq, "rows", b.total)
+		})
+		defer slow.Stop()
+		for _, s := range tokens {
+			step, err := c.sink.WaitCompleteStep(wctx, s.token)
+			if err != nil {
+				if code := feldera.ErrorCode(err); code != "" {
+					c.observer.FelderaError(code)
+				}
+				if wctx.Err() != nil && ctx.Err() == nil {
+					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.seq, s.table, time.Since(start).Round(time.Millisecond))
+				}
+				if feldera.IsRestarted(err) {
+					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.table, err)
+				}
+				return fmt.Errorf("wait for completion of %s: %w", s.table, err)
+			}
+			if step == 0 && c.Gate() == GateCheckpoint {
+				return fatal(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.table))
+			}
+			raise(&c.maxStep, step)
+		}
+	}
+	c.stats.Batches.Add(1)
+	c.observer.Batch(b.total, posted.Sub(start), time.Since(posted))
+	failed = false
+	return nil
+}
+
+// raise sets v to x when x is larger.
+func raise(v *atomic.Uint64, x uint64) {
+	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
+	}
+}
+
+// waitFence blocks while an unanswered ingress request may still be queued
+// by Feldera.
+func (c *Connector) waitFence(ctx context.Context) error {
+	wait := time.Until(time.Unix(0, c.fenceUntil.Load()))
+	if wait <= 0 {
+		return nil
+	}
+	c.logger.Warn("flush: an ingress request got no clear answer and may still be applied; waiting before sending anything newer", "wait", wait.Round(time.Millisecond))
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stopping:
+		// A graceful stop does not wait out the fence: nothing is sent or
+		// acknowledged, the slot replays it, and the fence file carries
+		// the deadline to the next process.
+		return errors.New("stopping while the ingress fence holds: nothing sent")
+	case <-t.C:
+		return nil
+	}
+}

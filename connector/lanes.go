@@ -1,0 +1,361 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// chunkKeys is every table's key (chunkKey), read once per session: a
+// refusal is the table's err; a failed query is returned.
+func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]keyInfo, error) {
+	if p.keys != nil {
+		return p.keys, nil
+	}
+	keys := make([]keyInfo, len(p.rels))
+	for i, rel := range p.rels {
+		k := &keys[i]
+		k.key, k.at, k.err = chunkKey(ctx, conn, rel)
+		if k.err != nil && !isFatal(k.err) {
+			return nil, k.err
+		}
+	}
+	p.keys = keys
+	return keys, nil
+}
+
+// planLanes is how t is read: in block ranges (planBlocks) when it can
+// be, else in key ranges (planKeyLanes): the lanes the state lists (those
+// not done), else, for a table not begun and SNAPSHOT_PARALLELISM above 1,
+// lanes cut at the histogram of its first key column, else one lane from
+// its After.
+func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
+	runs, ok, err := s.planBlocks(ctx, conn, t)
+	if err != nil || ok {
+		return runs, err
+	}
+	return s.planKeyLanes(ctx, conn, t)
+}
+
+// planBlocks plans an ordinary table's read in block ranges: the state's
+// plan when the table still has its relfilenode, else a new one from its
+// first block, cut into SNAPSHOT_PARALLELISM lanes of equal size. ok is
+// false for a table read in key ranges: a partitioned one (its leaves
+// have block numbers of their own), or one whose key-range read the state
+// records as begun.
+func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, bool, error) {
+	st := t.start
+	if s.c.chunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
+		return nil, false, nil
+	}
+	var (
+		kind     string
+		filenode uint32
+		end      int64
+	)
+	err := conn.QueryRow(ctx, `SELECT c.relkind::text, coalesce(pg_relation_filenode(c.oid), 0::oid),
+		pg_relation_size(c.oid) / current_setting('block_size')::int8
+		FROM pg_class c WHERE c.oid = $1::regclass`, t.rel.Target.Source()).Scan(&kind, &filenode, &end)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the size of %s: %w", t.rel.Target.Qualified(), err)
+	}
+	if kind != "r" {
+		return nil, false, nil
+	}
+	if st.Blocks != nil && st.Blocks.Filenode == filenode {
+		t.blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
+		var runs []*laneRun
+		if len(st.Lanes) > 0 {
+			for i, l := range st.Lanes {
+				if l.Done {
+					continue
+				}
+				r := &laneRun{idx: i, after: l.After, reply: make(chan bool, 4), blocks: true}
+				var err error
+				if r.from, err = parseBlock(l.Lo); err == nil {
+					r.to, err = parseBlock(l.Hi)
+				}
+				if err != nil {
+					return nil, false, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", s.c.cfg.StateFile, st.Source, i, err))
+				}
+				runs = append(runs, r)
+			}
+			return runs, true, nil
+		}
+		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End}}, true, nil
+	}
+	if st.Blocks != nil {
+		s.logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",
+			"table", t.rel.Target.Qualified(), "relfilenode", filenode, "planned_relfilenode", st.Blocks.Filenode)
+	}
+	if end > math.MaxUint32 {
+		return nil, false, fmt.Errorf("%s has %d blocks: more than a block number holds", t.rel.Target.Qualified(), end)
+	}
+	t.blocks = &state.Blocks{Filenode: filenode, End: uint32(end)}
+	t.plan = nil
+	cuts := snapshot.BlockLanes(uint32(end), s.inc.lanes)
+	runs := make([]*laneRun, len(cuts))
+	for i, c := range cuts {
+		runs[i] = &laneRun{idx: i, reply: make(chan bool, 4), blocks: true, from: c[0], to: c[1]}
+		if len(cuts) > 1 {
+			lo, hi := strconv.FormatUint(uint64(c[0]), 10), strconv.FormatUint(uint64(c[1]), 10)
+			t.plan = append(t.plan, state.Lane{Lo: &lo, Hi: &hi})
+		}
+	}
+	if len(runs) > 1 {
+		s.logger.Info("snapshot: incremental: reading the table in lanes of block ranges", "table", t.rel.Target.Qualified(), "blocks", end, "lanes", len(runs), "parallelism", s.inc.lanes)
+	} else {
+		s.logger.Info("snapshot: incremental: reading the table in block ranges", "table", t.rel.Target.Qualified(), "blocks", end)
+	}
+	return runs, true, nil
+}
+
+// parseBlock reads a block number the state file holds as text.
+func parseBlock(v *string) (uint32, error) {
+	if v == nil {
+		return 0, errors.New("a block range without its bounds")
+	}
+	n, err := strconv.ParseUint(*v, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("block %q: %w", *v, err)
+	}
+	return uint32(n), nil
+}
+
+// planKeyLanes plans a table's read in primary-key ranges.
+func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
+	inc := s.inc
+	var runs []*laneRun
+	if len(t.start.Lanes) > 0 {
+		for i, l := range t.start.Lanes {
+			if !l.Done {
+				runs = append(runs, &laneRun{idx: i, lane: snapshot.Lane{Lo: l.Lo, Hi: l.Hi}, after: l.After, reply: make(chan bool, 4)})
+			}
+		}
+		return runs, nil
+	}
+	if inc.lanes > 1 && t.start.After == nil && t.start.Chunks == 0 {
+		var bounds []string
+		err := conn.QueryRow(ctx, `SELECT histogram_bounds::text::text[] FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename
+			JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname
+			WHERE c.oid = $1::regclass AND s.attname = $2 AND NOT s.inherited`, t.rel.Target.Source(), t.key[0].Name).Scan(&bounds)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read the histogram of %s.%s: %w", t.rel.Target.Qualified(), t.key[0].Name, err)
+		}
+		lanes := snapshot.Lanes(bounds, inc.lanes)
+		if len(lanes) == 1 {
+			s.logger.Info("snapshot: incremental: reading the table in one lane: pg_stats has no histogram of its first key column (ANALYZE it to read it in parallel)",
+				"table", t.rel.Target.Qualified(), "column", t.key[0].Name)
+		} else {
+			for i, l := range lanes {
+				t.plan = append(t.plan, state.Lane{Lo: l.Lo, Hi: l.Hi})
+				runs = append(runs, &laneRun{idx: i, lane: l, reply: make(chan bool, 4)})
+			}
+			s.logger.Info("snapshot: incremental: reading the table in lanes", "table", t.rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
+			return runs, nil
+		}
+	}
+	return []*laneRun{{after: t.start.After, reply: make(chan bool, 4)}}, nil
+}
+
+// readLanes reads the lanes, up to SNAPSHOT_PARALLELISM at once, each on
+// its own connection (the first on conn).
+func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable, runs []*laneRun) error {
+	n := min(s.inc.lanes, len(runs))
+	if n <= 1 {
+		for _, r := range runs {
+			if err := s.readLane(ctx, conn, t, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex
+	next := func() *laneRun {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(runs) == 0 {
+			return nil
+		}
+		r := runs[0]
+		runs = runs[1:]
+		return r
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		c := conn
+		if i > 0 {
+			var err error
+			if c, err = s.c.chunkConn(ctx); err != nil {
+				cancel(err)
+				break
+			}
+		}
+		wg.Add(1)
+		go func(c *pgx.Conn, own bool) {
+			defer wg.Done()
+			if own {
+				defer c.Close(context.WithoutCancel(ctx))
+			}
+			for r := next(); r != nil; r = next() {
+				if err := s.readLane(ctx, c, t, r); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}(c, i > 0)
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// tableStarts sets a table's progress metrics from the state and logs it.
+func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable) {
+	inc := s.inc
+	st := t.start
+	var estimate float64
+	_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", t.rel.Target.Source()).Scan(&estimate)
+	ts := s.c.tableStats[t.rel.Target.Route]
+	ts.Estimate.Store(int64(estimate))
+	left := (int64(estimate) - st.Copied + int64(inc.limit) - 1) / int64(inc.limit)
+	ts.ChunksDone.Store(st.Chunks)
+	ts.ChunksTotal.Store(st.Chunks + max(left, 1))
+	s.logger.Info("snapshot: incremental: table to read", "table", st.Source, "chunks_done", st.Chunks, "rows_copied", st.Copied,
+		"estimate", int64(estimate), "resume_after", strings.Join(st.After, ","), "retract_first", st.Retract)
+}
+
+// readLane reads one lane's chunks, from r.after to its end.
+//
+// A lane is a pipeline of two chunks. Each chunk's rows are encoded as
+// its COPY arrives (as the initial snapshot's are), so a chunk read is a
+// chunk ready. Chunk i-1 is handed to the loop, its high watermark
+// written in one query with chunk i's low watermark, BEGIN and the
+// snapshot's read, and the loop answers it while chunk i is read. So no
+// round trip is spent on what can ride on another, and a lane holds two
+// chunks.
+//
+// Exactness does not depend on how late a high watermark is written,
+// only on its being after the chunk's snapshot: a later one widens the
+// window, and the rows the stream changed in it are the stream's
+// (snapshot/chunk.go). A lane's windows overlap as lanes' windows do.
+//
+// A chunk is handed to the loop only once the chunk before it was
+// answered. If that one must be read again, the chunk read after it is
+// handed over marked discard (the loop closes its window at its high
+// watermark, written at once), and reading resumes where the rejected
+// chunk began. So a lane's chunks stay one contiguous sequence of
+// ranges, and the state never records a range past one still to be
+// read. The lane's last chunk is answered before it returns.
+func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun) error {
+	inc := s.inc
+	// The lane's chunks not answered yet, in the order read; open[0] is
+	// handed to the loop when handed is set, the others are not.
+	var open []*chunk
+	handed := false
+	// handOut hands chunks to the loop and returns their high
+	// watermarks, to be written.
+	handOut := func(chs []*chunk) []watermark {
+		var marks []watermark
+		for _, ch := range chs {
+			s.put(ch)
+			if s.c.chunkRead != nil && !ch.discard {
+				s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
+			}
+			marks = append(marks, s.mark(t, ch.seq, "high"))
+		}
+		return marks
+	}
+	// answer takes open[0]'s answer. When it is to be read again, the
+	// chunks after it are discarded, and redo is where reading resumes.
+	answer := func() (again bool, redo []string, err error) {
+		first := open[0]
+		if again, err = s.answer(ctx, r.reply); err != nil {
+			return false, nil, err
+		}
+		open, handed = open[1:], false
+		if !again || first.discard {
+			return false, nil, nil
+		}
+		for _, ch := range open {
+			ch.discard = true
+		}
+		if marks := handOut(open); len(marks) > 0 {
+			if err := s.emitWatermarks(ctx, conn, marks...); err != nil {
+				return false, nil, err
+			}
+		}
+		for range open {
+			if _, err := s.answer(ctx, r.reply); err != nil {
+				return false, nil, err
+			}
+		}
+		open = open[:0]
+		return true, first.from, nil
+	}
+	after := r.after
+	for {
+		// The chunk read last is handed, its high watermark written
+		// before the next chunk's low one.
+		var marks []watermark
+		if !handed && len(open) > 0 {
+			marks = handOut(open[:1])
+			handed = true
+		}
+		seq := inc.seq.Add(1)
+		t0 := time.Now()
+		ch, err := s.readChunk(ctx, conn, t, r, seq, after, append(marks, s.mark(t, seq, "low")))
+		if err != nil {
+			return err
+		}
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
+		open = append(open, ch)
+		if handed {
+			again, redo, err := answer()
+			if err != nil {
+				return err
+			}
+			if again {
+				after = redo
+				continue
+			}
+		}
+		if !ch.done {
+			after = ch.last
+			continue
+		}
+		// The lane's last chunk was read: hand out and answer the rest,
+		// one at a time.
+		again := false
+		for len(open) > 0 && !again {
+			handed = true
+			if err := s.emitWatermarks(ctx, conn, handOut(open[:1])...); err != nil {
+				return err
+			}
+			var redo []string
+			if again, redo, err = answer(); err != nil {
+				return err
+			}
+			if again {
+				after = redo
+			}
+		}
+		if !again {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,442 @@
+package connector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+)
+
+func (s *stream) run(ctx context.Context) error {
+	var ev decode.Event
+	var rc recvCtx
+	defer rc.release()
+	s.nextStatus = time.Now()
+	for {
+		if ctx.Err() != nil {
+			return s.shutdown()
+		}
+		base := s.wake.arm(s.alertCtx) // armed before the drain: an event sent after it wakes the receive
+		if err := s.collect(); err != nil {
+			return err
+		}
+		if s.inc != nil {
+			if err := s.saveChunks(false); err != nil {
+				return err
+			}
+		}
+		select {
+		case err := <-s.lost:
+			return fromFeldera(err)
+		default:
+		}
+		if err := s.stalledGate(); err != nil {
+			return err
+		}
+		if moved, err := s.checkpointed(); err != nil {
+			return err
+		} else if moved {
+			if err := s.status(); err != nil {
+				return err
+			}
+		}
+		now := time.Now()
+		if s.canPost() && s.flushDue(now) {
+			s.startFlush(false)
+		}
+		if !now.Before(s.nextStatus) {
+			if err := s.status(); err != nil {
+				return err
+			}
+		}
+		// A chunk whose high watermark is late: nudge the walsender (see
+		// watermarkNudge), and look again no later than the next nudge.
+		var nudge time.Time
+		waiting := false
+		if s.inc != nil {
+			handed := s.inc.awaited()
+			if nudge, waiting = nudgeAt(handed, s.lastStatus); waiting && !now.Before(nudge) {
+				s.logger.Debug("snapshot: incremental: a chunk's high watermark has not come: status update sent to wake the walsender", "waited", now.Sub(handed).Round(time.Millisecond))
+				if err := s.status(); err != nil {
+					return err
+				}
+				nudge, _ = nudgeAt(handed, s.lastStatus)
+			}
+		}
+		// The filling batch is full and cannot be sent yet (a POST runs,
+		// or BATCH_MAX_IN_FLIGHT batches are in flight): stop reading
+		// (the memory bound) but keep reporting.
+		if s.c.full(s.filling) && !s.canPost() {
+			if err := s.waitEvent(); err != nil {
+				return err
+			}
+			continue
+		}
+		deadline := s.nextStatus
+		if s.front.pending() && now.Add(checkpointPoll).Before(deadline) {
+			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
+		}
+		if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
+			deadline = ld
+		}
+		if waiting && nudge.Before(deadline) {
+			deadline = nudge
+		}
+		look, err := s.heartbeat(now)
+		if err != nil {
+			return err
+		}
+		if !look.IsZero() && look.Before(deadline) {
+			deadline = look
+		}
+		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
+		if err != nil {
+			if ctx.Err() != nil {
+				continue // shutdown at the top of the loop
+			}
+			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				rc.release()
+				continue
+			}
+			return fromPostgres(fmt.Errorf("receive: %w", err))
+		}
+		s.live.heardAt(time.Now())
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handle(m.Data, &ev); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return ErrStreamEnded
+		default:
+			// NoticeResponse and friends: nothing to do.
+		}
+	}
+}
+
+// recvCtx reuses one deadline context across receives while the deadline
+// and the base context stay the same, instead of one per message.
+type recvCtx struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	base     context.Context
+	deadline time.Time
+}
+
+func (r *recvCtx) get(base context.Context, deadline time.Time) context.Context {
+	if r.ctx == nil || r.ctx.Err() != nil || r.base != base || !deadline.Equal(r.deadline) {
+		r.release()
+		r.ctx, r.cancel = context.WithDeadline(base, deadline)
+		r.base, r.deadline = base, deadline
+	}
+	return r.ctx
+}
+
+func (r *recvCtx) release() {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.ctx, r.cancel = nil, nil
+}
+
+func (s *stream) handle(data []byte, ev *decode.Event) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("keepalive: %w", err)
+		}
+		moved := false
+		if !s.pending() {
+			// Nothing open, nothing buffered, nothing in flight: every byte
+			// below ServerWALEnd was read, so idle slots release WAL (writes
+			// to unpublished tables move the WAL head too).
+			moved = pkm.ServerWALEnd > s.c.acked
+			s.reach(pkm.ServerWALEnd)
+			if idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
+				s.c.healthy = time.Now()
+			}
+		}
+		if pkm.ReplyRequested || moved {
+			return s.status()
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("xlogdata: %w", err)
+		}
+		// Received position uses WALStart, never ServerWALEnd (the server's
+		// head, which we have not read).
+		if xld.WALStart > s.received {
+			s.received = xld.WALStart
+			s.c.stats.Received.Store(uint64(xld.WALStart))
+		}
+		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.c.full(s.filling) && s.canPost() {
+			// A full batch is sealed when the next change arrives, not at
+			// the change that filled it: when that change was its
+			// transaction's last, the COMMIT still goes in, and the batch
+			// holds whole transactions (no Feldera transaction needed).
+			s.startFlush(false)
+		}
+		if err := s.dec.Decode(xld.WALData, s.filling, ev); err != nil {
+			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
+		}
+		return s.event(ev)
+	}
+	return nil
+}
+
+func (s *stream) event(ev *decode.Event) error {
+	if s.inc != nil {
+		if err := s.incEvent(ev); err != nil {
+			return err
+		}
+	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == watermarkPrefix {
+		s.logger.Warn("resnapshot: ignoring a request: there is no state file yet (SNAPSHOT_MODE=never, first run), so nothing could record it", "lsn", ev.Message.LSN)
+	}
+	switch ev.Kind {
+	case decode.KindBegin:
+		s.open, s.openRows, s.openRecs, s.openCommit = true, false, 0, ev.Begin.FinalLSN
+	case decode.KindCommit:
+		s.open = false
+		if s.openRows {
+			s.clock.commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
+		}
+		if s.openRecs > 1 && s.openRows {
+			s.filling.multi = true // its records are in this batch: whole, or the rest of it
+		}
+		// A COMMIT records how far a flush may move the position; only a
+		// completed flush moves it.
+		if s.filling.total == 0 {
+			// Nothing of it is buffered (its rows went out in batches
+			// already sent, a TRUNCATE retracted them, or it had no
+			// mapped rows): it needs only what was sent before it.
+			if ev.Commit.EndLSN > s.c.acked {
+				before := s.c.acked
+				s.reach(ev.Commit.EndLSN)
+				if s.c.acked > before {
+					if err := s.status(); err != nil {
+						return err
+					}
+				}
+			}
+		} else if ev.Commit.EndLSN > s.filling.ackTo {
+			s.filling.ackTo = ev.Commit.EndLSN
+		}
+		if (s.c.cfg.BatchLinger == 0 && s.filling.total > 0 || s.txnOpen) && s.canPost() {
+			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
+		}
+	case decode.KindRows:
+		s.openRows = s.openRows || s.open
+		if s.open {
+			s.openRecs += ev.Rows
+		}
+		s.filling.added(ev.Route, ev.Rows, time.Now())
+		s.c.stats.StreamRows.Add(int64(ev.Rows))
+		ts := s.c.tableStats[ev.Route]
+		ts.Deletes.Add(int64(ev.Deletes))
+		ts.Inserts.Add(int64(ev.Rows - ev.Deletes))
+	case decode.KindRelation:
+		for _, w := range ev.Warnings {
+			s.logger.Warn(w)
+		}
+		return s.relationShape(ev.Rel)
+	case decode.KindTruncate:
+		return s.truncate(ev.Truncated)
+	}
+	return nil
+}
+
+// truncate retracts every row of the truncated tables in Feldera, durably,
+// before anything after the TRUNCATE is sent. Rows of those tables still
+// in the filling batch are discarded: the source discarded them too.
+func (s *stream) truncate(rels []*decode.Rel) error {
+	names := make([]string, len(rels))
+	// Leaf partitions sharing a Feldera table: a TRUNCATE of all of them
+	// (of their root) empties the table; a TRUNCATE of only some cannot be
+	// retracted, because Feldera cannot tell which of its rows came from
+	// which leaf. That is refused rather than guessed.
+	// A TRUNCATE message lists each relation once.
+	perRoute := map[int]int{}
+	var once []*decode.Rel // the first truncated source of each route
+	for _, r := range rels {
+		if perRoute[r.Target.Route]++; perRoute[r.Target.Route] == 1 {
+			once = append(once, r)
+		}
+	}
+	for _, r := range rels {
+		if n := len(s.groups[r.Target.Route]); perRoute[r.Target.Route] < n {
+			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
+				r.Target.Qualified(), n, r.Target.Dest.Name))
+		}
+	}
+	for i, r := range rels {
+		names[i] = r.Target.Qualified()
+	}
+	rels = once
+	for _, r := range rels {
+		route := r.Target.Route
+		s.filling.total -= s.filling.rows[route]
+		s.filling.rows[route] = 0
+		s.filling.bufs[route] = s.filling.bufs[route][:0]
+	}
+	s.logger.Info("truncate: retracting every row in Feldera", "tables", strings.Join(names, ","))
+	// Rows sent before the TRUNCATE must land before the keys are read:
+	// an open Feldera transaction commits first.
+	if err := s.closeTxn(); err != nil {
+		return err
+	}
+	if err := s.drain(); err != nil {
+		return err
+	}
+	s.retracting = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var err error
+		for _, r := range rels {
+			if err = s.c.retractAll(s.flushCtx, s.targets, r); err != nil {
+				err = fmt.Errorf("truncate of %s: %w", r.Target.Qualified(), err)
+				break
+			}
+		}
+		s.emit(event{kind: evRetracted, err: err})
+	}()
+	if err := s.drain(); err != nil {
+		return err
+	}
+	if s.filling.total == 0 && s.filling.ackTo > 0 {
+		// Every buffered row was of the truncated tables: the COMMITs
+		// they carried need nothing more.
+		s.reach(s.filling.ackTo)
+		s.filling.ackTo = 0
+	}
+	return nil
+}
+
+// emit hands an event to the stream loop and wakes it.
+func (s *stream) emit(ev event) {
+	s.events <- ev // never blocks: see the channel's capacity
+	s.wake.fire()
+}
+
+// collect applies every event already sent.
+func (s *stream) collect() error {
+	for {
+		select {
+		case ev := <-s.events:
+			if err := s.apply(ev); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// waitEvent blocks until an event arrives and applies it, sending status
+// updates on schedule meanwhile (a silent wait longer than
+// wal_sender_timeout would get the connection closed). It reads nothing,
+// so the heartbeat counts again from its end.
+func (s *stream) waitEvent() error {
+	defer func() { s.live.heardAt(time.Now()) }()
+	for {
+		t := time.NewTimer(time.Until(s.nextStatus))
+		select {
+		case ev := <-s.events:
+			t.Stop()
+			return s.apply(ev)
+		case <-t.C:
+			if err := s.status(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// closeTxn commits an open Feldera transaction: the filling batch (empty
+// or not) goes out as its last part, after the POST that runs.
+func (s *stream) closeTxn() error {
+	for s.posting {
+		if err := s.waitEvent(); err != nil {
+			return err
+		}
+	}
+	if s.txnOpen {
+		s.startFlush(true)
+	}
+	return nil
+}
+
+// drain waits until nothing is in flight: every batch sent completed and
+// any retraction ended.
+func (s *stream) drain() error {
+	for s.busy() {
+		if err := s.waitEvent(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply is the loop's side of an event. Only a completion moves the
+// position, through the frontier; any failure ends the session, which
+// drops everything in flight: the next one replays it from the slot.
+func (s *stream) apply(ev event) error {
+	if ev.err != nil {
+		if ev.kind != evChunk {
+			s.c.health.flushFailed.Store(true)
+		}
+		if ev.kind == evPosted || ev.kind == evComplete {
+			return fromFeldera(ev.err) // a POST or a completion: Feldera's side
+		}
+		return ev.err
+	}
+	before := s.c.acked
+	switch ev.kind {
+	case evPosted:
+		s.posting = false
+		s.stage(StageSent, ev.b.ackTo)
+		ev.b.shrink(64 << 20)
+		s.spare = ev.b
+		if ev.ackNow {
+			s.landed(ev.id)
+			s.advance(s.front.done(ev.id, 0, time.Now()))
+		}
+	case evComplete:
+		s.landed(ev.id)
+		s.advance(s.front.done(ev.id, ev.step, time.Now()))
+		s.c.health.flushFailed.Store(false)
+	case evRetracted:
+		s.retracting = false
+		s.c.health.flushFailed.Store(false)
+	}
+	s.publishWait()
+	s.setFlushSince()
+	if s.c.acked > before {
+		return s.status()
+	}
+	return nil
+}
+
+// setFlushSince tells the readiness check since when the oldest work in
+// flight waits.
+func (s *stream) setFlushSince() {
+	if at, ok := s.front.oldestOpen(); ok {
+		s.c.health.flushSince.Store(at.UnixNano())
+	} else {
+		s.c.health.flushSince.Store(0)
+	}
+}
