@@ -13,12 +13,18 @@ import (
 
 // pending reports whether anything read is not yet acknowledged.
 func (s *stream) pending() bool {
-	return s.open || s.filling.total > 0 || s.busy() || s.filling.ackTo > s.c.acked || s.front.pending()
+	return !s.quiet() || s.led.pending()
+}
+
+// quiet reports whether the session has nothing open, buffered or in
+// flight: the ledger's keepalive rule.
+func (s *stream) quiet() bool {
+	return !s.open && s.filling.total == 0 && !s.busy()
 }
 
 // busy reports whether a POST, a batch in flight or a retraction runs.
 func (s *stream) busy() bool {
-	return s.posting || s.retracting || s.front.inFlight() > 0
+	return s.posting || s.retracting || s.led.front.inFlight() > 0
 }
 
 // landed forgets the size of a batch that completed.
@@ -30,13 +36,19 @@ func (s *stream) landed(id uint64) {
 	}
 }
 
-// reach moves the position to lsn once everything Feldera completed so far
-// is durable under the gate: lsn needs nothing more from Feldera (its rows
-// went out in earlier batches, or it had none), but a retraction or an
-// earlier batch may still wait for a checkpoint.
-func (s *stream) reach(lsn pglogrepl.LSN) {
-	s.advance(s.front.reach(lsn, s.c.maxStep.Load(), time.Now()))
+// step is the ledger's step watermark: the highest step any completion
+// or retraction reported.
+func (s *stream) step() uint64 { return s.c.maxStep.Load() }
+
+// ack publishes what the ledger's last rule did (moved: the position
+// moved) and sends the status update that carries a moved position.
+func (s *stream) ack(moved bool) error {
+	s.advance()
 	s.publishWait()
+	if moved {
+		return s.status()
+	}
+	return nil
 }
 
 // checkpointed applies the newest checkpoint the watcher saw; it reports
@@ -45,22 +57,23 @@ func (s *stream) reach(lsn pglogrepl.LSN) {
 // must restore it, or a later one, before anything it covers was
 // acknowledged.
 func (s *stream) checkpointed() (bool, error) {
-	if !s.front.pending() {
+	if !s.led.front.pending() {
 		return false, nil
 	}
-	before := s.c.acked
-	if s.front.confirm {
-		s.advance(s.front.confirmedAt(time.Unix(0, s.c.seenAt.Load())))
+	moved := false
+	if s.led.front.confirm {
+		moved = s.led.confirmedAt(time.Unix(0, s.c.seenAt.Load()))
 	}
 	steps := s.c.checkpointed.Load()
-	if steps > s.front.covered {
+	if steps > s.led.front.covered {
 		if err := s.recordCheckpoint(); err != nil {
 			return false, err
 		}
 	}
-	s.advance(s.front.checkpointed(steps))
+	moved = s.led.checkpointed(steps) || moved
+	s.advance()
 	s.publishWait()
-	return s.c.acked > before, nil
+	return moved, nil
 }
 
 // recordCheckpoint writes the session's newest fresh checkpoint into the
@@ -85,7 +98,7 @@ func (s *stream) recordCheckpoint() error {
 		return err
 	}
 	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.forceGate == nil {
-		s.front.gate = GateComplete
+		s.led.front.gate = GateComplete
 		s.c.gate.Store(int32(GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)
 	}
@@ -99,7 +112,7 @@ func (s *stream) recordCheckpoint() error {
 // counts: a source transaction or a commit that takes long is progress
 // of its own, bounded elsewhere.
 func (s *stream) stalledGate() error {
-	at, ok := s.front.waiting()
+	at, ok := s.led.front.waiting()
 	if !ok || time.Since(at) <= s.c.cfg.NoProgressTimeout {
 		return nil
 	}
@@ -115,8 +128,8 @@ func (s *stream) stalledGate() error {
 func (s *stream) publishWait() {
 	// The WAL figure first: a look that sees work waiting reads the
 	// figure of that work, not of the work before.
-	s.c.checkpointWAL.Store(int64(s.front.waitingWAL()))
-	if at, ok := s.front.waiting(); ok {
+	s.c.checkpointWAL.Store(int64(s.led.front.waitingWAL()))
+	if at, ok := s.led.front.waiting(); ok {
 		s.c.checkpointWaits.Store(at.UnixNano())
 	} else {
 		s.c.checkpointWaits.Store(0)
@@ -146,9 +159,11 @@ func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN 
 	return received
 }
 
-// advance moves the acknowledged position (never backwards).
-func (s *stream) advance(lsn pglogrepl.LSN) {
-	s.stage(StageComplete, s.front.completed())
+// advance publishes the ledger's position: the stages' clock, the
+// connector's copy of the acknowledged position and its statistics.
+func (s *stream) advance() {
+	lsn := s.led.acked
+	s.stage(StageComplete, s.led.front.completed())
 	s.stage(StageDurable, lsn)
 	if lsn > s.c.acked {
 		s.c.acked = lsn

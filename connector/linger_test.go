@@ -27,7 +27,7 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 							s := &stream{
 								c:         &Connector{cfg: Config{BatchMaxRows: 10, BatchMaxBytes: 1 << 10, BatchLinger: linger}},
 								filling:   newBatch(1),
-								front:     newFrontier(GateComplete, 0),
+								led:       newLedger(GateComplete, 0),
 								maxFlight: 4,
 								open:      open,
 								openRows:  openRows,

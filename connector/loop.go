@@ -80,7 +80,7 @@ func (s *stream) run(ctx context.Context) error {
 			continue
 		}
 		deadline := s.nextStatus
-		if s.front.pending() && now.Add(checkpointPoll).Before(deadline) {
+		if s.led.front.pending() && now.Add(checkpointPoll).Before(deadline) {
 			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
 		}
 		if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
@@ -158,20 +158,18 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		if err != nil {
 			return fmt.Errorf("keepalive: %w", err)
 		}
-		moved := false
-		if !s.pending() {
-			// Nothing open, nothing buffered, nothing in flight: every byte
-			// below ServerWALEnd was read, so idle slots release WAL (writes
-			// to unpublished tables move the WAL head too).
-			moved = pkm.ServerWALEnd > s.c.acked
-			s.reach(pkm.ServerWALEnd)
-			if idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
-				s.c.healthy = time.Now()
-			}
+		// Nothing open, nothing buffered, nothing in flight: every byte
+		// below ServerWALEnd was read, so idle slots release WAL (writes
+		// to unpublished tables move the WAL head too).
+		idle := !s.pending()
+		moved := s.led.keepalive(pkm.ServerWALEnd, s.quiet(), s.step(), time.Now())
+		if idle && idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
+			s.c.healthy = time.Now()
 		}
-		if pkm.ReplyRequested || moved {
+		if pkm.ReplyRequested && !moved {
 			return s.status()
 		}
+		return s.ack(moved)
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
@@ -217,23 +215,12 @@ func (s *stream) event(ev *decode.Event) error {
 		if s.openRecs > 1 && s.openRows {
 			s.filling.multi = true // its records are in this batch: whole, or the rest of it
 		}
-		// A COMMIT records how far a flush may move the position; only a
-		// completed flush moves it.
-		if s.filling.total == 0 {
-			// Nothing of it is buffered (its rows went out in batches
-			// already sent, a TRUNCATE retracted them, or it had no
-			// mapped rows): it needs only what was sent before it.
-			if ev.Commit.EndLSN > s.c.acked {
-				before := s.c.acked
-				s.reach(ev.Commit.EndLSN)
-				if s.c.acked > before {
-					if err := s.status(); err != nil {
-						return err
-					}
-				}
-			}
-		} else if ev.Commit.EndLSN > s.filling.ackTo {
-			s.filling.ackTo = ev.Commit.EndLSN
+		// A COMMIT records how far a flush may move the position, or,
+		// with nothing buffered, moves it once what was sent before it
+		// is durable (ledger.committed).
+		moved := s.led.committed(ev.Commit.EndLSN, s.filling.total > 0, s.step(), time.Now())
+		if err := s.ack(moved); err != nil {
+			return err
 		}
 		if (s.c.cfg.BatchLinger == 0 && s.filling.total > 0 || s.txnOpen) && s.canPost() {
 			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
@@ -317,11 +304,12 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	if err := s.drain(); err != nil {
 		return err
 	}
-	if s.filling.total == 0 && s.filling.ackTo > 0 {
+	if s.filling.total == 0 {
 		// Every buffered row was of the truncated tables: the COMMITs
 		// they carried need nothing more.
-		s.reach(s.filling.ackTo)
-		s.filling.ackTo = 0
+		s.led.emptied(s.step(), time.Now())
+		s.advance()
+		s.publishWait()
 	}
 	return nil
 }
@@ -404,7 +392,7 @@ func (s *stream) apply(ev event) error {
 		}
 		return ev.err
 	}
-	before := s.c.acked
+	moved := false
 	switch ev.kind {
 	case evPosted:
 		s.posting = false
@@ -413,20 +401,19 @@ func (s *stream) apply(ev event) error {
 		s.spare = ev.b
 		if ev.ackNow {
 			s.landed(ev.id)
-			s.advance(s.front.done(ev.id, 0, time.Now()))
+			moved = s.led.accepted(ev.id, time.Now())
 		}
 	case evComplete:
 		s.landed(ev.id)
-		s.advance(s.front.done(ev.id, ev.step, time.Now()))
+		moved = s.led.completed(ev.id, ev.step, time.Now())
 		s.c.health.flushFailed.Store(false)
 	case evRetracted:
 		s.retracting = false
 		s.c.health.flushFailed.Store(false)
 	}
-	s.publishWait()
 	s.setFlushSince()
-	if s.c.acked > before {
-		return s.status()
+	if err := s.ack(moved); err != nil {
+		return err
 	}
 	return nil
 }
@@ -434,7 +421,7 @@ func (s *stream) apply(ev event) error {
 // setFlushSince tells the readiness check since when the oldest work in
 // flight waits.
 func (s *stream) setFlushSince() {
-	if at, ok := s.front.oldestOpen(); ok {
+	if at, ok := s.led.front.oldestOpen(); ok {
 		s.c.health.flushSince.Store(at.UnixNano())
 	} else {
 		s.c.health.flushSince.Store(0)

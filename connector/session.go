@@ -62,7 +62,7 @@ type stream struct {
 	startEnd   pglogrepl.LSN   // the server's WAL end when the session began (idleKeepalive)
 	lost       <-chan error    // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context // canceled when lost has something: ends a receive
-	front      *frontier       // the acknowledgement rule
+	led        *ledger         // the acknowledgement rule: the only writer of the acknowledged position
 	live       liveness        // the replication connection's heartbeat
 	inc        *incremental    // the incremental snapshot under way, nil when none
 	clock      stageClock      // times each source transaction to each stage
@@ -177,14 +177,14 @@ func (c *Connector) session(ctx context.Context) error {
 		spare:      newBatch(len(p.routes)),
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
-		front:      newFrontier(p.gate, c.acked),
+		led:        newLedger(p.gate, c.acked),
 		sentAck:    c.acked, // the slot's: a status repeating it moves nothing
 		inc:        inc,
 		startEnd:   c.srv.walEnd,
 	}
 	// Under exactly_once a completion is acknowledged once the watcher saw
 	// the session's process after it (frontier.confirm).
-	s.front.confirm = p.model == feldera.FTExactlyOnce
+	s.led.front.confirm = p.model == feldera.FTExactlyOnce
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.routes))
 	}
@@ -277,14 +277,16 @@ func (s *stream) shutdown() error {
 		if err := s.drain(); err != nil {
 			return err
 		}
-	} else if s.filling.ackTo > 0 {
-		s.reach(s.filling.ackTo)
+	} else {
+		s.led.emptied(s.step(), time.Now())
+		s.advance()
+		s.publishWait()
 	}
-	if s.front.pending() {
+	if s.led.front.pending() {
 		// at_least_once: what completed is durable once a checkpoint
 		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
 		// still uncovered then is replayed by the next start.
-		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.plan, s.front.highestPending()); err != nil {
+		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.plan, s.led.front.highestPending()); err != nil {
 			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
 		}
 		if _, err := s.checkpointed(); err != nil {

@@ -1,0 +1,200 @@
+package connector
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// ledgerStep is one rule applied to a ledger, and the acknowledged
+// position it must leave.
+type ledgerStep struct {
+	what string
+	do   func(l *ledger, ids map[string]uint64) bool
+	want pglogrepl.LSN
+}
+
+var t0 = time.Unix(1000, 0)
+
+func commit(end pglogrepl.LSN, buffered bool, step uint64, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("COMMIT %s buffered=%v step=%d", end, buffered, step), func(l *ledger, _ map[string]uint64) bool {
+		return l.committed(end, buffered, step, t0)
+	}, want}
+}
+
+func seal(name string, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{"seal " + name, func(l *ledger, ids map[string]uint64) bool {
+		ids[name], _ = l.seal(t0)
+		return false
+	}, want}
+}
+
+func complete(name string, step uint64, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("complete %s at step %d", name, step), func(l *ledger, ids map[string]uint64) bool {
+		return l.completed(ids[name], step, t0)
+	}, want}
+}
+
+func accept(name string, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{"accepted " + name, func(l *ledger, ids map[string]uint64) bool {
+		return l.accepted(ids[name], t0)
+	}, want}
+}
+
+func keepalive(walEnd pglogrepl.LSN, quiet bool, step uint64, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("keepalive %s quiet=%v", walEnd, quiet), func(l *ledger, _ map[string]uint64) bool {
+		return l.keepalive(walEnd, quiet, step, t0)
+	}, want}
+}
+
+func emptied(step uint64, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{"emptied", func(l *ledger, _ map[string]uint64) bool { return l.emptied(step, t0) }, want}
+}
+
+func checkpoint(steps uint64, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("checkpoint covering step %d", steps), func(l *ledger, _ map[string]uint64) bool {
+		return l.checkpointed(steps)
+	}, want}
+}
+
+// Every rule of the acknowledgement, one history each. The position must
+// be exactly the one given after every step: a rule that moves it early
+// acknowledges WAL Feldera does not hold (a loss after a crash), one that
+// moves it late retains WAL (and with an idle slot, without bound).
+func TestLedger(t *testing.T) {
+	const from = 100
+	for _, c := range []struct {
+		name  string
+		gate  Gate
+		steps []ledgerStep
+	}{
+		{"a COMMIT whose rows are buffered waits for the batch that carries it", GateComplete, []ledgerStep{
+			commit(200, true, 0, from),
+			seal("b1", from),
+			complete("b1", 1, 200),
+		}},
+		{"a batch that ends inside a transaction acknowledges nothing", GateComplete, []ledgerStep{
+			seal("b1", from), // rows of an open transaction, no COMMIT yet
+			complete("b1", 1, from),
+			commit(300, true, 1, from), // the rest of it buffered
+			seal("b2", from),
+			complete("b2", 2, 300),
+		}},
+		{"a COMMIT with nothing buffered and nothing pending moves at once", GateComplete, []ledgerStep{
+			commit(200, false, 0, 200),
+		}},
+		{"a COMMIT with nothing buffered waits for the batches sent before it", GateComplete, []ledgerStep{
+			commit(200, true, 0, from),
+			seal("b1", from),
+			commit(300, false, 0, from), // its rows went out in b1
+			complete("b1", 1, 300),
+		}},
+		{"a COMMIT at or below the position changes nothing", GateComplete, []ledgerStep{
+			commit(200, false, 0, 200),
+			commit(150, false, 0, 200),
+		}},
+		{"batches become durable in order, whatever order they complete in", GateComplete, []ledgerStep{
+			commit(200, true, 0, from),
+			seal("b1", from),
+			commit(300, true, 0, from),
+			seal("b2", from),
+			complete("b2", 2, from),
+			complete("b1", 1, 300),
+		}},
+		{"a quiet keepalive releases the WAL below the server's end", GateComplete, []ledgerStep{
+			keepalive(500, true, 0, 500),
+			keepalive(400, true, 0, 500), // never back
+		}},
+		{"a keepalive while a transaction is open or rows are buffered releases nothing", GateComplete, []ledgerStep{
+			keepalive(500, false, 0, from),
+		}},
+		{"a keepalive while a COMMIT waits for its batch releases nothing", GateComplete, []ledgerStep{
+			commit(200, true, 0, from),
+			keepalive(500, true, 0, from),
+		}},
+		{"a keepalive while a batch is not yet durable releases nothing", GateComplete, []ledgerStep{
+			commit(200, true, 0, from),
+			seal("b1", from),
+			keepalive(500, true, 0, from),
+			complete("b1", 1, 200),
+			keepalive(500, true, 1, 500),
+		}},
+		{"a TRUNCATE that empties the batch leaves its COMMITs nothing to wait for", GateComplete, []ledgerStep{
+			commit(200, true, 0, from),
+			emptied(0, 200),
+			emptied(0, 200), // once
+		}},
+		{"under the checkpoint gate a completion waits for a checkpoint covering its step", GateCheckpoint, []ledgerStep{
+			commit(200, true, 0, from),
+			seal("b1", from),
+			complete("b1", 5, from),
+			checkpoint(4, from),
+			checkpoint(5, 200),
+		}},
+		{"under the checkpoint gate a reached COMMIT waits for the step watermark (a retraction's steps)", GateCheckpoint, []ledgerStep{
+			commit(200, false, 7, from),
+			checkpoint(6, from),
+			checkpoint(7, 200),
+		}},
+		{"under the checkpoint gate a quiet keepalive waits for the step watermark", GateCheckpoint, []ledgerStep{
+			keepalive(500, true, 3, from),
+			checkpoint(3, 500),
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLedger(c.gate, from)
+			ids := map[string]uint64{}
+			for i, st := range c.steps {
+				before := l.acked
+				moved := st.do(l, ids)
+				if l.acked != st.want {
+					t.Fatalf("step %d (%s): position %s, want %s", i, st.what, l.acked, st.want)
+				}
+				if moved != (l.acked > before) {
+					t.Fatalf("step %d (%s): reported moved=%v, but the position went %s → %s", i, st.what, moved, before, l.acked)
+				}
+			}
+		})
+	}
+}
+
+// Accepted mode (unsafe, kept to demonstrate the loss) counts a batch
+// complete when Feldera accepted it: the position moves before Feldera
+// completed anything.
+func TestLedger_AcceptedModeMovesAtAcceptance(t *testing.T) {
+	l := newLedger(GateComplete, 100)
+	ids := map[string]uint64{}
+	for i, st := range []ledgerStep{
+		commit(200, true, 0, 100),
+		seal("b1", 100),
+		accept("b1", 200),
+	} {
+		st.do(l, ids)
+		if l.acked != st.want {
+			t.Fatalf("step %d (%s): position %s, want %s", i, st.what, l.acked, st.want)
+		}
+	}
+}
+
+// The ledger reports pending while a COMMIT waits for its batch or a
+// batch is not yet durable, which holds the keepalive rule off.
+func TestLedger_Pending(t *testing.T) {
+	l := newLedger(GateComplete, 100)
+	if l.pending() {
+		t.Fatal("a new ledger is pending")
+	}
+	l.committed(200, true, 0, t0)
+	if !l.pending() {
+		t.Fatal("a COMMIT waiting for its batch is not pending")
+	}
+	id, to := l.seal(t0)
+	if to != 200 || !l.pending() {
+		t.Fatalf("sealed with %s, pending %v: want 200, true", to, l.pending())
+	}
+	l.completed(id, 1, t0)
+	if l.pending() || l.acked != 200 {
+		t.Fatalf("after completion: pending %v, position %s", l.pending(), l.acked)
+	}
+}
