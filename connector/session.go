@@ -91,23 +91,62 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.settleTxn(ctx); err != nil {
 		return err
 	}
-	rcfg, err := replicationConfig(c.cfg.DSN)
+	conn, err := c.openReplication(ctx)
 	if err != nil {
 		return err
 	}
-	conn, err := pgconn.ConnectConfig(ctx, rcfg)
-	if err != nil {
-		return fromPostgres(fmt.Errorf("replication connection: %w", err))
-	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	defer c.closeChunkConn()
+	if err := c.begin(ctx, p, conn); err != nil {
+		return err
+	}
+	inc, err := c.newIncremental(ctx, p)
+	if err != nil {
+		return err
+	}
+	if inc != nil {
+		// The connection newIncremental kept for the first worker, when
+		// no worker took it (the session ended first). Deferred, so that
+		// a session failing before its loop does not leak it.
+		defer func() {
+			if conn := inc.takeConn(); conn != nil {
+				conn.Close(context.WithoutCancel(ctx))
+			}
+		}()
+	}
+	if err := c.startReplication(ctx, conn); err != nil {
+		return err
+	}
+	return c.newStream(p, conn, inc).serve(ctx)
+}
+
+// openReplication opens the replication connection with the settings
+// every session pins.
+func (c *Connector) openReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	rcfg, err := replicationConfig(c.cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		return nil, fromPostgres(fmt.Errorf("replication connection: %w", err))
+	}
 	for _, q := range pinnedGUCs {
 		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
-			return fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
 		}
 	}
+	return conn, nil
+}
+
+// begin decides where the session starts: which server this is, whether
+// its state can be continued, the snapshot or resnapshot the startup
+// plan needs, and the slot's confirmed position.
+func (c *Connector) begin(ctx context.Context, p *plan, conn *pgconn.PgConn) error {
 	// Which server this is (after a failover, the promoted standby): its
 	// identity decides whether the state can be continued (failover.go).
+	var err error
 	if c.srv, err = c.identify(ctx, conn); err != nil {
 		return err
 	}
@@ -135,22 +174,13 @@ func (c *Connector) session(ctx context.Context) error {
 		c.acked = confirmed
 		c.stats.Acked.Store(uint64(confirmed))
 	}
-	inc, err := c.newIncremental(ctx, p)
-	if err != nil {
-		return err
-	}
-	if inc != nil {
-		// The connection newIncremental kept for the first worker, when
-		// no worker took it (the session ended first). Deferred, so that
-		// a session failing before its loop does not leak it.
-		defer func() {
-			if conn := inc.takeConn(); conn != nil {
-				conn.Close(context.WithoutCancel(ctx))
-			}
-		}()
-	}
-	// messages: the incremental snapshot's watermarks and resnapshot
-	// requests are logical messages (others are ignored).
+	return nil
+}
+
+// startReplication starts streaming from the slot. messages: the
+// incremental snapshot's watermarks and resnapshot requests are logical
+// messages (others are ignored).
+func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) error {
 	if c.silentEnd {
 		c.silentEnd = false
 		if err := c.endSilentWalsender(ctx, conn); err != nil {
@@ -165,6 +195,11 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {
 		return fromPostgres(fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err))
 	}
+	return nil
+}
+
+// newStream is the session's loop state, starting at the slot's position.
+func (c *Connector) newStream(p *plan, conn *pgconn.PgConn, inc *incremental) *stream {
 	dec := decode.NewDecoder(p.targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.types)
@@ -194,6 +229,15 @@ func (c *Connector) session(ctx context.Context) error {
 	// never block.
 	s.events = make(chan event, 2*maxTxnFlight+4)
 	s.flights = make(chan *flight, maxTxnFlight+1)
+	return s
+}
+
+// serve runs the session's loop with the goroutines it owns: the
+// completer, the incremental worker and the pipeline watcher. It starts
+// them and joins every one before it returns, so none outlives its
+// session.
+func (s *stream) serve(ctx context.Context) error {
+	c := s.c
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
 	k := &completer{c: c, in: s.flights, emit: s.emit}
@@ -202,20 +246,24 @@ func (c *Connector) session(ctx context.Context) error {
 		defer s.wg.Done()
 		k.run(s.flushCtx)
 	}()
-	if inc != nil {
+	if s.inc != nil {
 		s.startWorker() // when the state leaves a table to read
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
 	var alert context.CancelFunc
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
-	s.lost = c.watchPipeline(watchCtx, p, alert, s.wake.fire)
+	var watched sync.WaitGroup
+	s.lost = c.watchPipeline(watchCtx, &watched, s.plan, alert, s.wake.fire)
+	defer func() {
+		stopWatch()
+		watched.Wait() // the watcher writes into the plan: it ends first
+	}()
 	c.stats.Sessions.Add(1)
-	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(p.targets),
+	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(s.plan.targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "batch_max_bytes", c.cfg.BatchMaxBytes, "batch_max_in_flight", c.cfg.BatchMaxInFlight, "linger", c.cfg.BatchLinger)
 	c.health.streaming.Store(true)
-	err = s.run(ctx)
+	err := s.run(ctx)
 	c.health.streaming.Store(false)
 	c.health.flushSince.Store(0)
 	s.abort()

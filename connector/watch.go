@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -30,7 +31,10 @@ const checkpointPoll = 500 * time.Millisecond
 // what this session completed (freshCheckpoint), asks for one when
 // completed work has waited CheckpointAfter, and reports a requested
 // checkpoint that failed.
-func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked func()) <-chan error {
+//
+// Its goroutine is counted in wg and ends when ctx is canceled; the
+// session joins it before it ends, since it writes into p.
+func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *plan, alert, looked func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
 	c.seenAt.Store(0)
@@ -41,7 +45,9 @@ func (c *Connector) watchPipeline(ctx context.Context, p *plan, alert, looked fu
 	// come as often as checkpoint polls, and each wakes the receive loop,
 	// so acknowledgements trail completions by half a second, not two.
 	confirming := p.model == feldera.FTExactlyOnce
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		every := 2 * time.Second
 		if p.gate == GateCheckpoint || confirming {
 			every = checkpointPoll
