@@ -14,6 +14,9 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 )
 
+// run is the session's loop: apply what the session's goroutines
+// reported and do what is due (tend), then read from the replication
+// connection until the next thing is due.
 func (s *stream) run(ctx context.Context) error {
 	var ev decode.Event
 	var rc recvCtx
@@ -24,51 +27,9 @@ func (s *stream) run(ctx context.Context) error {
 			return s.shutdown()
 		}
 		base := s.wake.arm(s.alertCtx) // armed before the drain: an event sent after it wakes the receive
-		if err := s.collect(); err != nil {
+		now, nudge, err := s.tend()
+		if err != nil {
 			return err
-		}
-		if s.inc != nil {
-			if err := s.saveChunks(false); err != nil {
-				return err
-			}
-		}
-		select {
-		case err := <-s.lost:
-			return fromFeldera(err)
-		default:
-		}
-		if err := s.stalledGate(); err != nil {
-			return err
-		}
-		if moved, err := s.checkpointed(); err != nil {
-			return err
-		} else if moved {
-			if err := s.status(); err != nil {
-				return err
-			}
-		}
-		now := time.Now()
-		if s.canPost() && s.flushDue(now) {
-			s.startFlush(false)
-		}
-		if !now.Before(s.nextStatus) {
-			if err := s.status(); err != nil {
-				return err
-			}
-		}
-		// A chunk whose high watermark is late: nudge the walsender (see
-		// watermarkNudge), and look again no later than the next nudge.
-		var nudge time.Time
-		waiting := false
-		if s.inc != nil {
-			handed := s.inc.awaited()
-			if nudge, waiting = nudgeAt(handed, s.lastStatus); waiting && !now.Before(nudge) {
-				s.logger.Debug("snapshot: incremental: a chunk's high watermark has not come: status update sent to wake the walsender", "waited", now.Sub(handed).Round(time.Millisecond))
-				if err := s.status(); err != nil {
-					return err
-				}
-				nudge, _ = nudgeAt(handed, s.lastStatus)
-			}
 		}
 		// The filling batch is full and cannot be sent yet (a POST runs,
 		// or BATCH_MAX_IN_FLIGHT batches are in flight): stop reading
@@ -79,48 +40,123 @@ func (s *stream) run(ctx context.Context) error {
 			}
 			continue
 		}
-		deadline := s.nextStatus
-		if s.led.front.pending() && now.Add(checkpointPoll).Before(deadline) {
-			deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
-		}
-		if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
-			deadline = ld
-		}
-		if waiting && nudge.Before(deadline) {
-			deadline = nudge
-		}
-		look, err := s.heartbeat(now)
+		deadline, err := s.receiveBy(now, nudge)
 		if err != nil {
 			return err
 		}
-		if !look.IsZero() && look.Before(deadline) {
-			deadline = look
-		}
-		msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
-		if err != nil {
-			if ctx.Err() != nil {
-				continue // shutdown at the top of the loop
-			}
-			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				rc.release()
-				continue
-			}
-			return fromPostgres(fmt.Errorf("receive: %w", err))
-		}
-		s.live.heardAt(time.Now())
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			if err := s.handle(m.Data, &ev); err != nil {
-				return err
-			}
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyDone:
-			return ErrStreamEnded
-		default:
-			// NoticeResponse and friends: nothing to do.
+		if err := s.receive(ctx, &rc, base, deadline, &ev); err != nil {
+			return err
 		}
 	}
+}
+
+// tend applies the events the session's goroutines sent, records chunk
+// progress, ends the session when the pipeline was lost or the gate
+// stalled, applies a new checkpoint, sends the filling batch and status
+// updates when due, and nudges the walsender for a late high watermark.
+// It returns when it looked and the next nudge (zero: none waits).
+func (s *stream) tend() (now, nudge time.Time, err error) {
+	if err := s.collect(); err != nil {
+		return now, nudge, err
+	}
+	if s.inc != nil {
+		if err := s.saveChunks(false); err != nil {
+			return now, nudge, err
+		}
+	}
+	select {
+	case err := <-s.lost:
+		return now, nudge, fromFeldera(err)
+	default:
+	}
+	if err := s.stalledGate(); err != nil {
+		return now, nudge, err
+	}
+	if moved, err := s.checkpointed(); err != nil {
+		return now, nudge, err
+	} else if moved {
+		if err := s.status(); err != nil {
+			return now, nudge, err
+		}
+	}
+	now = time.Now()
+	if s.canPost() && s.flushDue(now) {
+		s.startFlush(false)
+	}
+	if !now.Before(s.nextStatus) {
+		if err := s.status(); err != nil {
+			return now, nudge, err
+		}
+	}
+	// A chunk whose high watermark is late: nudge the walsender (see
+	// watermarkNudge), and look again no later than the next nudge.
+	if s.inc == nil {
+		return now, nudge, nil
+	}
+	handed := s.inc.awaited()
+	nudge, waiting := nudgeAt(handed, s.lastStatus)
+	if !waiting {
+		return now, time.Time{}, nil
+	}
+	if !now.Before(nudge) {
+		s.logger.Debug("snapshot: incremental: a chunk's high watermark has not come: status update sent to wake the walsender", "waited", now.Sub(handed).Round(time.Millisecond))
+		if err := s.status(); err != nil {
+			return now, nudge, err
+		}
+		nudge, _ = nudgeAt(handed, s.lastStatus)
+	}
+	return now, nudge, nil
+}
+
+// receiveBy is when the next receive must return: the next status
+// update, a look at the watcher's checkpoint while work waits for one,
+// the filling batch's linger, the next nudge, or the heartbeat's next
+// look, whichever comes first. The heartbeat may end the session.
+func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
+	deadline := s.nextStatus
+	if s.led.front.pending() && now.Add(checkpointPoll).Before(deadline) {
+		deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
+	}
+	if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
+		deadline = ld
+	}
+	if !nudge.IsZero() && nudge.Before(deadline) {
+		deadline = nudge
+	}
+	look, err := s.heartbeat(now)
+	if err != nil {
+		return deadline, err
+	}
+	if !look.IsZero() && look.Before(deadline) {
+		deadline = look
+	}
+	return deadline, nil
+}
+
+// receive reads one message, or returns at deadline (or when base is
+// canceled: an event or a lost pipeline) with nothing read.
+func (s *stream) receive(ctx context.Context, rc *recvCtx, base context.Context, deadline time.Time, ev *decode.Event) error {
+	msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // shutdown at the top of the loop
+		}
+		if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			rc.release()
+			return nil
+		}
+		return fromPostgres(fmt.Errorf("receive: %w", err))
+	}
+	s.live.heardAt(time.Now())
+	switch m := msg.(type) {
+	case *pgproto3.CopyData:
+		return s.handle(m.Data, ev)
+	case *pgproto3.ErrorResponse:
+		return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(m))
+	case *pgproto3.CopyDone:
+		return ErrStreamEnded
+	}
+	return nil // NoticeResponse and friends: nothing to do
 }
 
 // recvCtx reuses one deadline context across receives while the deadline
