@@ -368,28 +368,7 @@ func (c *Connector) Run(ctx context.Context) error {
 	if c.cfg.AckMode == AckAccepted {
 		c.logger.Warn("FELDERA_ACK_MODE=accepted: acknowledging WAL on HTTP 200, before Feldera completes it; a Feldera failure LOSES DATA. Use only to demonstrate that loss.")
 	}
-	// Exponential intervals (1 s → 30 s by default) with full jitter: the
-	// wait is uniform in [0, interval), because every connector attached to
-	// a primary may lose it at the same instant.
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = c.cfg.BackoffInitial
-	bo.MaxInterval = c.cfg.BackoffMax
-	bo.RandomizationFactor = 0
-	bo.Multiplier = 2
-	bo.MaxElapsedTime = 0
-	bo.Reset()
-	c.stopping = ctx.Done()
-	hardStop, abandon := context.WithCancel(context.Background())
-	defer abandon()
-	c.hardStop = hardStop
-	stopAfter := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.StopTimeout, func() {
-			c.logger.Warn("session: STOP_TIMEOUT reached: abandoning unfinished work; the slot replays it", "stop_timeout", c.cfg.StopTimeout)
-			abandon()
-		})
-		context.AfterFunc(hardStop, func() { t.Stop() })
-	})
-	defer stopAfter()
+	defer c.armStop(ctx)()
 	if c.cfg.StateFile != "" {
 		// Taken before anything reads or tidies the state file.
 		lock, err := state.Lock(c.cfg.StateFile)
@@ -406,6 +385,43 @@ func (c *Connector) Run(ctx context.Context) error {
 	if c.sessionHook != nil {
 		session = c.sessionHook
 	}
+	return c.supervise(ctx, session)
+}
+
+// armStop makes a graceful stop (ctx canceled) hard after STOP_TIMEOUT:
+// unfinished work is abandoned, and the slot replays it. It returns what
+// disarms it.
+func (c *Connector) armStop(ctx context.Context) func() {
+	c.stopping = ctx.Done()
+	hardStop, abandon := context.WithCancel(context.Background())
+	c.hardStop = hardStop
+	stopAfter := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.cfg.StopTimeout, func() {
+			c.logger.Warn("session: STOP_TIMEOUT reached: abandoning unfinished work; the slot replays it", "stop_timeout", c.cfg.StopTimeout)
+			abandon()
+		})
+		context.AfterFunc(hardStop, func() { t.Stop() })
+	})
+	return func() {
+		stopAfter()
+		abandon()
+	}
+}
+
+// supervise runs sessions until ctx is canceled or one ends fatally,
+// reconnecting with backoff: exponential intervals (1 s → 30 s by
+// default) with full jitter, the wait uniform in [0, interval), because
+// every connector attached to a primary may lose it at the same instant.
+// Only progress resets the backoff, and NO_PROGRESS_TIMEOUT without
+// progress ends the process.
+func (c *Connector) supervise(ctx context.Context, session func(context.Context) error) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = c.cfg.BackoffInitial
+	bo.MaxInterval = c.cfg.BackoffMax
+	bo.RandomizationFactor = 0
+	bo.Multiplier = 2
+	bo.MaxElapsedTime = 0
+	bo.Reset()
 	c.healthy = time.Now()
 	for {
 		before := c.ackMoves
@@ -421,28 +437,10 @@ func (c *Connector) Run(ctx context.Context) error {
 		if c.ackMoves != before {
 			bo.Reset() // only progress resets the backoff, not a reconnect
 		}
-		var silent *SilentError
-		c.silentEnd = errors.As(err, &silent)
-		lastProgress := c.healthy
-		if err == nil {
-			err = ErrStreamEnded
-		}
-		c.observer.SessionEnded(string(sessionCause(err)))
-		if isFatal(err) {
+		wait, err := c.sessionEnded(err, bo.NextBackOff())
+		if err != nil {
 			return err
 		}
-		if since := time.Since(lastProgress); since > c.cfg.NoProgressTimeout {
-			return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT) while work was pending: last error: %v", ErrNoProgress, since.Round(time.Second), err)}
-		}
-		interval := bo.NextBackOff()
-		if c.onBackoff != nil {
-			c.onBackoff(interval)
-		}
-		wait := time.Duration(rand.Int64N(int64(interval) + 1))
-		if left := c.cfg.NoProgressTimeout - time.Since(lastProgress); wait > left {
-			wait = left + time.Millisecond
-		}
-		c.logger.Warn("session: ended, reconnecting", "err", err, "backoff", wait.Round(time.Millisecond), "acked", c.acked)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -451,4 +449,32 @@ func (c *Connector) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// sessionEnded counts a session that ended with err and says how long to
+// wait before the next (drawn below interval), or returns the error that
+// ends the process: a fatal one, or NO_PROGRESS_TIMEOUT.
+func (c *Connector) sessionEnded(err error, interval time.Duration) (time.Duration, error) {
+	var silent *SilentError
+	c.silentEnd = errors.As(err, &silent)
+	lastProgress := c.healthy
+	if err == nil {
+		err = ErrStreamEnded
+	}
+	c.observer.SessionEnded(string(sessionCause(err)))
+	if isFatal(err) {
+		return 0, err
+	}
+	if since := time.Since(lastProgress); since > c.cfg.NoProgressTimeout {
+		return 0, &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT) while work was pending: last error: %v", ErrNoProgress, since.Round(time.Second), err)}
+	}
+	if c.onBackoff != nil {
+		c.onBackoff(interval)
+	}
+	wait := time.Duration(rand.Int64N(int64(interval) + 1))
+	if left := c.cfg.NoProgressTimeout - time.Since(lastProgress); wait > left {
+		wait = left + time.Millisecond
+	}
+	c.logger.Warn("session: ended, reconnecting", "err", err, "backoff", wait.Round(time.Millisecond), "acked", c.acked)
+	return wait, nil
 }
