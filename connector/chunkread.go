@@ -20,46 +20,15 @@ import (
 // they arrive, as the initial snapshot encodes them, with their keys.
 func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun, seq uint64, after []string, marks []watermark) (*chunk, error) {
 	rel := t.rel
-	cols := make([]string, len(rel.Cols))
-	for i, col := range rel.Cols {
-		cols[i] = col.Name
-	}
-	var sql string
-	var from, to uint32
-	var err error
-	if r.blocks {
-		from = r.from
-		if after != nil {
-			if from, err = parseBlock(&after[0]); err != nil {
-				return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
-			}
-		}
-		if from > r.to {
-			return nil, fatal(fmt.Errorf("chunk %d of %s: resumes at block %d, past its range's end %d", seq, rel.Target.Qualified(), from, r.to))
-		}
-		r.prevBlocks = min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-from)
-		to = from + r.prevBlocks
-		sql, err = copySource(rel.Target).BlockChunkSQL(cols, from, to)
-	}
-	limit := s.inc.limit
-	if !r.blocks {
-		// Rows are bounded by SNAPSHOT_CHUNK_ROWS, and by BATCH_MAX_BYTES
-		// at the width the lane's rows had so far: a chunk is held in
-		// memory whole, and TOASTed values make rows of any width.
-		limit = min(limit, firstKeyChunk)
-		if r.bytesPerRow > 0 {
-			limit = max(1, min(s.inc.limit, int(float64(s.c.cfg.BatchMaxBytes)/r.bytesPerRow)))
-		}
-		sql, err = copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, limit)
-	}
+	q, err := s.chunkQuery(t, r, seq, after)
 	if err != nil {
 		return nil, err
 	}
 	what := fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified())
 	ch := s.inc.newChunk()
-	expect := limit
+	expect := q.limit
 	if r.blocks {
-		expect = int(float64(to-from) * r.rowsPerBlock)
+		expect = int(float64(q.to-q.from) * r.rowsPerBlock)
 	}
 	ch.reserve(expect, r.lineBytes, r.keyBytes)
 	ch.seq, ch.table, ch.from, ch.lane, ch.reply = seq, t, after, r.idx, r.reply
@@ -69,22 +38,20 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 	// line, the rows, and the COMMIT. The rows are encoded as they
 	// arrive, as the initial snapshot's are: the COPY's sender and this
 	// encoder then run side by side.
-	var size, n int64
 	var head []byte
-	var lastLine []byte
 	cr := decode.CopyRow{Rel: rel}
 	wctx, touch, idle, stop := idleWatch(ctx, s.live.timeout)
 	defer stop()
-	_, err = snapshot.CopySQL(wctx, conn, rel.Target.Qualified(), chunkSQL(marks, rel.Target.Source(), r.blocks, sql), func(line []byte) error {
+	_, err = snapshot.CopySQL(wctx, conn, rel.Target.Qualified(), chunkSQL(marks, rel.Target.Source(), r.blocks, q.sql), func(line []byte) error {
 		touch()
 		if head == nil {
 			head = append([]byte{}, line...)
 			return nil
 		}
-		n++
-		size += int64(len(line)) + 1
+		q.rows++
+		q.size += int64(len(line)) + 1
 		if !r.blocks {
-			lastLine = append(lastLine[:0], line...)
+			q.lastLine = append(q.lastLine[:0], line...)
 		}
 		return ch.encodeLine(&cr, line)
 	})
@@ -104,38 +71,98 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		s.inc.recycle(ch)
 		return nil, err
 	}
+	if err := q.finish(ch, t, r, what); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// chunkRead is one chunk's query and what its COPY counted.
+type chunkRead struct {
+	sql      string
+	from, to uint32 // the block range (block lanes)
+	limit    int    // the row limit (key lanes)
+	rows     int64
+	size     int64  // bytes of the rows' COPY lines
+	lastLine []byte // the last row's COPY line (key lanes)
+}
+
+// chunkQuery is the next chunk's COPY query of lane r, after the position
+// after (nil: the lane's start): a range of blocks sized to the rates the
+// lane measured so far, or the next rows by key, bounded by
+// SNAPSHOT_CHUNK_ROWS and by BATCH_MAX_BYTES at the width the lane's rows
+// had so far (a chunk is held in memory whole, and TOASTed values make
+// rows of any width).
+func (s *stream) chunkQuery(t *chunkTable, r *laneRun, seq uint64, after []string) (*chunkRead, error) {
+	rel := t.rel
+	cols := make([]string, len(rel.Cols))
+	for i, col := range rel.Cols {
+		cols[i] = col.Name
+	}
+	q := &chunkRead{limit: s.inc.limit}
+	var err error
+	if r.blocks {
+		q.from = r.from
+		if after != nil {
+			if q.from, err = parseBlock(&after[0]); err != nil {
+				return nil, fmt.Errorf("chunk %d of %s: %w", seq, rel.Target.Qualified(), err)
+			}
+		}
+		if q.from > r.to {
+			return nil, fatal(fmt.Errorf("chunk %d of %s: resumes at block %d, past its range's end %d", seq, rel.Target.Qualified(), q.from, r.to))
+		}
+		r.prevBlocks = min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-q.from)
+		q.to = q.from + r.prevBlocks
+		q.sql, err = copySource(rel.Target).BlockChunkSQL(cols, q.from, q.to)
+		return q, err
+	}
+	q.limit = min(q.limit, firstKeyChunk)
+	if r.bytesPerRow > 0 {
+		q.limit = max(1, min(s.inc.limit, int(float64(s.c.cfg.BatchMaxBytes)/r.bytesPerRow)))
+	}
+	q.sql, err = copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, q.limit)
+	return q, err
+}
+
+// finish records what the chunk's read taught the lane (rows per block,
+// bytes per row, line and key widths), where the next chunk starts, and
+// whether the lane is done.
+func (q *chunkRead) finish(ch *chunk, t *chunkTable, r *laneRun, what string) error {
+	rel := t.rel
+	n := q.rows
 	if !r.blocks && n > 0 {
-		r.bytesPerRow = float64(size) / float64(n)
+		r.bytesPerRow = float64(q.size) / float64(n)
 	}
 	if n > 0 {
 		r.lineBytes, r.keyBytes = float64(len(ch.buf))/float64(n), float64(len(ch.keyBuf))/float64(n)
 	}
 	if r.blocks {
-		if to > from && n > 0 {
-			r.rowsPerBlock = float64(n) / float64(to-from)
-			r.bytesPerBlock = float64(size) / float64(to-from)
+		if q.to > q.from && n > 0 {
+			r.rowsPerBlock = float64(n) / float64(q.to-q.from)
+			r.bytesPerBlock = float64(q.size) / float64(q.to-q.from)
 		}
-		ch.last = []string{strconv.FormatUint(uint64(to), 10)}
-		ch.done = to >= r.to
-	} else if n > 0 {
-		// The next chunk is read after this one's last key.
-		cr := decode.CopyRow{Rel: rel}
-		if _, err := cr.AppendInsert(nil, lastLine); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		ch.last = make([]string, len(t.keyAt))
-		for j, i := range t.keyAt {
-			v, ok := cr.Col(i)
-			if !ok {
-				return nil, &decode.RefusalError{Table: rel.Target.Qualified(), Column: rel.Cols[i].Name, Reason: "the chunk's last row has a NULL primary key column"}
-			}
-			ch.last[j] = v
-		}
+		ch.last = []string{strconv.FormatUint(uint64(q.to), 10)}
+		ch.done = q.to >= r.to
+		return nil
 	}
-	if !r.blocks {
-		ch.done = n < int64(limit)
+	ch.done = n < int64(q.limit)
+	if n == 0 {
+		return nil
 	}
-	return ch, nil
+	// The next chunk is read after this one's last key.
+	cr := decode.CopyRow{Rel: rel}
+	if _, err := cr.AppendInsert(nil, q.lastLine); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	ch.last = make([]string, len(t.keyAt))
+	for j, i := range t.keyAt {
+		v, ok := cr.Col(i)
+		if !ok {
+			return &decode.RefusalError{Table: rel.Target.Qualified(), Column: rel.Cols[i].Name, Reason: "the chunk's last row has a NULL primary key column"}
+		}
+		ch.last[j] = v
+	}
+	return nil
 }
 
 // chunkSQL is a chunk's one query: marks (the watermarks before it, its
