@@ -262,70 +262,26 @@ func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable)
 // ranges, and the state never records a range past one still to be
 // read. The lane's last chunk is answered before it returns.
 func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun) error {
-	inc := s.inc
-	// The lane's chunks not answered yet, in the order read; open[0] is
-	// handed to the loop when handed is set, the others are not.
-	var open []*chunk
-	handed := false
-	// handOut hands chunks to the loop and returns their high
-	// watermarks, to be written.
-	handOut := func(chs []*chunk) []watermark {
-		var marks []watermark
-		for _, ch := range chs {
-			s.put(ch)
-			if s.c.chunkRead != nil && !ch.discard {
-				s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
-			}
-			marks = append(marks, s.mark(t, ch.seq, "high"))
-		}
-		return marks
-	}
-	// answer takes open[0]'s answer. When it is to be read again, the
-	// chunks after it are discarded, and redo is where reading resumes.
-	answer := func() (again bool, redo []string, err error) {
-		first := open[0]
-		if again, err = s.answer(ctx, r.reply); err != nil {
-			return false, nil, err
-		}
-		open, handed = open[1:], false
-		if !again || first.discard {
-			return false, nil, nil
-		}
-		for _, ch := range open {
-			ch.discard = true
-		}
-		if marks := handOut(open); len(marks) > 0 {
-			if err := s.emitWatermarks(ctx, conn, marks...); err != nil {
-				return false, nil, err
-			}
-		}
-		for range open {
-			if _, err := s.answer(ctx, r.reply); err != nil {
-				return false, nil, err
-			}
-		}
-		open = open[:0]
-		return true, first.from, nil
-	}
+	lr := &laneReader{s: s, ctx: ctx, conn: conn, t: t, r: r}
 	after := r.after
 	for {
 		// The chunk read last is handed, its high watermark written
 		// before the next chunk's low one.
 		var marks []watermark
-		if !handed && len(open) > 0 {
-			marks = handOut(open[:1])
-			handed = true
+		if !lr.handed && len(lr.open) > 0 {
+			marks = lr.handOut(lr.open[:1])
+			lr.handed = true
 		}
-		seq := inc.seq.Add(1)
+		seq := s.inc.seq.Add(1)
 		t0 := time.Now()
 		ch, err := s.readChunk(ctx, conn, t, r, seq, after, append(marks, s.mark(t, seq, "low")))
 		if err != nil {
 			return err
 		}
 		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
-		open = append(open, ch)
-		if handed {
-			again, redo, err := answer()
+		lr.open = append(lr.open, ch)
+		if lr.handed {
+			again, redo, err := lr.answer()
 			if err != nil {
 				return err
 			}
@@ -338,24 +294,83 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 			after = ch.last
 			continue
 		}
-		// The lane's last chunk was read: hand out and answer the rest,
-		// one at a time.
-		again := false
-		for len(open) > 0 && !again {
-			handed = true
-			if err := s.emitWatermarks(ctx, conn, handOut(open[:1])...); err != nil {
-				return err
-			}
-			var redo []string
-			if again, redo, err = answer(); err != nil {
-				return err
-			}
-			if again {
-				after = redo
-			}
+		again, redo, err := lr.drain()
+		if err != nil || !again {
+			return err
 		}
-		if !again {
-			return nil
+		after = redo
+	}
+}
+
+// laneReader is one lane's chunks in flight between the worker and the
+// loop: open holds the chunks not answered yet, in the order read;
+// open[0] is handed to the loop when handed is set, the others are not.
+type laneReader struct {
+	s      *stream
+	ctx    context.Context
+	conn   *pgx.Conn
+	t      *chunkTable
+	r      *laneRun
+	open   []*chunk
+	handed bool
+}
+
+// handOut hands chunks to the loop and returns their high watermarks, to
+// be written.
+func (lr *laneReader) handOut(chs []*chunk) []watermark {
+	s, t := lr.s, lr.t
+	var marks []watermark
+	for _, ch := range chs {
+		s.put(ch)
+		if s.c.chunkRead != nil && !ch.discard {
+			s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
+		}
+		marks = append(marks, s.mark(t, ch.seq, "high"))
+	}
+	return marks
+}
+
+// answer takes open[0]'s answer. When it is to be read again, the chunks
+// after it are discarded, and redo is where reading resumes.
+func (lr *laneReader) answer() (again bool, redo []string, err error) {
+	s := lr.s
+	first := lr.open[0]
+	if again, err = s.answer(lr.ctx, lr.r.reply); err != nil {
+		return false, nil, err
+	}
+	lr.open, lr.handed = lr.open[1:], false
+	if !again || first.discard {
+		return false, nil, nil
+	}
+	for _, ch := range lr.open {
+		ch.discard = true
+	}
+	if marks := lr.handOut(lr.open); len(marks) > 0 {
+		if err := s.emitWatermarks(lr.ctx, lr.conn, marks...); err != nil {
+			return false, nil, err
 		}
 	}
+	for range lr.open {
+		if _, err := s.answer(lr.ctx, lr.r.reply); err != nil {
+			return false, nil, err
+		}
+	}
+	lr.open = lr.open[:0]
+	return true, first.from, nil
+}
+
+// drain hands out and answers the chunks still open once the lane's last
+// chunk was read, one at a time; again says one is to be read again from
+// redo.
+func (lr *laneReader) drain() (again bool, redo []string, err error) {
+	for len(lr.open) > 0 && !again {
+		lr.handed = true
+		if err := lr.s.emitWatermarks(lr.ctx, lr.conn, lr.handOut(lr.open[:1])...); err != nil {
+			return false, nil, err
+		}
+		if again, redo, err = lr.answer(); err != nil {
+			return false, nil, err
+		}
+	}
+	return again, redo, nil
 }
