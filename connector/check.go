@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -154,7 +155,7 @@ func replicationFix(err error, user string) string {
 	}
 	switch pe.Code {
 	case "42501": // insufficient_privilege: the role lacks REPLICATION
-		return "ALTER ROLE " + quoteIdent(user) + " REPLICATION"
+		return "ALTER ROLE " + catalog.QuoteIdent(user) + " REPLICATION"
 	case "53300": // too_many_connections: no free walsender
 		return "raise max_wal_senders (and restart postgres), or stop an idle replication client"
 	case "28000", "28P01": // invalid_authorization_specification, invalid_password

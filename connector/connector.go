@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -86,7 +87,7 @@ type Config struct {
 	DSN               string // libpq DSN of the source database
 	Publication       string
 	Slot              string
-	Tables            []Table
+	Tables            []catalog.Table
 	AckMode           string
 	RequirePrimaryKey bool
 	CompletionTimeout time.Duration
@@ -319,7 +320,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	if c.observer == nil {
 		c.observer = nopObserver{}
 	}
-	routes, n := Routes(cfg.Tables)
+	routes, n := catalog.Routes(cfg.Tables)
 	c.tableStats = make([]*TableStats, n)
 	for i, t := range cfg.Tables {
 		if ts := c.tableStats[routes[i]]; ts != nil {

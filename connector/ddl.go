@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -21,7 +22,7 @@ import (
 // check startup makes, so what is printed is what the connector accepts.
 // Columns the decoder refuses are printed as comments saying why, and
 // returned as notes; the table is still usable without them.
-func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl string, notes []string, err error) {
+func DDL(ctx context.Context, dsn, publication string, tables []catalog.Table) (ddl string, notes []string, err error) {
 	conn, err := replconn.Connect(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("connect to postgres: %w", err)
@@ -32,7 +33,7 @@ func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl stri
 		return "", nil, fmt.Errorf("read publication: %w", err)
 	}
 	if !exists {
-		return "", nil, fatal(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...): the columns it sends decide the Feldera schema", publication, quoteIdent(publication)))
+		return "", nil, fatal(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...): the columns it sends decide the Feldera schema", publication, catalog.QuoteIdent(publication)))
 	}
 	types, err := loadTypes(ctx, conn, dsn)
 	if err != nil {
@@ -133,7 +134,7 @@ type ddlColumn struct {
 	dims    int
 }
 
-func ddlColumns(ctx context.Context, conn *pgx.Conn, t Table) (map[string]ddlColumn, error) {
+func ddlColumns(ctx context.Context, conn *pgx.Conn, t catalog.Table) (map[string]ddlColumn, error) {
 	rows, err := conn.Query(ctx, `SELECT a.attname, a.attnotnull, a.attndims
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, t.Schema, t.Name)
@@ -154,7 +155,7 @@ func ddlColumns(ctx context.Context, conn *pgx.Conn, t Table) (map[string]ddlCol
 }
 
 // primaryKey returns the table's primary key columns in key order.
-func primaryKey(ctx context.Context, conn *pgx.Conn, t Table) ([]string, error) {
+func primaryKey(ctx context.Context, conn *pgx.Conn, t catalog.Table) ([]string, error) {
 	rows, err := conn.Query(ctx, `SELECT a.attname
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)

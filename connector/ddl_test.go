@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
@@ -26,7 +27,7 @@ CREATE PUBLICATION pub FOR TABLE pgbench_branches, pgbench_tellers, pgbench_acco
 // the double's DDL parser takes its output unchanged.
 func generated(t *testing.T, tables string, contains ...string) func(dsn string) string {
 	return func(dsn string) string {
-		ts, err := connector.ParseTables(tables)
+		ts, err := catalog.ParseTables(tables)
 		if err != nil {
 			t.Fatal(err)
 		}

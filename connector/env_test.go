@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -185,7 +186,7 @@ func (e *env) execOwn(sql string) {
 
 func (e *env) config(tables string) connector.Config {
 	e.t.Helper()
-	ts, err := connector.ParseTables(tables)
+	ts, err := catalog.ParseTables(tables)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -100,7 +101,7 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 		case active:
 			c.logger.Warn("failover: slot "+c.cfg.Slot+" was created without failover, and a walsender holds it, so it is not converted now: it would be lost with the primary", "slot", c.cfg.Slot)
 		default:
-			if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+quoteIdent(c.cfg.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
+			if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+catalog.QuoteIdent(c.cfg.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
 				return fmt.Errorf("failover: convert slot %s to failover: %w", c.cfg.Slot, err)
 			}
 			c.logger.Info("failover: slot "+c.cfg.Slot+" was created without failover; converted (ALTER_REPLICATION_SLOT ... FAILOVER true)", "slot", c.cfg.Slot)

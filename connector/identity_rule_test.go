@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -33,7 +34,7 @@ func TestIdentityProblem(t *testing.T) {
 		{"keyless accepted, NOTHING", keyless, 'n', noKey, false, "REPLICA IDENTITY NOTHING, which does not send the old row"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := identityProblem(Table{Schema: "public", Name: "t"}, c.rel, sourceInfo{ident: c.ident, cols: c.cols}, c.requireKey)
+			err := identityProblem(catalog.Table{Schema: "public", Name: "t"}, c.rel, sourceInfo{ident: c.ident, cols: c.cols}, c.requireKey)
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

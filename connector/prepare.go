@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -88,7 +89,7 @@ func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error
 	if p.types, err = loadTypes(ctx, conn, c.cfg.DSN); err != nil {
 		return nil, err
 	}
-	routeOf, nroutes := Routes(c.cfg.Tables)
+	routeOf, nroutes := catalog.Routes(c.cfg.Tables)
 	p.routes, p.groups = make([]*decode.Target, nroutes), make([][]int, nroutes)
 	for i, t := range c.cfg.Tables {
 		if err := c.prepareTable(ctx, conn, p, t, routeOf[i], i, pipe, published, &ps); err != nil {
@@ -155,7 +156,7 @@ func (c *Connector) readPublication(ctx context.Context, conn *pgx.Conn, ps *pro
 	var pubInsert, pubUpdate, pubDelete, pubTruncate bool
 	err := conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", pub).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)
 	if errors.Is(err, pgx.ErrNoRows) {
-		ps.add("PG_PUBLICATION", refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not exist", pub), "CREATE PUBLICATION "+quoteIdent(pub)+" FOR TABLE ..."))
+		ps.add("PG_PUBLICATION", refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not exist", pub), "CREATE PUBLICATION "+catalog.QuoteIdent(pub)+" FOR TABLE ..."))
 		return nil, nil
 	}
 	if err != nil {
@@ -339,7 +340,7 @@ func publishedActions(pub string, insert, update, delete bool) error {
 		return nil
 	}
 	return refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not publish %s: Feldera would never see those changes and keep rows Postgres changed or deleted",
-		pub, strings.Join(missing, ", ")), "ALTER PUBLICATION "+quoteIdent(pub)+" SET (publish = 'insert, update, delete, truncate')")
+		pub, strings.Join(missing, ", ")), "ALTER PUBLICATION "+catalog.QuoteIdent(pub)+" SET (publish = 'insert, update, delete, truncate')")
 }
 
 // parsePGDuration reads a time GUC as SHOW prints it: "0", "500ms", "4s",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
@@ -18,7 +19,7 @@ import (
 // column, and adds its decoding plan to p. A table with a problem is
 // recorded in ps and left out of p; pipe nil (Feldera unknown, forCheck)
 // checks the Postgres side only.
-func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *problems) error {
+func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t catalog.Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *problems) error {
 	name := t.Schema + "." + t.Name
 	si, ok, err := c.sourceTable(ctx, conn, t, published, ps)
 	if !ok || err != nil || pipe == nil {
@@ -79,14 +80,14 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 // publication, readable by the role) and reads its columns; ok is false
 // when there is nothing more to check of it (a problem recorded, or no
 // publication to read it from).
-func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t Table, published map[string]bool, ps *problems) (si sourceInfo, ok bool, err error) {
+func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Table, published map[string]bool, ps *problems) (si sourceInfo, ok bool, err error) {
 	name := t.Schema + "." + t.Name
 	if published == nil {
 		return si, false, nil // no publication: nothing more to learn of its tables
 	}
 	if !published[name] {
 		ps.add(name, refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
-			"ALTER PUBLICATION "+quoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
+			"ALTER PUBLICATION "+catalog.QuoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
 		return si, false, nil
 	}
 	var canSelect bool
@@ -97,7 +98,7 @@ func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t Table, pu
 		// A snapshot, a resnapshot after Feldera lost its state and verify
 		// all read the table.
 		ps.add(name, refuse(name, fmt.Sprintf("the role of PG_DSN has no SELECT on %s: the snapshot cannot read it", name),
-			"GRANT SELECT ON "+t.Source()+" TO "+quoteIdent(c.user(conn))))
+			"GRANT SELECT ON "+t.Source()+" TO "+catalog.QuoteIdent(c.user(conn))))
 	}
 	si, err = tableColumns(ctx, conn, t, c.cfg.Publication)
 	if ps.add(name, err) || err != nil {
@@ -109,7 +110,7 @@ func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t Table, pu
 // identityProblem refuses a source whose replica identity cannot keep its
 // Feldera table exact, or a keyless Feldera table unless
 // FELDERA_REQUIRE_PRIMARY_KEY=false accepts the duplicates replays make.
-func identityProblem(t Table, rel feldera.Relation, si sourceInfo, requireKey bool) error {
+func identityProblem(t catalog.Table, rel feldera.Relation, si sourceInfo, requireKey bool) error {
 	name := t.Schema + "." + t.Name
 	identName := map[byte]string{'n': "NOTHING", 'd': "DEFAULT", 'i': "USING INDEX", 'f': "FULL"}[si.ident]
 	switch {
@@ -148,7 +149,7 @@ func (c *Connector) user(conn *pgx.Conn) string {
 // publish_via_partition_root, so each leaf streams under its own name):
 // they then have the same columns, and a row is in exactly one of them, so
 // their union is the root's rows. Anything else would merge unrelated rows.
-func checkShared(ctx context.Context, conn *pgx.Conn, tables []Table, groups [][]int) error {
+func checkShared(ctx context.Context, conn *pgx.Conn, tables []catalog.Table, groups [][]int) error {
 	for _, g := range groups {
 		if len(g) < 2 {
 			continue
@@ -208,7 +209,7 @@ type sourceInfo struct {
 // PG 18's publish_generated_columns = stored (or the column list) says so.
 // Before PG 18 a generated column is never published (and some 15.x minors
 // listed them in attnames anyway), so it is left out there.
-func tableColumns(ctx context.Context, conn *pgx.Conn, t Table, publication string) (sourceInfo, error) {
+func tableColumns(ctx context.Context, conn *pgx.Conn, t catalog.Table, publication string) (sourceInfo, error) {
 	var si sourceInfo
 	var ident, kind string
 	var attnames []string

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -189,7 +190,7 @@ func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) e
 	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
-		"publication_names " + replconn.QuoteLiteral(quoteIdent(c.cfg.Publication)),
+		"publication_names " + replconn.QuoteLiteral(catalog.QuoteIdent(c.cfg.Publication)),
 		"messages 'true'",
 	}}
 	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {

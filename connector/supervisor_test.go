@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 )
 
 func fakeConnector(t *testing.T, noProgress time.Duration) *connector.Connector {
 	t.Helper()
-	tables, _ := connector.ParseTables("t")
+	tables, _ := catalog.ParseTables("t")
 	c, err := connector.New(connector.Config{
 		DSN: "postgres://x@127.0.0.1:1/x", Publication: "p", Slot: "s", Tables: tables,
 		BackoffInitial: time.Millisecond, BackoffMax: 16 * time.Millisecond, NoProgressTimeout: noProgress,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -53,7 +54,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	defer fel.Close()
 	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p", RetryMax: -1, RequestTimeout: 5 * time.Second})
 	m := metrics.New(dsn, "metrics_slot", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tables, _ := connector.ParseTables("users")
+	tables, _ := catalog.ParseTables("users")
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "metrics_slot", Tables: tables,
 		SnapshotMode: connector.SnapshotNever, RequirePrimaryKey: true, BatchLinger: 10 * time.Millisecond,
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CompletionTimeout: 5 * time.Second,
@@ -153,7 +154,7 @@ func TestMetrics_SnapshotBlockedSlotAndCauses(t *testing.T) {
 	defer fel.Close()
 	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p", RetryMax: -1, RequestTimeout: 5 * time.Second})
 	m := metrics.New(dsn, "metrics_slot2", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tables, _ := connector.ParseTables("users")
+	tables, _ := catalog.ParseTables("users")
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "metrics_slot2", Tables: tables,
 		SnapshotMode: connector.SnapshotInitial, RequirePrimaryKey: true, BatchLinger: 10 * time.Millisecond, BatchMaxRows: 100,
 		StateFile: t.TempDir() + "/state.json", BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,

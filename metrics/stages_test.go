@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -78,7 +79,7 @@ func stageMeans(t *testing.T, n int, completion, checkpoint time.Duration) map[s
 	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p", RequestTimeout: 5 * time.Second})
 	slot := fmt.Sprintf("stage_%s", db)
 	m := metrics.New(dsn, slot, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tables, _ := connector.ParseTables("users")
+	tables, _ := catalog.ParseTables("users")
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: slot, Tables: tables,
 		SnapshotMode: connector.SnapshotNever, RequirePrimaryKey: true, BatchLinger: 10 * time.Millisecond,
 		CompletionTimeout: 30 * time.Second, CheckpointAfter: max(checkpoint, time.Second), CheckpointWAL: -1,

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -113,7 +114,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintln(stderr, "pgfeldera demo:", err)
 		return exitConfig
 	}
-	tables, _ := connector.ParseTables("customers,orders")
+	tables, _ := catalog.ParseTables("customers,orders")
 	stateDir, err := os.MkdirTemp("", "pgfeldera-demo-")
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera demo:", err)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/crashtest"
 )
 
@@ -21,7 +21,7 @@ type Config struct {
 	DSN                 string
 	Publication         string
 	Slot                string
-	Tables              []connector.Table
+	Tables              []catalog.Table
 	FelderaURL          string
 	Pipeline            string
 	APIKey              string
@@ -132,7 +132,7 @@ var settings = []setting{
 			if v == "" {
 				return nil
 			}
-			t, err := connector.ParseTables(v)
+			t, err := catalog.ParseTables(v)
 			if err != nil {
 				return badValue("TABLES", v, err.Error())
 			}
@@ -428,7 +428,7 @@ func (c *Config) resolve(given map[string]string) error {
 		if felTable != "" {
 			spec += ":" + felTable
 		}
-		t, err := connector.ParseTables(spec)
+		t, err := catalog.ParseTables(spec)
 		if err != nil || len(t) != 1 {
 			return badValue("PG_TABLE", pgTable, "one [schema.]table name")
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -48,7 +49,7 @@ func TestStatus(t *testing.T) {
 	}
 	// Run the connector until it has snapshotted, then look again.
 	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
-	tables, _ := connector.ParseTables("users")
+	tables, _ := catalog.ParseTables("users")
 	m := metrics.New(dsn, "status_slot", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "status_slot", Tables: tables,
 		RequirePrimaryKey: true, StateFile: stateFile, SnapshotMode: connector.SnapshotInitial, Observer: m,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -55,7 +56,7 @@ func TestVerify(t *testing.T) {
 		"FELDERA_REQUIRE_PRIMARY_KEY": "false"}
 
 	client, _ := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
-	tables, _ := connector.ParseTables("items,log")
+	tables, _ := catalog.ParseTables("items,log")
 	conn, err := connector.New(connector.Config{DSN: dsn, Publication: "pub", Slot: "verify_slot", Tables: tables,
 		StateFile: vars["STATE_FILE"], Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, client)
 	if err != nil {

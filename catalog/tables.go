@@ -1,4 +1,4 @@
-package connector
+package catalog
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ type Table struct {
 }
 
 // Source is the qualified Postgres name, schema.table, quoted where needed.
-func (t Table) Source() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
+func (t Table) Source() string { return QuoteIdent(t.Schema) + "." + QuoteIdent(t.Name) }
 
 // ParseTables parses TABLES: comma-separated "pg name[:feldera name]" where
 // the Postgres name may be schema-qualified (default schema public) and
@@ -90,7 +90,8 @@ func pgIdent(s string) (string, error) {
 	return strings.ToLower(s), nil
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+// QuoteIdent quotes a Postgres identifier.
+func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func splitOutsideQuotes(s string, sep byte) []string {
 	var out []string
