@@ -354,7 +354,8 @@ func isFatal(err error) bool {
 	var fe *FatalError
 	var re *decode.RefusalError
 	var pe *decode.ParseError
-	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || feldera.IsParseErrors(err)
+	var ce *catalog.RefusedError
+	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || errors.As(err, &ce) || feldera.IsParseErrors(err)
 }
 
 // ErrNoProgress is returned when nothing was acknowledged for

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
@@ -31,7 +30,7 @@ func generated(t *testing.T, tables string, contains ...string) func(dsn string)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ddl, notes, err := connector.DDL(context.Background(), dsn, "pub", ts)
+		ddl, notes, err := catalog.DDL(context.Background(), dsn, "pub", ts)
 		if err != nil {
 			t.Fatal(err)
 		}

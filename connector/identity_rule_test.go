@@ -13,13 +13,13 @@ import (
 func TestIdentityProblem(t *testing.T) {
 	keyed := feldera.Relation{Name: "users", PrimaryKey: []string{"id"}}
 	keyless := feldera.Relation{Name: "log"}
-	withKey := []columnInfo{{name: "id", inKey: true}, {name: "v"}}
-	noKey := []columnInfo{{name: "id"}, {name: "v"}}
+	withKey := []catalog.Column{{Name: "id", InKey: true}, {Name: "v"}}
+	noKey := []catalog.Column{{Name: "id"}, {Name: "v"}}
 	for _, c := range []struct {
 		name       string
 		rel        feldera.Relation
 		ident      byte
-		cols       []columnInfo
+		cols       []catalog.Column
 		requireKey bool
 		want       string // "" for none
 	}{
@@ -34,7 +34,7 @@ func TestIdentityProblem(t *testing.T) {
 		{"keyless accepted, NOTHING", keyless, 'n', noKey, false, "REPLICA IDENTITY NOTHING, which does not send the old row"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := identityProblem(catalog.Table{Schema: "public", Name: "t"}, c.rel, sourceInfo{ident: c.ident, cols: c.cols}, c.requireKey)
+			err := identityProblem(catalog.Table{Schema: "public", Name: "t"}, c.rel, catalog.Source{Ident: c.ident, Cols: c.cols}, c.requireKey)
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -172,24 +173,13 @@ func chunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 	if !rel.Keyed() {
 		return nil, nil, fatal(fmt.Errorf("SNAPSHOT_MODE=incremental: Feldera table %s (from %s) has no PRIMARY KEY: a keyless table cannot be read in chunks exactly (a stream change to a row not yet copied would count it twice); declare a key or use SNAPSHOT_MODE=initial", t.Dest.Name, t.Qualified()))
 	}
-	rows, err := conn.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-		WHERE i.indrelid = $1::regclass AND i.indisprimary
-		ORDER BY array_position(i.indkey::int2[], a.attnum)`, t.Source())
+	pk, err := catalog.PrimaryKey(ctx, conn, t.Source())
 	if err != nil {
-		return nil, nil, fmt.Errorf("read primary key of %s: %w", t.Qualified(), err)
+		return nil, nil, err
 	}
-	var key []snapshot.KeyCol
-	for rows.Next() {
-		var k snapshot.KeyCol
-		if err := rows.Scan(&k.Name, &k.Type); err != nil {
-			rows.Close()
-			return nil, nil, err
-		}
-		key = append(key, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read primary key of %s: %w", t.Qualified(), err)
+	key := make([]snapshot.KeyCol, len(pk))
+	for i, k := range pk {
+		key[i] = snapshot.KeyCol{Name: k.Name, Type: k.Type}
 	}
 	var fel []string
 	for _, i := range rel.KeyCols {

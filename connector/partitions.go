@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -105,7 +106,7 @@ func (w *partitionWatch) check(ctx context.Context) error {
 		if known == nil {
 			continue
 		}
-		leaves, err := readLeafIdentities(ctx, w.conn, w.p.targets[i].Source())
+		leaves, err := catalog.ReadLeafIdentities(ctx, w.conn, w.p.targets[i].Source())
 		if err != nil {
 			w.c.logger.Warn("partitions: read failed; trying again at the next check", "err", err)
 			w.close()
@@ -113,7 +114,7 @@ func (w *partitionWatch) check(ctx context.Context) error {
 		}
 		now := make([]string, len(leaves))
 		for j, l := range leaves {
-			now[j] = l.name
+			now[j] = l.Name
 		}
 		if attached, detached := partitionsMoved(known, now); len(attached)+len(detached) > 0 {
 			return fmt.Errorf("the partitions of %s changed while streaming (%s): the session restarts to read the table again", w.p.targets[i].Qualified(), movedText(attached, detached))

@@ -45,16 +45,8 @@ type plan struct {
 	ckptBefore     map[string]bool      // their UUIDs: they cover nothing this session completes
 	gate           Gate                 // when a completed batch is durable, by the model
 	walTimeout     time.Duration
-	walBudget      int64        // bytes of WAL waiting for a checkpoint before one is asked for; 0: none
-	types          *typeCatalog // pg_type beyond the built-ins, for the decoder
-}
-
-// columnInfo is a Postgres column as the catalog describes it.
-type columnInfo struct {
-	name    string
-	typeOID uint32
-	typmod  int32
-	inKey   bool
+	walBudget      int64          // bytes of WAL waiting for a checkpoint before one is asked for; 0: none
+	types          *catalog.Types // pg_type beyond the built-ins, for the decoder
 }
 
 // prepareMode is what a look at the prerequisites is for.
@@ -86,7 +78,7 @@ func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error
 	if err != nil {
 		return nil, err
 	}
-	if p.types, err = loadTypes(ctx, conn, c.cfg.DSN); err != nil {
+	if p.types, err = catalog.LoadTypes(ctx, conn, c.cfg.DSN); err != nil {
 		return nil, err
 	}
 	routeOf, nroutes := catalog.Routes(c.cfg.Tables)
@@ -97,7 +89,7 @@ func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error
 		}
 	}
 	if len(ps.list) == 0 {
-		if err := checkShared(ctx, conn, c.cfg.Tables, p.groups); !ps.add("TABLES", err) && err != nil {
+		if err := catalog.CheckShared(ctx, conn, c.cfg.Tables, p.groups); !ps.add("TABLES", err) && err != nil {
 			return nil, err
 		}
 	}

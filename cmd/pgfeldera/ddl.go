@@ -6,11 +6,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/catalog"
 )
 
 // runDDL prints Feldera CREATE TABLE statements for TABLES, read from the
-// Postgres catalog with the decoder's own type mapping (connector.DDL).
+// Postgres catalog with the decoder's own type mapping (catalog.DDL).
 // It needs PG_DSN, PG_PUBLICATION and TABLES; the Feldera settings are
 // not used, so FELDERA_URL and FELDERA_PIPELINE may be unset. Columns the
 // connector cannot map are printed as comments and listed on stderr; the
@@ -29,7 +29,7 @@ func runDDL(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	ddl, notes, err := connector.DDL(ctx, cfg.DSN, cfg.Publication, cfg.Tables)
+	ddl, notes, err := catalog.DDL(ctx, cfg.DSN, cfg.Publication, cfg.Tables)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera ddl:", err)
 		return exitFatal

@@ -1,4 +1,4 @@
-package connector
+package catalog
 
 import (
 	"strings"
@@ -18,18 +18,18 @@ func TestLeafRefusal(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		rel  *decode.Rel
-		leaf leafIdentity
+		leaf LeafIdentity
 		want string
 	}{
-		{"keyed, FULL", keyed, leafIdentity{"m_1", 'f', nil}, ""},
-		{"keyed, primary key over the key", keyed, leafIdentity{"m_1", 'd', []string{"id", "day"}}, ""},
-		{"keyed, index over more", keyed, leafIdentity{"m_1", 'i', []string{"day", "id", "v"}}, ""},
-		{"keyed, primary key short of it", keyed, leafIdentity{"m_1", 'd', []string{"id"}}, "does not carry day"},
-		{"keyed, NOTHING", keyed, leafIdentity{"m_1", 'n', nil}, "does not carry id, day"},
-		{"keyless, FULL", keyless, leafIdentity{"m_1", 'f', nil}, ""},
-		{"keyless, DEFAULT", keyless, leafIdentity{"m_1", 'd', []string{"id"}}, "is not REPLICA IDENTITY FULL"},
+		{"keyed, FULL", keyed, LeafIdentity{"m_1", 'f', nil}, ""},
+		{"keyed, primary key over the key", keyed, LeafIdentity{"m_1", 'd', []string{"id", "day"}}, ""},
+		{"keyed, index over more", keyed, LeafIdentity{"m_1", 'i', []string{"day", "id", "v"}}, ""},
+		{"keyed, primary key short of it", keyed, LeafIdentity{"m_1", 'd', []string{"id"}}, "does not carry day"},
+		{"keyed, NOTHING", keyed, LeafIdentity{"m_1", 'n', nil}, "does not carry id, day"},
+		{"keyless, FULL", keyless, LeafIdentity{"m_1", 'f', nil}, ""},
+		{"keyless, DEFAULT", keyless, LeafIdentity{"m_1", 'd', []string{"id"}}, "is not REPLICA IDENTITY FULL"},
 	} {
-		got := leafRefusal(c.rel, c.leaf)
+		got := LeafRefusal(c.rel, c.leaf)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}

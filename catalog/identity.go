@@ -1,4 +1,4 @@
-package connector
+package catalog
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 // without the old row it would need. So the identity is checked leaf by
 // leaf.
 
-// leafIdentity is what one leaf partition's replica identity sends.
-type leafIdentity struct {
-	name  string   // schema-qualified, quoted where needed
-	ident byte     // relreplident
-	cols  []string // the identity's columns (primary key or index); none for FULL and NOTHING
+// LeafIdentity is what one leaf partition's replica identity sends.
+type LeafIdentity struct {
+	Name  string   // schema-qualified, quoted where needed
+	Ident byte     // relreplident
+	Cols  []string // the identity's columns (primary key or index); none for FULL and NOTHING
 }
 
 // leafIdentityQuery lists the leaves of a partitioned table with their
@@ -35,40 +35,40 @@ const leafIdentityQuery = `SELECT quote_ident(n.nspname) || '.' || quote_ident(c
 FROM pg_partition_tree($1::regclass) pt JOIN pg_class c ON c.oid = pt.relid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE pt.isleaf ORDER BY 1`
 
-func readLeafIdentities(ctx context.Context, conn *pgx.Conn, source string) ([]leafIdentity, error) {
+func ReadLeafIdentities(ctx context.Context, conn *pgx.Conn, source string) ([]LeafIdentity, error) {
 	rows, err := conn.Query(ctx, leafIdentityQuery, source)
 	if err != nil {
 		return nil, fmt.Errorf("read the replica identity of the partitions of %s: %w", source, err)
 	}
 	defer rows.Close()
-	var out []leafIdentity
+	var out []LeafIdentity
 	for rows.Next() {
-		var l leafIdentity
+		var l LeafIdentity
 		var ident string
-		if err := rows.Scan(&l.name, &ident, &l.cols); err != nil {
+		if err := rows.Scan(&l.Name, &ident, &l.Cols); err != nil {
 			return nil, err
 		}
-		l.ident = ident[0]
+		l.Ident = ident[0]
 		out = append(out, l)
 	}
 	return out, rows.Err()
 }
 
-// leafRefusal says why a leaf's replica identity cannot feed rel, a
+// LeafRefusal says why a leaf's replica identity cannot feed rel, a
 // partitioned table's decoding plan, or "" when it can: a keyless
 // destination needs FULL; a keyed one needs FULL, or an identity that
 // carries every Postgres column of its key.
-func leafRefusal(rel *decode.Rel, l leafIdentity) string {
-	if l.ident == 'f' {
+func LeafRefusal(rel *decode.Rel, l LeafIdentity) string {
+	if l.Ident == 'f' {
 		return ""
 	}
 	if !rel.Keyed() {
 		return fmt.Sprintf("partition %s is not REPLICA IDENTITY FULL, which keyless Feldera table %s needs to retract an old row (a partition keeps its own replica identity: ALTER TABLE %s REPLICA IDENTITY FULL)",
-			l.name, rel.Target.Dest.Name, l.name)
+			l.Name, rel.Target.Dest.Name, l.Name)
 	}
 	var missing []string
 	for _, i := range rel.KeyCols {
-		if !slices.Contains(l.cols, rel.Cols[i].Name) {
+		if !slices.Contains(l.Cols, rel.Cols[i].Name) {
 			missing = append(missing, rel.Cols[i].Name)
 		}
 	}
@@ -76,30 +76,30 @@ func leafRefusal(rel *decode.Rel, l leafIdentity) string {
 		return ""
 	}
 	return fmt.Sprintf("the replica identity of partition %s (%s) does not carry %s, part of Feldera table %s's key: an UPDATE that changes it would leave the old row in Feldera (a partition keeps its own replica identity: ALTER TABLE %s REPLICA IDENTITY FULL)",
-		l.name, identityText(l), strings.Join(missing, ", "), rel.Target.Dest.Name, l.name)
+		l.Name, identityText(l), strings.Join(missing, ", "), rel.Target.Dest.Name, l.Name)
 }
 
-func identityText(l leafIdentity) string {
-	name := map[byte]string{'d': "DEFAULT", 'n': "NOTHING", 'i': "USING INDEX"}[l.ident]
-	if len(l.cols) > 0 {
-		name += ": " + strings.Join(l.cols, ", ")
+func identityText(l LeafIdentity) string {
+	name := map[byte]string{'d': "DEFAULT", 'n': "NOTHING", 'i': "USING INDEX"}[l.Ident]
+	if len(l.Cols) > 0 {
+		name += ": " + strings.Join(l.Cols, ", ")
 	}
 	return name
 }
 
-// checkLeaves refuses a partitioned source one of whose leaves cannot
+// CheckLeaves refuses a partitioned source one of whose leaves cannot
 // feed its plan, and returns the leaves' names.
-func checkLeaves(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]string, error) {
-	leaves, err := readLeafIdentities(ctx, conn, rel.Target.Source())
+func CheckLeaves(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]string, error) {
+	leaves, err := ReadLeafIdentities(ctx, conn, rel.Target.Source())
 	if err != nil {
 		return nil, err
 	}
 	names := []string{} // not nil: a partitioned table with no partition yet
 	for _, l := range leaves {
-		if why := leafRefusal(rel, l); why != "" {
+		if why := LeafRefusal(rel, l); why != "" {
 			return nil, &decode.RefusalError{Table: rel.Target.Qualified(), Reason: why}
 		}
-		names = append(names, l.name)
+		names = append(names, l.Name)
 	}
 	return names, nil
 }

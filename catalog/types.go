@@ -1,4 +1,4 @@
-package connector
+package catalog
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
-// typeCatalog is pg_type for the types the decoder's built-in table does
+// Types is pg_type for the types the decoder's built-in table does
 // not know: enums, domains, ranges, multiranges, extension types and
 // arrays of them. It is read at each session's start; a type first seen
 // later (CREATE TYPE, then ALTER TABLE ADD COLUMN while streaming) is
 // looked up on its own connection.
-type typeCatalog struct {
+type Types struct {
 	mu  sync.Mutex
 	m   map[uint32]decode.PGType
 	dsn string
@@ -26,11 +26,11 @@ type typeCatalog struct {
 const typeQuery = `SELECT t.oid, format_type(t.oid, NULL), t.typname, t.typtype, t.typcategory,
 	t.typbasetype, t.typtypmod, t.typelem FROM pg_type t `
 
-// loadTypes reads every non-composite type outside the built-in range and
+// LoadTypes reads every non-composite type outside the built-in range and
 // the built-in domains, ranges and multiranges; composite row types (one
 // per table) and their arrays are left to a lookup by OID.
-func loadTypes(ctx context.Context, conn *pgx.Conn, dsn string) (*typeCatalog, error) {
-	cat := &typeCatalog{m: map[uint32]decode.PGType{}, dsn: dsn}
+func LoadTypes(ctx context.Context, conn *pgx.Conn, dsn string) (*Types, error) {
+	cat := &Types{m: map[uint32]decode.PGType{}, dsn: dsn}
 	rows, err := conn.Query(ctx, typeQuery+`WHERE t.typtype <> 'c' AND (t.oid >= 16384 OR t.typtype IN ('d','e','r','m'))
 		AND NOT (t.typcategory = 'A' AND EXISTS (SELECT 1 FROM pg_type e WHERE e.oid = t.typelem AND e.typtype = 'c'))`)
 	if err != nil {
@@ -59,7 +59,7 @@ func scanType(row pgx.Row) (decode.PGType, error) {
 
 // Lookup is a decode.Types. A miss is read from Postgres (5 s at most) and
 // remembered, found or not.
-func (c *typeCatalog) Lookup(oid uint32) (decode.PGType, bool) {
+func (c *Types) Lookup(oid uint32) (decode.PGType, bool) {
 	c.mu.Lock()
 	t, ok := c.m[oid]
 	c.mu.Unlock()
@@ -81,28 +81,4 @@ func (c *typeCatalog) Lookup(oid uint32) (decode.PGType, bool) {
 	c.m[oid] = t
 	c.mu.Unlock()
 	return t, true
-}
-
-// decodeOptions are the decoder's planning options for this connector.
-func (c *Connector) decodeOptions(types *typeCatalog) decode.Options {
-	o := decode.Options{NullUnrepresentable: c.cfg.NullUnrepresentable, OnNull: c.nulled}
-	if types != nil {
-		o.Types = types.Lookup
-	}
-	return o
-}
-
-// nulled counts a value delivered as NULL (a NaN, or with
-// UNREPRESENTABLE_VALUES=null a value Feldera cannot hold) and logs the
-// first per column.
-func (c *Connector) nulled(table, column string, err error) {
-	for _, ts := range c.tableStats {
-		if ts.Source == table {
-			ts.Nulled.Add(1)
-		}
-	}
-	if _, seen := c.nulledLogged.LoadOrStore(table+"\x00"+column, true); !seen {
-		c.logger.Warn("a value Feldera cannot hold is delivered as NULL (counted in pgfeldera_values_nulled_total; logged once per column)",
-			"table", table, "column", column, "value", err.Error())
-	}
 }

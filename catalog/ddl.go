@@ -1,4 +1,4 @@
-package connector
+package catalog
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -22,7 +21,7 @@ import (
 // check startup makes, so what is printed is what the connector accepts.
 // Columns the decoder refuses are printed as comments saying why, and
 // returned as notes; the table is still usable without them.
-func DDL(ctx context.Context, dsn, publication string, tables []catalog.Table) (ddl string, notes []string, err error) {
+func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl string, notes []string, err error) {
 	conn, err := replconn.Connect(ctx, dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("connect to postgres: %w", err)
@@ -33,9 +32,9 @@ func DDL(ctx context.Context, dsn, publication string, tables []catalog.Table) (
 		return "", nil, fmt.Errorf("read publication: %w", err)
 	}
 	if !exists {
-		return "", nil, fatal(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...): the columns it sends decide the Feldera schema", publication, catalog.QuoteIdent(publication)))
+		return "", nil, refused(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...): the columns it sends decide the Feldera schema", publication, QuoteIdent(publication)))
 	}
-	types, err := loadTypes(ctx, conn, dsn)
+	types, err := LoadTypes(ctx, conn, dsn)
 	if err != nil {
 		return "", nil, err
 	}
@@ -46,47 +45,47 @@ func DDL(ctx context.Context, dsn, publication string, tables []catalog.Table) (
 			continue
 		}
 		done[t.Dest] = true
-		si, err := tableColumns(ctx, conn, t, publication)
+		si, err := ReadSource(ctx, conn, t, publication)
 		if err != nil {
 			return "", nil, err
 		}
-		if len(si.cols) == 0 {
-			return "", nil, fatal(fmt.Errorf("table %s: the publication sends no columns of it", t.Schema+"."+t.Name))
+		if len(si.Cols) == 0 {
+			return "", nil, refused(fmt.Errorf("table %s: the publication sends no columns of it", t.Schema+"."+t.Name))
 		}
 		extra, err := ddlColumns(ctx, conn, t)
 		if err != nil {
 			return "", nil, err
 		}
 		var lines []string
-		for _, c := range si.cols {
-			x := extra[c.name]
-			ct, err := decode.Suggest(c.typeOID, c.typmod, x.dims, types.Lookup)
+		for _, c := range si.Cols {
+			x := extra[c.Name]
+			ct, err := decode.Suggest(c.TypeOID, c.Typmod, x.dims, types.Lookup)
 			if err == nil {
 				ct.Nullable = !x.notNull
-				_, err = decode.Plan(c.typeOID, c.typmod, ct, types.Lookup)
+				_, err = decode.Plan(c.TypeOID, c.Typmod, ct, types.Lookup)
 			}
 			if err != nil {
-				note := fmt.Sprintf("table %s column %s (%s, OID %d): %v", t.Schema+"."+t.Name, c.name, typeName(types, c.typeOID), c.typeOID, err)
+				note := fmt.Sprintf("table %s column %s (%s, OID %d): %v", t.Schema+"."+t.Name, c.Name, typeName(types, c.TypeOID), c.TypeOID, err)
 				notes = append(notes, note)
-				lines = append(lines, "  -- "+ddlIdent(c.name)+": not mapped: "+strings.ReplaceAll(err.Error(), "\n", " "))
+				lines = append(lines, "  -- "+ddlIdent(c.Name)+": not mapped: "+strings.ReplaceAll(err.Error(), "\n", " "))
 				continue
 			}
-			if c.typeOID == decode.OIDNumeric && c.typmod < 0 {
-				lines = append(lines, fmt.Sprintf("  -- %s: numeric without precision; each value is checked against DECIMAL(%d, %d) and one that does not fit stops the connector: narrow it to your data", ddlIdent(c.name), decode.UnconstrainedDecimal[0], decode.UnconstrainedDecimal[1]))
+			if c.TypeOID == decode.OIDNumeric && c.Typmod < 0 {
+				lines = append(lines, fmt.Sprintf("  -- %s: numeric without precision; each value is checked against DECIMAL(%d, %d) and one that does not fit stops the connector: narrow it to your data", ddlIdent(c.Name), decode.UnconstrainedDecimal[0], decode.UnconstrainedDecimal[1]))
 			}
-			line := "  " + ddlIdent(c.name) + " " + ddlType(ct)
+			line := "  " + ddlIdent(c.Name) + " " + ddlType(ct)
 			if x.notNull {
 				line += " NOT NULL"
 			}
 			lines = append(lines, line)
 		}
-		pk, err := primaryKey(ctx, conn, t)
+		pk, err := PrimaryKey(ctx, conn, t.Source())
 		if err != nil {
 			return "", nil, err
 		}
 		var key []string
 		for _, k := range pk {
-			key = append(key, ddlIdent(k))
+			key = append(key, ddlIdent(k.Name))
 		}
 		fmt.Fprintf(&b, "-- from %s (publication %s)\n", t.Source(), publication)
 		fmt.Fprintf(&b, "CREATE TABLE %s (\n", ddlIdent(t.Dest))
@@ -98,7 +97,7 @@ func DDL(ctx context.Context, dsn, publication string, tables []catalog.Table) (
 			// materialized table.
 			b.WriteString(" WITH ('materialized' = 'true')")
 			note := fmt.Sprintf("table %s has no PRIMARY KEY: Feldera table %s is keyless, which pgfeldera refuses unless FELDERA_REQUIRE_PRIMARY_KEY=false", t.Schema+"."+t.Name, t.Dest)
-			if si.ident != 'f' {
+			if si.Ident != 'f' {
 				note += fmt.Sprintf("; an UPDATE then retracts the old row by its whole value, so the table needs ALTER TABLE %s REPLICA IDENTITY FULL", t.Source())
 			}
 			notes = append(notes, note)
@@ -134,7 +133,7 @@ type ddlColumn struct {
 	dims    int
 }
 
-func ddlColumns(ctx context.Context, conn *pgx.Conn, t catalog.Table) (map[string]ddlColumn, error) {
+func ddlColumns(ctx context.Context, conn *pgx.Conn, t Table) (map[string]ddlColumn, error) {
 	rows, err := conn.Query(ctx, `SELECT a.attname, a.attnotnull, a.attndims
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, t.Schema, t.Name)
@@ -152,28 +151,6 @@ func ddlColumns(ctx context.Context, conn *pgx.Conn, t catalog.Table) (map[strin
 		out[name] = c
 	}
 	return out, rows.Err()
-}
-
-// primaryKey returns the table's primary key columns in key order.
-func primaryKey(ctx context.Context, conn *pgx.Conn, t catalog.Table) ([]string, error) {
-	rows, err := conn.Query(ctx, `SELECT a.attname
-		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-		WHERE n.nspname = $1 AND c.relname = $2 AND i.indisprimary ORDER BY k.ord`, t.Schema, t.Name)
-	if err != nil {
-		return nil, fmt.Errorf("read primary key of %s: %w", t.Schema+"."+t.Name, err)
-	}
-	defer rows.Close()
-	var key []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		key = append(key, k)
-	}
-	return key, rows.Err()
 }
 
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -214,7 +191,7 @@ func ddlType(ct feldera.ColumnType) string {
 	return ct.Type
 }
 
-func typeName(types *typeCatalog, oid uint32) string {
+func typeName(types *Types, oid uint32) string {
 	if n := decode.TypeName(oid); n != "" {
 		return n
 	}
