@@ -97,7 +97,7 @@ func (s *stream) recordCheckpoint() error {
 	if err := s.writeChunks(); err != nil {
 		return err
 	}
-	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.forceGate == nil {
+	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {
 		s.led.front.gate = GateComplete
 		s.c.gate.Store(int32(GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)

@@ -214,7 +214,7 @@ func (s *stream) chunkHead(t *chunkTable, blocks bool, what string, head []byte)
 	if err != nil {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: relfilenode %q: %w", what, node, err)
 	}
-	if uint32(filenode) != t.blocks.Filenode && !s.c.noFilenode {
+	if uint32(filenode) != t.blocks.Filenode && !s.c.test.noFilenode {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
 			what, filenode, t.blocks.Filenode)
 	}

@@ -198,9 +198,10 @@ type Connector struct {
 	// sentHigh is the highest WAL position of a change this process sent
 	// Feldera: after a failover, a fork before it means phantom rows.
 	sentHigh pglogrepl.LSN
-	// acked is the flush position last sent to Postgres. Owned by the
-
-	// session goroutine; read by the supervisor between sessions.
+	// acked is the acknowledged position: the slot's confirmed position
+	// when a session begins, then the session ledger's, copied by
+	// stream.advance. The ledger alone moves it; the supervisor reads it
+	// between sessions.
 	acked pglogrepl.LSN
 	// ackMoves counts acknowledgements that moved the position forward:
 	// progress, which resets the reconnect backoff (a session that starts
@@ -210,53 +211,60 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil     atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
-	fenceFile      *state.FenceFile  // per-request marks for the next process; nil without a state file
-	txn            *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
-	txnOpen        atomic.Bool       // a Feldera transaction of ours is open or committing (the completer's overdue)
-	txnEnded       atomic.Int64      // unix nanos: when the last one committed
-	snapTokens     map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	incarnation    string            // the pipeline process the session feeds
-	stopping       <-chan struct{}   // Run's context: closed on a graceful stop
-	silentEnd      bool              // the last session ended silent: end the walsender that may still hold the slot
-	hardStop       context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
-	tableStats     []*TableStats
-	nulledLogged   sync.Map // table\x00column: a value was delivered as NULL (logged once)
-	health         health
-	observer       Observer
-	afterCopy      func()                              // test hook, see export_test.go
-	chunkRead      func(table string, keys []string)   // test hook, see export_test.go
-	noWindow       bool                                // test hook: keep every chunk row (unsafe)
-	chunkByKey     bool                                // test hook: read ordinary tables in key ranges too
-	noFilenode     bool                                // test hook: block chunks ignore a rewrite (unsafe)
-	retractRead    func(table string, absent []string) // test hook, see export_test.go
-	retractOnly    bool                                // test hook: a resnapshot retracts and reads no chunk
-	noStartRetract bool                                // test hook: an incremental resnapshot at startup skips the retraction (unsafe)
-	failAfterSlot  bool                                // test hook: an incremental start fails right after creating its slot
-	noPendingFirst bool                                // test hook: a snapshot start records no pending state first (unsafe)
-	noFeedWait     bool                                // test hook: commit a Feldera transaction without waiting for its input to be fed (unsafe)
-	noSettle       bool                                // test hook: ignore the Feldera transaction a crashed process left open (unsafe)
-	sessionHook    func(ctx context.Context) error     // test hook: replaces session
-	onBackoff      func(interval time.Duration)        // test hook: sees each backoff interval
-	stats          Stats
+	fenceUntil   atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
+	fenceFile    *state.FenceFile  // per-request marks for the next process; nil without a state file
+	txn          *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
+	txnOpen      atomic.Bool       // a Feldera transaction of ours is open or committing (the completer's overdue)
+	txnEnded     atomic.Int64      // unix nanos: when the last one committed
+	snapTokens   map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
+	incarnation  string            // the pipeline process the session feeds
+	stopping     <-chan struct{}   // Run's context: closed on a graceful stop
+	silentEnd    bool              // the last session ended silent: end the walsender that may still hold the slot
+	hardStop     context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
+	tableStats   []*TableStats
+	nulledLogged sync.Map // table\x00column: a value was delivered as NULL (logged once)
+	health       health
+	observer     Observer
+	stats        Stats
 
-	gate             atomic.Int32                         // the Gate of the current session (status, metrics)
-	checkpointWaits  atomic.Int64                         // unix nanos since completed work waits for a checkpoint; 0: none waits
-	checkpointWAL    atomic.Int64                         // bytes of WAL that completed work waiting for a checkpoint holds
-	checkpointed     atomic.Uint64                        // the newest checkpoint's steps the watcher saw
-	seenAt           atomic.Int64                         // unix ns: when the watcher's last look that found the session's process began
-	lastCheckpoints  atomic.Pointer[[]feldera.Checkpoint] // the list whose newest is the session's newest fresh checkpoint (freshCheckpoint)
-	failedSeq        atomic.Uint64                        // the last failed checkpoint reported
-	maxStep          atomic.Uint64                        // the highest step any completion reported
-	probed           bool                                 // POST /checkpoint was tried once under fault tolerance
-	warnedOutputs    bool
-	spoolOnce        sync.Once // stale spool files removed (spool.go)
-	forceGate        *Gate     // test hook: overrides the gate the model chooses
-	ignoreFilter     bool      // tests: read sources without the publication's row filter (the unsafe variant)
-	trustRestores    bool      // test hook: no check of what a restart restored (unsafe)
-	ignoreShape      bool      // test hook: no resnapshot when a table's shape changes (unsafe)
-	noHeartbeat      bool      // test hook: no liveness timeout on the replication and chunk connections (unsafe)
-	trustCheckpoints bool      // test hook: any newest checkpoint covers by its steps (unsafe)
+	gate            atomic.Int32                         // the Gate of the current session (status, metrics)
+	checkpointWaits atomic.Int64                         // unix nanos since completed work waits for a checkpoint; 0: none waits
+	checkpointWAL   atomic.Int64                         // bytes of WAL that completed work waiting for a checkpoint holds
+	checkpointed    atomic.Uint64                        // the newest checkpoint's steps the watcher saw
+	seenAt          atomic.Int64                         // unix ns: when the watcher's last look that found the session's process began
+	lastCheckpoints atomic.Pointer[[]feldera.Checkpoint] // the list whose newest is the session's newest fresh checkpoint (freshCheckpoint)
+	failedSeq       atomic.Uint64                        // the last failed checkpoint reported
+	maxStep         atomic.Uint64                        // the highest step any completion reported
+	probed          bool                                 // POST /checkpoint was tried once under fault tolerance
+	warnedOutputs   bool
+	spoolOnce       sync.Once // stale spool files removed (spool.go)
+	test            testHooks // zero in production; set only by export_test.go
+}
+
+// testHooks are the seams the tests use, among them the unsafe variants
+// that show a test can see a loss. They are set only by export_test.go;
+// in production every one is zero, which is the behaviour documented.
+type testHooks struct {
+	afterCopy        func()                              // see export_test.go
+	chunkRead        func(table string, keys []string)   // see export_test.go
+	noWindow         bool                                // keep every chunk row (unsafe)
+	chunkByKey       bool                                // read ordinary tables in key ranges too
+	noFilenode       bool                                // block chunks ignore a rewrite (unsafe)
+	retractRead      func(table string, absent []string) // see export_test.go
+	retractOnly      bool                                // a resnapshot retracts and reads no chunk
+	noStartRetract   bool                                // an incremental resnapshot at startup skips the retraction (unsafe)
+	failAfterSlot    bool                                // an incremental start fails right after creating its slot
+	noPendingFirst   bool                                // a snapshot start records no pending state first (unsafe)
+	noFeedWait       bool                                // commit a Feldera transaction without waiting for its input to be fed (unsafe)
+	noSettle         bool                                // ignore the Feldera transaction a crashed process left open (unsafe)
+	sessionHook      func(ctx context.Context) error     // replaces session
+	onBackoff        func(interval time.Duration)        // sees each backoff interval
+	forceGate        *Gate                               // overrides the gate the model chooses
+	ignoreFilter     bool                                // read sources without the publication's row filter (the unsafe variant)
+	trustRestores    bool                                // no check of what a restart restored (unsafe)
+	ignoreShape      bool                                // no resnapshot when a table's shape changes (unsafe)
+	noHeartbeat      bool                                // no liveness timeout on the replication and chunk connections (unsafe)
+	trustCheckpoints bool                                // any newest checkpoint covers by its steps (unsafe)
 }
 
 // New returns a connector. It does not connect.
@@ -384,8 +392,8 @@ func (c *Connector) Run(ctx context.Context) error {
 	}
 	defer c.closeFence()
 	session := c.session
-	if c.sessionHook != nil {
-		session = c.sessionHook
+	if c.test.sessionHook != nil {
+		session = c.test.sessionHook
 	}
 	return c.supervise(ctx, session)
 }
@@ -470,8 +478,8 @@ func (c *Connector) sessionEnded(err error, interval time.Duration) (time.Durati
 	if since := time.Since(lastProgress); since > c.cfg.NoProgressTimeout {
 		return 0, &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT) while work was pending: last error: %v", ErrNoProgress, since.Round(time.Second), err)}
 	}
-	if c.onBackoff != nil {
-		c.onBackoff(interval)
+	if c.test.onBackoff != nil {
+		c.test.onBackoff(interval)
 	}
 	wait := time.Duration(rand.Int64N(int64(interval) + 1))
 	if left := c.cfg.NoProgressTimeout - time.Since(lastProgress); wait > left {

@@ -10,55 +10,55 @@ import (
 // SetAfterCopyHook runs f after every table was copied and before the
 // slot is created (inconsistent mode) or the state saved: tests use it to
 // commit rows in exactly that window.
-func SetAfterCopyHook(c *Connector, f func()) { c.afterCopy = f }
+func SetAfterCopyHook(c *Connector, f func()) { c.test.afterCopy = f }
 
 // SetChunkReadHook runs f with each incremental chunk's table and keys
 // (decode.KeyText) after its transaction committed and it was handed to
 // the loop, before its high watermark is written: tests change rows of
 // the chunk in exactly that window, or hold its watermark back.
-func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.chunkRead = f }
+func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.test.chunkRead = f }
 
 // DisableChunkWindow makes the incremental snapshot keep every chunk row,
 // the stream's changes between the watermarks notwithstanding: the unsafe
 // variant that shows the window is what keeps the copy exact.
-func DisableChunkWindow(c *Connector) { c.noWindow = true }
+func DisableChunkWindow(c *Connector) { c.test.noWindow = true }
 
 // ChunkByKey makes an incremental snapshot read ordinary tables in
 // primary-key ranges, as it reads partitioned ones, instead of block
 // ranges: tests cover both ways.
-func ChunkByKey(c *Connector) { c.chunkByKey = true }
+func ChunkByKey(c *Connector) { c.test.chunkByKey = true }
 
 // SkipStartupRetraction makes an incremental resnapshot decided at
 // startup read the tables again without first deleting the rows Feldera
 // holds and Postgres lacks: the unsafe variant the tests show leaving
 // them.
-func SkipStartupRetraction(c *Connector) { c.noStartRetract = true }
+func SkipStartupRetraction(c *Connector) { c.test.noStartRetract = true }
 
 // FailAfterSlot makes an incremental start fail right after it created
 // its slot, before the state records it (as a crash there would), and,
 // with unsafe, skip the pending state it writes first: the variant the
 // tests show losing what was committed while the old slot was gone.
-func FailAfterSlot(c *Connector, unsafe bool) { c.failAfterSlot, c.noPendingFirst = true, unsafe }
+func FailAfterSlot(c *Connector, unsafe bool) { c.test.failAfterSlot, c.test.noPendingFirst = true, unsafe }
 
 // IgnoreRewrite makes block-range chunks ignore that the table was
 // rewritten (a new relfilenode) while they read it: the unsafe variant
 // that shows the check is what keeps the copy exact.
-func IgnoreRewrite(c *Connector) { c.noFilenode = true }
+func IgnoreRewrite(c *Connector) { c.test.noFilenode = true }
 
 // SetRetractReadHook runs f with each retraction batch's table and the
 // keys its snapshot lacks (decode.KeyText), before its high watermark is
 // written: tests change those keys in exactly that window.
-func SetRetractReadHook(c *Connector, f func(table string, absent []string)) { c.retractRead = f }
+func SetRetractReadHook(c *Connector, f func(table string, absent []string)) { c.test.retractRead = f }
 
 // RetractOnly makes a resnapshot stop after its retraction (no chunk is
 // read), so a test sees what the retraction alone leaves.
-func RetractOnly(c *Connector) { c.retractOnly = true }
+func RetractOnly(c *Connector) { c.test.retractOnly = true }
 
 // SetSessionHook replaces the replication session with fake(ctx, ack),
 // where ack moves the acknowledged position like a completed flush would.
 // onBackoff sees every backoff interval the supervisor computes.
 func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn uint64)) error, onBackoff func(time.Duration)) {
-	c.sessionHook = func(ctx context.Context) error {
+	c.test.sessionHook = func(ctx context.Context) error {
 		return fake(ctx, func(lsn uint64) {
 			if pglogrepl.LSN(lsn) > c.acked {
 				c.acked = pglogrepl.LSN(lsn)
@@ -67,28 +67,28 @@ func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn ui
 			}
 		})
 	}
-	c.onBackoff = onBackoff
+	c.test.onBackoff = onBackoff
 }
 
 // SetGate forces the acknowledgement gate, whatever the pipeline's model:
 // tests use it to show the wrong gate losing data.
-func SetGate(c *Connector, g Gate) { c.forceGate = &g }
+func SetGate(c *Connector, g Gate) { c.test.forceGate = &g }
 
 // IgnoreRowFilter makes the connector read its sources without the
 // publication's row filter, as it did before it read rowfilter: tests use
 // it to show the snapshot copying rows the stream will never maintain.
-func IgnoreRowFilter(c *Connector) { c.ignoreFilter = true }
+func IgnoreRowFilter(c *Connector) { c.test.ignoreFilter = true }
 
 // TrustRestores makes a start trust what a fault-tolerant Feldera
 // restored: no check of the checkpoint that held what was acknowledged,
 // and no check of the tables' definitions: the unsafe variant the tests
 // show losing rows.
-func TrustRestores(c *Connector) { c.trustRestores = true }
+func TrustRestores(c *Connector) { c.test.trustRestores = true }
 
 // TrustCheckpoints makes the newest checkpoint listed cover whatever its
 // steps say, whichever pipeline process took it and whether /stats
 // answered: the unsafe variant the tests show acknowledging lost batches.
-func TrustCheckpoints(c *Connector) { c.trustCheckpoints = true }
+func TrustCheckpoints(c *Connector) { c.test.trustCheckpoints = true }
 
 // CompletedStep is the highest step any completion the connector polled
 // reported: a test waits for it before a restart that must find the
@@ -98,7 +98,7 @@ func CompletedStep(c *Connector) uint64 { return c.maxStep.Load() }
 // NoHeartbeat turns off the replication connection's liveness rule and
 // the chunk reads' idle bound: the old behaviour, which the tests show
 // hanging on a connection the network dropped without a reset.
-func NoHeartbeat(c *Connector) { c.noHeartbeat = true }
+func NoHeartbeat(c *Connector) { c.test.noHeartbeat = true }
 
 // WatermarkNudge is watermarkNudge, for the tests that count nudges.
 const WatermarkNudge = watermarkNudge
@@ -107,15 +107,15 @@ const WatermarkNudge = watermarkNudge
 // Feldera as it comes, and partitions attached or detached, without
 // reading the table again: the unsafe variant that leaves existing rows
 // without the column's default, and a partition's rows out.
-func IgnoreShapeChanges(c *Connector) { c.ignoreShape = true }
+func IgnoreShapeChanges(c *Connector) { c.test.ignoreShape = true }
 
 // SkipFeedWait makes a Feldera transaction commit without first waiting
 // until Feldera fed it every record posted in it: the unsafe variant that
 // shows the wait is what keeps a source transaction whole.
-func SkipFeedWait(c *Connector) { c.noFeedWait = true }
+func SkipFeedWait(c *Connector) { c.test.noFeedWait = true }
 
 // IgnoreTransactionLeftOpen makes the connector ignore the Feldera
 // transaction the fence file says a crashed process left open: the unsafe
 // variant that shows settling it first is what lets the restart start its
 // own.
-func IgnoreTransactionLeftOpen(c *Connector) { c.noSettle = true }
+func IgnoreTransactionLeftOpen(c *Connector) { c.test.noSettle = true }

@@ -64,7 +64,7 @@ func (c *Connector) openFence() error {
 		return err
 	}
 	c.fenceFile = ff
-	if f != nil && f.Transaction != nil && !c.noSettle {
+	if f != nil && f.Transaction != nil && !c.test.noSettle {
 		// Committed by the first session (settleTransaction), on the
 		// same pipeline process only: a restart dropped it.
 		c.txn = &felderaTxn{id: f.Transaction.ID, incarnation: f.Transaction.Incarnation}

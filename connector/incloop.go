@@ -82,7 +82,7 @@ func (s *stream) highWatermark(seq uint64) error {
 	if w := inc.loop.wins[seq]; w != nil {
 		route = w.route
 	}
-	why, err := inc.loop.high(seq, ch, s.c.noWindow)
+	why, err := inc.loop.high(seq, ch, s.c.test.noWindow)
 	if err != nil {
 		return err
 	}

@@ -252,7 +252,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	if err != nil {
 		return err
 	}
-	if c.failAfterSlot {
+	if c.test.failAfterSlot {
 		return fatal(errors.New("test hook: stopped after creating the slot, before the state records it"))
 	}
 	for i := range st.Tables {

@@ -57,7 +57,7 @@ func (s *stream) readChunks(ctx context.Context) error {
 				return err
 			}
 		}
-		if t.start.Retract && s.c.retractOnly {
+		if t.start.Retract && s.c.test.retractOnly {
 			continue
 		}
 		lanes, err := s.planLanes(ctx, conn, t)

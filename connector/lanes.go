@@ -55,7 +55,7 @@ func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) (
 // records as begun.
 func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, bool, error) {
 	st := t.start
-	if s.c.chunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
+	if s.c.test.chunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
 		return nil, false, nil
 	}
 	var (
@@ -322,8 +322,8 @@ func (lr *laneReader) handOut(chs []*chunk) []watermark {
 	var marks []watermark
 	for _, ch := range chs {
 		s.put(ch)
-		if s.c.chunkRead != nil && !ch.discard {
-			s.c.chunkRead(t.rel.Target.Qualified(), ch.keyList())
+		if s.c.test.chunkRead != nil && !ch.discard {
+			s.c.test.chunkRead(t.rel.Target.Qualified(), ch.keyList())
 		}
 		marks = append(marks, s.mark(t, ch.seq, "high"))
 	}

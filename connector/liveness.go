@@ -121,7 +121,7 @@ func idleWatch(parent context.Context, d time.Duration) (ctx context.Context, to
 // replicationTimeout is the session's liveness timeout (0: none, a test
 // hook's unsafe variant).
 func (c *Connector) replicationTimeout(p *plan) time.Duration {
-	if c.noHeartbeat {
+	if c.test.noHeartbeat {
 		return 0
 	}
 	return replicationTimeout(c.cfg.ReplicationTimeout, p.walTimeout)

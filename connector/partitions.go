@@ -62,7 +62,7 @@ func movedText(attached, detached []string) string {
 // streaming; a keyless one cannot be, and why names it for a resnapshot
 // of every table. It records the leaves and reports whether t changed.
 func (c *Connector) reconcilePartitions(t *state.Table, now []string, keyed bool) (changed bool, why string) {
-	if now == nil || c.ignoreShape || t.Partitions != nil && slices.Equal(t.Partitions, now) {
+	if now == nil || c.test.ignoreShape || t.Partitions != nil && slices.Equal(t.Partitions, now) {
 		return false, ""
 	}
 	if t.Partitions != nil {
@@ -91,7 +91,7 @@ type partitionWatch struct {
 // check returns an error that ends the session when a partitioned table's
 // leaves differ from the ones the session began with.
 func (w *partitionWatch) check(ctx context.Context) error {
-	if w.c.ignoreShape || !slices.ContainsFunc(w.p.leaves, func(l []string) bool { return l != nil }) {
+	if w.c.test.ignoreShape || !slices.ContainsFunc(w.p.leaves, func(l []string) bool { return l != nil }) {
 		return nil
 	}
 	if w.conn == nil || w.conn.IsClosed() {

@@ -272,8 +272,8 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 	case p.model == feldera.FTExactlyOnce:
 		why = "exactly_once: a completed step is journaled and replayed by a restart"
 	}
-	if c.forceGate != nil {
-		p.gate, why = *c.forceGate, "forced by a test"
+	if c.test.forceGate != nil {
+		p.gate, why = *c.test.forceGate, "forced by a test"
 	}
 	if p.faultTolerant {
 		cps, err := c.sink.Checkpoints(ctx)

@@ -33,7 +33,7 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 	}
 	target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: route, Dest: rel}
 	target.Filter, target.Query = si.Filter, si.Partitioned || si.Generated || si.Filter != ""
-	if c.ignoreFilter {
+	if c.test.ignoreFilter {
 		target.Filter = ""
 	}
 	if si.Filter != "" {

@@ -149,8 +149,8 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 			if err != nil {
 				return err
 			}
-			if s.c.retractRead != nil && len(ch.keyEnds) > 0 {
-				s.c.retractRead(t.rel.Target.Qualified(), ch.keyList())
+			if s.c.test.retractRead != nil && len(ch.keyEnds) > 0 {
+				s.c.test.retractRead(t.rel.Target.Qualified(), ch.keyList())
 			}
 			ch.reply = reply
 			if err := s.hand(ctx, conn, ch); err != nil {

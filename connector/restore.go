@@ -139,7 +139,7 @@ func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) 
 		switch {
 		case t.Fingerprint == fp:
 			continue
-		case c.trustRestores:
+		case c.test.trustRestores:
 			continue
 		case t.Fingerprint == "":
 			// Written before fingerprints were: the rows are taken to be
@@ -177,7 +177,7 @@ func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) 
 		st.JournalGap, changed = "", true
 		c.logger.Info("startup: a checkpoint was taken since the program change: Feldera journals its input again")
 	}
-	if st.JournalGap != "" && p.gate == GateComplete && c.forceGate == nil {
+	if st.JournalGap != "" && p.gate == GateComplete && c.test.forceGate == nil {
 		p.gate = GateCheckpoint
 		c.gate.Store(int32(p.gate))
 	}

@@ -55,7 +55,7 @@ func reshaped(known, now []string) []string {
 // were read under, records it, and asks for the table to be read again
 // when a column newly feeds Feldera or changed type.
 func (s *stream) relationShape(rel *decode.Rel) error {
-	if rel == nil || s.inc == nil || s.c.ignoreShape {
+	if rel == nil || s.inc == nil || s.c.test.ignoreShape {
 		return nil // a table TABLES does not map, or no state file: nothing was read under a known shape
 	}
 	st := s.inc.st

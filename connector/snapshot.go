@@ -40,7 +40,7 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
 	target := snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant, NoCheckpoint: p.noCheckpoint}
-	if st != nil && p.faultTolerant && !c.trustRestores {
+	if st != nil && p.faultTolerant && !c.test.trustRestores {
 		if ok, why := restoredEnough(st.Checkpoint, p.checkpoints); !ok {
 			target.Lost = why
 		}
@@ -63,7 +63,7 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 		// snapshot, every table read again in chunks while streaming,
 		// after a retraction of the rows Feldera holds that Postgres
 		// lacks, as `pgfeldera resnapshot` does for one table.
-		return c.startIncremental(ctx, p, rconn, mappings, st, slot.Exists, decision.Action == snapshot.Resnapshot && !c.noStartRetract)
+		return c.startIncremental(ctx, p, rconn, mappings, st, slot.Exists, decision.Action == snapshot.Resnapshot && !c.test.noStartRetract)
 	}
 	return c.snapshot(ctx, p, rconn, st, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
 }
@@ -101,8 +101,8 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 	if err != nil {
 		return err
 	}
-	if c.afterCopy != nil {
-		c.afterCopy()
+	if c.test.afterCopy != nil {
+		c.test.afterCopy()
 	}
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
 		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover); err != nil {
@@ -146,7 +146,7 @@ func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgC
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.targets[i].Dest), Columns: columnsOf(p.rels[i]), Partitions: p.leaves[i]})
 	}
 	st.CarryRequests(old)
-	if !c.noPendingFirst {
+	if !c.test.noPendingFirst {
 		if err := state.Save(c.cfg.StateFile, st); err != nil {
 			return nil, fatal(err)
 		}

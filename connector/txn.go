@@ -286,7 +286,7 @@ func (c *Connector) absorbed(ctx context.Context) error {
 // the unsafe variant that shows the wait is what keeps a transaction
 // whole.
 func (c *Connector) absorbedUnlessHooked(ctx context.Context) error {
-	if c.noFeedWait {
+	if c.test.noFeedWait {
 		return nil
 	}
 	return c.absorbed(ctx)

@@ -192,7 +192,7 @@ func (c *Connector) freshCheckpoint(ctx context.Context, p *plan) (cp feldera.Ch
 	if err != nil {
 		return cp, false, false
 	}
-	if c.trustCheckpoints && len(cps) > 0 {
+	if c.test.trustCheckpoints && len(cps) > 0 {
 		c.lastCheckpoints.Store(&cps)
 		return cps[len(cps)-1], true, true
 	}
