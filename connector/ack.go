@@ -8,7 +8,6 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
 // pending reports whether anything read is not yet acknowledged.
@@ -193,7 +192,7 @@ func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
 // sent passes after_ack, whichever rule moved the position (a completion,
 // a checkpoint, a COMMIT with nothing buffered, an idle keepalive).
 func (s *stream) statusAsking(reply bool) error {
-	if err := replconn.SendStatus(s.conn, s.received, s.c.acked, s.c.acked, reply); err != nil {
+	if err := s.src.SendStatus(s.received, s.c.acked, s.c.acked, reply); err != nil {
 		return fromPostgres(fmt.Errorf("send status update: %w", err))
 	}
 	if s.c.acked > s.sentAck {

@@ -38,7 +38,9 @@ func SkipStartupRetraction(c *Connector) { c.test.noStartRetract = true }
 // its slot, before the state records it (as a crash there would), and,
 // with unsafe, skip the pending state it writes first: the variant the
 // tests show losing what was committed while the old slot was gone.
-func FailAfterSlot(c *Connector, unsafe bool) { c.test.failAfterSlot, c.test.noPendingFirst = true, unsafe }
+func FailAfterSlot(c *Connector, unsafe bool) {
+	c.test.failAfterSlot, c.test.noPendingFirst = true, unsafe
+}
 
 // IgnoreRewrite makes block-range chunks ignore that the table was
 // rewritten (a new relfilenode) while they read it: the unsafe variant

@@ -136,7 +136,7 @@ func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
 // receive reads one message, or returns at deadline (or when base is
 // canceled: an event or a lost pipeline) with nothing read.
 func (s *stream) receive(ctx context.Context, rc *recvCtx, base context.Context, deadline time.Time, ev *decode.Event) error {
-	msg, err := s.conn.ReceiveMessage(rc.get(base, deadline))
+	msg, err := s.src.ReceiveMessage(rc.get(base, deadline))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // shutdown at the top of the loop

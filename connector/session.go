@@ -22,7 +22,7 @@ import (
 type stream struct {
 	c        *Connector
 	plan     *plan
-	conn     *pgconn.PgConn
+	src      replSource // the replication connection
 	dec      *decode.Decoder
 	targets  []*decode.Target // per route: its Feldera table (see plan.routes)
 	groups   [][]int          // per route: how many sources share it (plan.groups)
@@ -118,7 +118,7 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.startReplication(ctx, conn); err != nil {
 		return err
 	}
-	return c.newStream(p, conn, inc).serve(ctx)
+	return c.newStream(p, pgSource{conn}, inc).serve(ctx)
 }
 
 // openReplication opens the replication connection with the settings
@@ -200,12 +200,12 @@ func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) e
 }
 
 // newStream is the session's loop state, starting at the slot's position.
-func (c *Connector) newStream(p *plan, conn *pgconn.PgConn, inc *incremental) *stream {
+func (c *Connector) newStream(p *plan, src replSource, inc *incremental) *stream {
 	dec := decode.NewDecoder(p.targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.types)
 	s := &stream{
-		c: c, plan: p, conn: conn, dec: dec, targets: p.routes, groups: p.groups,
+		c: c, plan: p, src: src, dec: dec, targets: p.routes, groups: p.groups,
 		interval:   replconn.StatusInterval(p.walTimeout),
 		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
 		logger:     c.logger,

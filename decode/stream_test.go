@@ -1,7 +1,6 @@
 package decode_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -9,20 +8,12 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 )
 
-// msg builds pgoutput messages for tests.
-type msg []byte
-
-func (m msg) u8(b byte) msg     { return append(m, b) }
-func (m msg) u16(v uint16) msg  { return binary.BigEndian.AppendUint16(m, v) }
-func (m msg) u32(v uint32) msg  { return binary.BigEndian.AppendUint32(m, v) }
-func (m msg) u64(v uint64) msg  { return binary.BigEndian.AppendUint64(m, v) }
-func (m msg) str(s string) msg  { return append(append(m, s...), 0) }
-func (m msg) text(s string) msg { return m.u8('t').u32(uint32(len(s))).append(s) }
-func (m msg) append(s string) msg {
-	return append(m, s...)
-}
+// The pgoutput builders are pgoutputtest's, shared with the connector's
+// scripted replication source.
+type msg = pgoutputtest.Msg
 
 type col struct {
 	name string
@@ -31,46 +22,20 @@ type col struct {
 }
 
 func relationMsg(id uint32, ns, name string, ident byte, cols ...col) []byte {
-	m := msg{'R'}.u32(id).str(ns).str(name).u8(ident).u16(uint16(len(cols)))
-	for _, c := range cols {
-		var f byte
-		if c.key {
-			f = 1
-		}
-		m = m.u8(f).str(c.name).u32(c.oid).u32(0xffffffff)
+	cs := make([]pgoutputtest.Col, len(cols))
+	for i, c := range cols {
+		cs[i] = pgoutputtest.Col{Name: c.name, OID: c.oid, Key: c.key}
 	}
-	return m
+	return pgoutputtest.Relation(id, ns, name, ident, cs...)
 }
 
-// tuple: "n" null, "u" unchanged toast, anything else text.
-func tuple(m msg, vals ...string) msg {
-	m = m.u16(uint16(len(vals)))
-	for _, v := range vals {
-		switch v {
-		case "\x00n":
-			m = m.u8('n')
-		case "\x00u":
-			m = m.u8('u')
-		default:
-			m = m.text(v)
-		}
-	}
-	return m
-}
+const null, toast = pgoutputtest.Null, pgoutputtest.Toast
 
-const null, toast = "\x00n", "\x00u"
-
-func insertMsg(rel uint32, vals ...string) []byte { return tuple(msg{'I'}.u32(rel).u8('N'), vals...) }
-func deleteMsg(rel uint32, kind byte, vals ...string) []byte {
-	return tuple(msg{'D'}.u32(rel).u8(kind), vals...)
-}
-func updateMsg(rel uint32, kind byte, old []string, vals ...string) []byte {
-	m := msg{'U'}.u32(rel)
-	if kind != 0 {
-		m = tuple(m.u8(kind), old...)
-	}
-	return tuple(m.u8('N'), vals...)
-}
+var (
+	insertMsg = pgoutputtest.Insert
+	deleteMsg = pgoutputtest.Delete
+	updateMsg = pgoutputtest.Update
+)
 
 type bufs map[int]*[]byte
 
@@ -182,9 +147,9 @@ func TestDecoder_Refusals(t *testing.T) {
 		want string
 	}{
 		"unmapped":         {[][]byte{relationMsg(5, "public", "typed", 'd', col{"id", 23, true}), insertMsg(5, "1")}, "public.typed"},
-		"unmappedTruncate": {[][]byte{relationMsg(5, "public", "typed", 'd', col{"id", 23, true}), msg{'T'}.u32(1).u8(0).u32(5)}, "public.typed"},
+		"unmappedTruncate": {[][]byte{relationMsg(5, "public", "typed", 'd', col{"id", 23, true}), msg{'T'}.U32(1).U8(0).U32(5)}, "public.typed"},
 		"enum": {[][]byte{
-			msg{'Y'}.u32(16500).str("public").str("mood"),
+			msg{'Y'}.U32(16500).Str("public").Str("mood"),
 			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", 16500, false}),
 		}, "public.mood"},
 		// A Feldera key outside the replica identity is refused at the
@@ -297,14 +262,14 @@ func TestDecoder_BeginCommitTruncate(t *testing.T) {
 	// 2024-01-02 03:04:05.000006 UTC, in microseconds from 2000-01-01.
 	const us = 757_479_845_000_006
 	at := time.Date(2024, 1, 2, 3, 4, 5, 6000, time.UTC)
-	if err := d.Decode(msg{'B'}.u64(0x100).u64(us).u32(7), bufs{}, &ev); err != nil || ev.Kind != decode.KindBegin || ev.Begin.Xid != 7 || !ev.Begin.CommitTime.Equal(at) {
+	if err := d.Decode(msg{'B'}.U64(0x100).U64(us).U32(7), bufs{}, &ev); err != nil || ev.Kind != decode.KindBegin || ev.Begin.Xid != 7 || !ev.Begin.CommitTime.Equal(at) {
 		t.Fatalf("begin: %v %+v", err, ev)
 	}
-	if err := d.Decode(msg{'C'}.u8(0).u64(0x100).u64(0x128).u64(us), bufs{}, &ev); err != nil || ev.Kind != decode.KindCommit || ev.Commit.EndLSN != 0x128 || !ev.Commit.CommitTime.Equal(at) {
+	if err := d.Decode(msg{'C'}.U8(0).U64(0x100).U64(0x128).U64(us), bufs{}, &ev); err != nil || ev.Kind != decode.KindCommit || ev.Commit.EndLSN != 0x128 || !ev.Commit.CommitTime.Equal(at) {
 		t.Fatalf("commit: %v %+v", err, ev)
 	}
 	d.Decode(relationMsg(10, "public", "users", 'd', usersCols...), bufs{}, &ev)
-	if err := d.Decode(msg{'T'}.u32(1).u8(1).u32(10), bufs{}, &ev); err != nil || ev.Kind != decode.KindTruncate || !ev.Cascade || len(ev.Truncated) != 1 {
+	if err := d.Decode(msg{'T'}.U32(1).U8(1).U32(10), bufs{}, &ev); err != nil || ev.Kind != decode.KindTruncate || !ev.Cascade || len(ev.Truncated) != 1 {
 		t.Fatalf("truncate: %v %+v", err, ev)
 	}
 }
@@ -408,11 +373,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(updateMsg(10, 'K', []string{"1", null, null}, "2", "b", toast))
 	f.Add(updateMsg(10, 'O', []string{"1", "x", "y"}, "2", "b", toast))
 	f.Add(deleteMsg(10, 'K', "1", null, null))
-	f.Add([]byte(msg{'T'}.u32(1).u8(0).u32(10)))
-	f.Add([]byte(msg{'B'}.u64(1).u64(0).u32(7)))
-	f.Add([]byte(msg{'C'}.u8(0).u64(1).u64(2).u64(0)))
-	f.Add([]byte(msg{'M'}.u8(1).u64(5).str("pgfeldera").u32(2).append("{}")))
-	f.Add([]byte(msg{'Y'}.u32(16500).str("public").str("mood")))
+	f.Add([]byte(msg{'T'}.U32(1).U8(0).U32(10)))
+	f.Add([]byte(msg{'B'}.U64(1).U64(0).U32(7)))
+	f.Add([]byte(msg{'C'}.U8(0).U64(1).U64(2).U64(0)))
+	f.Add([]byte(msg{'M'}.U8(1).U64(5).Str("pgfeldera").U32(2).Append("{}")))
+	f.Add([]byte(msg{'Y'}.U32(16500).Str("public").Str("mood")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := newDecoder(t)
 		b := bufs{}
@@ -452,20 +417,20 @@ func FuzzCopyRow(f *testing.F) {
 func TestDecoder_LogicalMessage(t *testing.T) {
 	d := newDecoder(t)
 	var ev decode.Event
-	if err := d.Decode(msg{'M'}.u8(1).u64(0x16B3748).str("pgfeldera").u32(5).append(`{"a":`), bufs{}, &ev); err != nil {
+	if err := d.Decode(msg{'M'}.U8(1).U64(0x16B3748).Str("pgfeldera").U32(5).Append(`{"a":`), bufs{}, &ev); err != nil {
 		t.Fatal(err)
 	}
 	if ev.Kind != decode.KindMessage || !ev.Message.Transactional || ev.Message.LSN != 0x16B3748 || ev.Message.Prefix != "pgfeldera" || string(ev.Message.Content) != `{"a":` {
 		t.Fatalf("event = %+v", ev)
 	}
-	if err := d.Decode(msg{'M'}.u8(0).u64(1).str("other").u32(0), bufs{}, &ev); err != nil || ev.Message.Transactional || ev.Message.Prefix != "other" || len(ev.Message.Content) != 0 {
+	if err := d.Decode(msg{'M'}.U8(0).U64(1).Str("other").U32(0), bufs{}, &ev); err != nil || ev.Message.Transactional || ev.Message.Prefix != "other" || len(ev.Message.Content) != 0 {
 		t.Fatalf("non-transactional: %+v, %v", ev, err)
 	}
 	for name, m := range map[string][]byte{
-		"short content": msg{'M'}.u8(1).u64(1).str("p").u32(9).append("abc"),
-		"trailing":      msg{'M'}.u8(1).u64(1).str("p").u32(1).append("ab"),
-		"flags":         msg{'M'}.u8(6).u64(1).str("p").u32(0),
-		"no prefix end": msg{'M'}.u8(1).u64(1).append("p"),
+		"short content": msg{'M'}.U8(1).U64(1).Str("p").U32(9).Append("abc"),
+		"trailing":      msg{'M'}.U8(1).U64(1).Str("p").U32(1).Append("ab"),
+		"flags":         msg{'M'}.U8(6).U64(1).Str("p").U32(0),
+		"no prefix end": msg{'M'}.U8(1).U64(1).Append("p"),
 	} {
 		var pe *decode.ParseError
 		if err := d.Decode(m, bufs{}, &ev); !errors.As(err, &pe) {

@@ -283,15 +283,15 @@ func TestDecoder_SchemaChangeMidStream(t *testing.T) {
 func TestDecoder_StreamMessagesOnV1(t *testing.T) {
 	d := newDecoder(t)
 	var ev decode.Event
-	if err := d.Decode(msg{'A'}.u32(700).u32(701), bufs{}, &ev); err != nil || ev.Kind != decode.KindOther {
+	if err := d.Decode(msg{'A'}.U32(700).U32(701), bufs{}, &ev); err != nil || ev.Kind != decode.KindOther {
 		t.Fatalf("stream abort: %v %+v", err, ev)
 	}
 	var pe *decode.ParseError
-	if err := d.Decode(msg{'A'}.u32(700), bufs{}, &ev); !errors.As(err, &pe) {
+	if err := d.Decode(msg{'A'}.U32(700), bufs{}, &ev); !errors.As(err, &pe) {
 		t.Fatalf("short stream abort: %v", err)
 	}
 	for _, m := range []byte("SEcpbPKr") {
-		err := d.Decode(msg{m}.u32(700), bufs{}, &ev)
+		err := d.Decode(msg{m}.U32(700), bufs{}, &ev)
 		var re *decode.RefusalError
 		if !errors.As(err, &re) || !strings.Contains(err.Error(), "streamed or two-phase") {
 			t.Errorf("%q: err = %v", m, err)

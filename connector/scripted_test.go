@@ -1,0 +1,258 @@
+package connector
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
+)
+
+// script is a replication source that sends what a test pushes, as a
+// walsender would, and records every status update the loop sends.
+type script struct {
+	in chan []byte
+
+	mu       sync.Mutex
+	statuses []sentStatus
+	changed  chan struct{} // closed and replaced at each status
+}
+
+type sentStatus struct {
+	write, flush pglogrepl.LSN
+	reply        bool
+}
+
+func newScript() *script {
+	return &script{in: make(chan []byte, 64), changed: make(chan struct{})}
+}
+
+func (s *script) ReceiveMessage(ctx context.Context) (pgproto3.BackendMessage, error) {
+	select {
+	case b := <-s.in:
+		return &pgproto3.CopyData{Data: b}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *script) SendStatus(write, flush, _ pglogrepl.LSN, reply bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.statuses = append(s.statuses, sentStatus{write, flush, reply})
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+// sent is every status update so far, and a channel closed at the next.
+func (s *script) sent() ([]sentStatus, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sentStatus(nil), s.statuses...), s.changed
+}
+
+// flushed is the highest flush position any status update carried.
+func (s *script) flushed() pglogrepl.LSN {
+	st, _ := s.sent()
+	var top pglogrepl.LSN
+	for _, x := range st {
+		top = max(top, x.flush)
+	}
+	return top
+}
+
+// waitFlushed waits until a status update carries a flush position of at
+// least lsn.
+func (s *script) waitFlushed(t *testing.T, lsn pglogrepl.LSN) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		st, next := s.sent()
+		for _, x := range st {
+			if x.flush >= lsn {
+				return
+			}
+		}
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatalf("no status update reached %s; statuses: %+v", lsn, st)
+		}
+	}
+}
+
+// waitWritten waits until a status update reports WAL read up to lsn:
+// the loop has handled everything the script sent before it.
+func (s *script) waitWritten(t *testing.T, lsn pglogrepl.LSN) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		st, next := s.sent()
+		for _, x := range st {
+			if x.write >= lsn {
+				return
+			}
+		}
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatalf("no status update reports %s read; statuses: %+v", lsn, st)
+		}
+	}
+}
+
+// push sends a pgoutput message at WAL position at, the server's end
+// being at too.
+func (s *script) push(at pglogrepl.LSN, m []byte) {
+	s.in <- pgoutputtest.XLogData(at, at, m)
+}
+
+// scripted is the session loop over a script and the Feldera double, with
+// no Postgres: the loop's rules in milliseconds.
+type scripted struct {
+	src  *script
+	fel  *felderatest.Server
+	done chan error
+	stop context.CancelFunc
+}
+
+const scriptStart = pglogrepl.LSN(0x1000)
+
+var usersRel = []pgoutputtest.Col{{Name: "id", OID: decode.OIDInt8, Key: true}, {Name: "name", OID: decode.OIDText}}
+
+func runScripted(t *testing.T, fc felderatest.Config, linger time.Duration) *scripted {
+	t.Helper()
+	fc.Pipeline = "p"
+	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
+	fel, err := felderatest.NewServer(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fel.Close)
+	client, err := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, _ := catalog.ParseTables("users")
+	c, err := New(Config{
+		// Nothing listens there: the stop's confirmation on a second
+		// connection fails at once, and is only logged.
+		DSN: "postgres://pgfeldera@127.0.0.1:1/none?connect_timeout=1", Publication: "pub", Slot: "s", Tables: tables,
+		StopTimeout: 5 * time.Second, BatchLinger: linger, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
+	p := &plan{targets: []*decode.Target{target}, routes: []*decode.Target{target}, groups: [][]int{{0}},
+		gate: GateComplete, model: feldera.FTNone, walTimeout: time.Minute}
+	c.acked, c.srv.walEnd = scriptStart, scriptStart
+	src := newScript()
+	ctx, stop := context.WithCancel(context.Background())
+	sc := &scripted{src: src, fel: fel, done: make(chan error, 1), stop: stop}
+	go func() { sc.done <- c.newStream(p, src, nil).serve(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-sc.done
+	})
+	src.push(scriptStart, pgoutputtest.Relation(10, "public", "users", 'd', usersRel...))
+	return sc
+}
+
+// transaction pushes one source transaction of inserts committed at
+// commit (its record ending at end).
+func (sc *scripted) transaction(commit, end pglogrepl.LSN, ids ...string) {
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	sc.src.push(commit, pgoutputtest.Begin(commit, at, 700))
+	for _, id := range ids {
+		sc.src.push(commit, pgoutputtest.Insert(10, id, "n"+id))
+	}
+	sc.src.push(end, pgoutputtest.Commit(commit, end, at))
+}
+
+// A quiet keepalive releases the WAL below the server's end: an idle slot
+// retains nothing.
+func TestScripted_IdleKeepaliveReleasesWAL(t *testing.T) {
+	sc := runScripted(t, felderatest.Config{}, 0)
+	sc.src.in <- pgoutputtest.Keepalive(0x5000, false)
+	sc.src.waitFlushed(t, 0x5000)
+}
+
+// Nothing of a transaction is acknowledged before Feldera completes its
+// batch, not even at a keepalive that asks for a reply; once complete,
+// its COMMIT is, and the next quiet keepalive releases the rest.
+func TestScripted_CommitAcknowledgedAtCompletion(t *testing.T) {
+	sc := runScripted(t, felderatest.Config{}, 0)
+	sc.fel.HoldCompletion(true)
+	sc.transaction(0x6000, 0x6010, "1", "2")
+	sc.src.in <- pgoutputtest.Keepalive(0x7000, true)
+	sc.src.waitWritten(t, 0x6010)      // the reply: the transaction was handled
+	time.Sleep(200 * time.Millisecond) // completion polls meanwhile
+	if got := sc.src.flushed(); got > scriptStart {
+		t.Fatalf("flushed %s before Feldera completed the batch", got)
+	}
+	sc.fel.HoldCompletion(false)
+	sc.src.waitFlushed(t, 0x6010)
+	if n := sc.fel.Len("users"); n != 2 {
+		t.Fatalf("Feldera holds %d rows, want 2", n)
+	}
+	if got := sc.src.flushed(); got > 0x6010 {
+		t.Fatalf("flushed %s: past the COMMIT, while the keepalive came with the batch in flight", got)
+	}
+	sc.src.in <- pgoutputtest.Keepalive(0x7000, false)
+	sc.src.waitFlushed(t, 0x7000)
+}
+
+// A transaction with no mapped rows (its changes are to unpublished
+// tables) needs nothing from Feldera: its COMMIT is acknowledged at once
+// when nothing was sent before it, and only after what was sent before it
+// completed otherwise.
+func TestScripted_CommitWithNothingBuffered(t *testing.T) {
+	sc := runScripted(t, felderatest.Config{}, 0)
+	sc.transaction(0x2000, 0x2010)
+	sc.src.waitFlushed(t, 0x2010)
+
+	sc.fel.HoldCompletion(true)
+	sc.transaction(0x3000, 0x3010, "1")
+	sc.transaction(0x4000, 0x4010) // nothing of it buffered
+	sc.src.in <- pgoutputtest.Keepalive(0x4010, true)
+	sc.src.waitWritten(t, 0x4010)
+	if got := sc.src.flushed(); got > 0x2010 {
+		t.Fatalf("flushed %s while the batch before the empty COMMIT is not complete", got)
+	}
+	sc.fel.HoldCompletion(false)
+	sc.src.waitFlushed(t, 0x4010)
+}
+
+// A graceful stop sends what is buffered, waits for it to complete, and
+// sends a last status update that acknowledges it: the rows of a batch
+// still lingering are not left for a replay.
+func TestScripted_StopFlushesAndAcknowledges(t *testing.T) {
+	sc := runScripted(t, felderatest.Config{}, time.Hour)
+	sc.transaction(0x6000, 0x6010, "1")
+	sc.src.in <- pgoutputtest.Keepalive(0x6010, true)
+	sc.src.waitWritten(t, 0x6010)
+	if got := sc.src.flushed(); got > scriptStart || sc.fel.Len("users") != 0 {
+		t.Fatalf("flushed %s, Feldera holds %d rows: the batch was to linger", got, sc.fel.Len("users"))
+	}
+	sc.stop()
+	if err := <-sc.done; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	sc.done <- nil // for the cleanup
+	st, _ := sc.src.sent()
+	if last := st[len(st)-1]; last.flush != 0x6010 || sc.fel.Len("users") != 1 {
+		t.Fatalf("last status %+v and %d rows in Feldera, want flush 0/6010 and 1", last, sc.fel.Len("users"))
+	}
+}
