@@ -76,38 +76,31 @@ func (s *script) flushed() pglogrepl.LSN {
 // least lsn.
 func (s *script) waitFlushed(t *testing.T, lsn pglogrepl.LSN) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		st, next := s.sent()
-		for _, x := range st {
-			if x.flush >= lsn {
-				return
-			}
-		}
-		select {
-		case <-next:
-		case <-deadline:
-			t.Fatalf("no status update reached %s; statuses: %+v", lsn, st)
-		}
-	}
+	s.wait(t, "flushed "+lsn.String(), func(x sentStatus) bool { return x.flush >= lsn })
 }
 
 // waitWritten waits until a status update reports WAL read up to lsn:
 // the loop has handled everything the script sent before it.
 func (s *script) waitWritten(t *testing.T, lsn pglogrepl.LSN) {
 	t.Helper()
+	s.wait(t, "read "+lsn.String(), func(x sentStatus) bool { return x.write >= lsn })
+}
+
+// wait waits until a status update satisfies ok.
+func (s *script) wait(t *testing.T, what string, ok func(sentStatus) bool) {
+	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		st, next := s.sent()
 		for _, x := range st {
-			if x.write >= lsn {
+			if ok(x) {
 				return
 			}
 		}
 		select {
 		case <-next:
 		case <-deadline:
-			t.Fatalf("no status update reports %s read; statuses: %+v", lsn, st)
+			t.Fatalf("no status update says %s; statuses: %+v", what, st)
 		}
 	}
 }
