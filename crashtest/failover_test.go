@@ -372,6 +372,9 @@ func TestFailover_PartlySentTransactionPastTheFork(t *testing.T) {
 	f.poll("Feldera to hold a request of the transaction", time.Minute, func() bool { return f.fel.Held() > 0 })
 	f.primary.Kill()
 	f.poll("the session to end on the held request", time.Minute, func() bool { return strings.Contains(p.output(), "session: ended") })
+	// The server sees the client gone a moment after the session ended:
+	// released before, the request would be an ordinary one, not late.
+	f.poll("the double to see the held request's client gone", 30*time.Second, func() bool { return f.fel.HeldAbandoned() > 0 })
 	f.fel.ClearFaults() // the held request applies late: part of the transaction is in Feldera
 	inflight := func() int {
 		n := 0

@@ -716,7 +716,12 @@ func TestFaults_HeldAndLateApplied(t *testing.T) {
 	if s.Held() != 1 || s.LateApplied() != 0 {
 		t.Fatalf("held %d, late %d", s.Held(), s.LateApplied())
 	}
-	time.Sleep(100 * time.Millisecond) // the server notices the client left
+	// The server notices the client left a moment later.
+	for deadline := time.Now().Add(5 * time.Second); s.HeldAbandoned() == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	}
+	if s.HeldAbandoned() != 1 {
+		t.Fatalf("held %d, of which the server saw %d abandoned", s.Held(), s.HeldAbandoned())
+	}
 	s.ClearFaults()
 	// Applied late means processed by a step: once it counts, the row
 	// shows.

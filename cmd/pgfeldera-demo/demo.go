@@ -71,156 +71,23 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return exitConfig
 	}
-	say := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-	say("pgfeldera demo: starting a throwaway PostgreSQL (initdb into a temp dir)…")
-	cluster, err := pgcluster.Start(pgcluster.Options{})
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo:", err)
-		return exitFatal
-	}
-	defer func() {
-		cluster.Stop()
-		say("pgfeldera demo: stopped PostgreSQL and removed %s", cluster.Dir)
-	}()
-	if err := cluster.Exec(ctx, "postgres", "CREATE DATABASE demo"); err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo:", err)
-		return exitFatal
-	}
-	dsn := cluster.DSN("demo")
-	if err := cluster.Exec(ctx, "demo", demoPG); err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo: create sample tables:", err)
-		return exitFatal
-	}
-	say("  postgres: %s (tables customers: 1000 rows, orders: 5000 rows)", dsn)
-
-	url, pipeline, apiKey := getenv("FELDERA_URL"), getenv("FELDERA_PIPELINE"), getenv("FELDERA_API_KEY")
-	if url == "" {
-		srv, err := felderatest.NewServer(felderatest.Config{Pipeline: "demo", Tables: felderatest.MustParseDDL(demoFeldera)})
-		if err != nil {
-			fmt.Fprintln(stderr, "pgfeldera demo:", err)
-			return exitFatal
-		}
-		defer srv.Close()
-		url, pipeline = srv.URL, "demo"
-		say("  feldera:  built-in double at %s (pipeline %q)", url, pipeline)
-	} else {
-		if pipeline == "" {
-			pipeline = "demo"
-		}
-		say("  feldera:  %s (pipeline %q; it needs tables customers and orders, see `pgfeldera demo --help`)", redactURL(url), pipeline)
-	}
-	client, err := feldera.New(feldera.Config{URL: url, Pipeline: pipeline, APIKey: apiKey})
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo:", err)
-		return exitConfig
-	}
-	tables, _ := catalog.ParseTables("customers,orders")
-	stateDir, err := os.MkdirTemp("", "pgfeldera-demo-")
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo:", err)
-		return exitFatal
-	}
-	defer os.RemoveAll(stateDir)
-	logs := &lockedBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ccfg := connector.Config{
-		DSN: dsn, Publication: "pgfeldera", Slot: "pgfeldera_demo", Tables: tables,
-		RequirePrimaryKey: true, StateFile: stateDir + "/state.json", BatchMaxRows: 2000,
-		BatchLinger: 50 * time.Millisecond, SnapshotMode: connector.SnapshotInitial, Logger: logger,
-	}
-	conn, err := connector.New(ccfg, client)
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo:", err)
-		return exitFatal
+	d := &demo{stdout: stdout, stderr: stderr}
+	defer d.close()
+	if code := d.start(ctx, getenv); code != exitOK {
+		return code
 	}
 	runCtx, stopConnector := context.WithCancel(context.Background())
 	defer stopConnector()
 	done := make(chan error, 1)
-	go func() { done <- conn.Run(runCtx) }()
-
-	db, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		fmt.Fprintln(stderr, "pgfeldera demo:", err)
+	go func() { done <- d.conn.Run(runCtx) }()
+	if err := d.drive(ctx, *duration, done); err != nil {
+		fmt.Fprintf(stderr, "pgfeldera demo: connector stopped: %v\n%s", err, d.logs.String())
 		return exitFatal
 	}
-	defer db.Close(context.Background())
-
-	say("pgfeldera demo: snapshot, then live changes (inserts, updates, a delete, a TRUNCATE). Ctrl-C stops.")
-	say("  %-8s %12s %12s %8s %14s %12s", "time", "copied", "streamed", "batches", "acked LSN", "lag bytes")
-	start := time.Now()
-	var end <-chan time.Time
-	if *duration > 0 {
-		end = time.After(*duration)
-	}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	work := time.NewTicker(100 * time.Millisecond)
-	defer work.Stop()
-	nextOrder, step := int64(100000), 0
-	truncated := false
-	show := func() {
-		st := conn.Stats()
-		var head pglogrepl.LSN
-		var s string
-		if db.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s) == nil {
-			head, _ = pglogrepl.ParseLSN(s)
-		}
-		acked := pglogrepl.LSN(st.Acked.Load())
-		lag := int64(0)
-		if head > acked && acked > 0 {
-			lag = int64(head - acked)
-		}
-		say("  %-8s %12d %12d %8d %14s %12d", time.Since(start).Round(time.Second), st.SnapshotRows.Load(), st.StreamRows.Load(), st.Batches.Load(), acked, lag)
-	}
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-end:
-			break loop
-		case err := <-done:
-			fmt.Fprintf(stderr, "pgfeldera demo: connector stopped: %v\n%s", err, logs.String())
-			return exitFatal
-		case <-tick.C:
-			show()
-		case <-work.C:
-			if conn.Stats().Acked.Load() == 0 {
-				continue // wait for the snapshot
-			}
-			step++
-			q := []string{
-				fmt.Sprintf("INSERT INTO orders (id, customer_id, amount, status) VALUES (%d, %d, %d.50, 'new')", nextOrder, 1+rand.IntN(1000), rand.IntN(900)),
-				fmt.Sprintf("UPDATE orders SET status = 'shipped' WHERE id = %d", 1+rand.IntN(5000)),
-				fmt.Sprintf("UPDATE customers SET city = 'Porto' WHERE id = %d", 1+rand.IntN(1000)),
-			}
-			nextOrder++
-			if step%10 == 0 {
-				q = append(q, fmt.Sprintf("DELETE FROM orders WHERE id = %d", 1+rand.IntN(5000)))
-			}
-			if step == 80 && !truncated {
-				truncated = true
-				q = append(q, "TRUNCATE orders")
-			}
-			for _, s := range q {
-				if _, err := db.Exec(ctx, s); err != nil && ctx.Err() == nil {
-					fmt.Fprintln(stderr, "pgfeldera demo: workload:", err)
-				}
-			}
-		}
-	}
-	// Let the connector catch up, then compare.
-	var target string
-	db.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&target)
-	want, _ := pglogrepl.ParseLSN(target)
-	deadline := time.Now().Add(30 * time.Second)
-	for pglogrepl.LSN(conn.Stats().Acked.Load()) < want && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	show()
-	ok := compare(context.Background(), ccfg, client, stdout)
+	d.catchUp()
+	ok := compare(context.Background(), d.ccfg, d.client, stdout)
 	if *keep {
-		say("\npgfeldera demo: --keep: still running. Postgres: %s  Feldera: %s/v0/pipelines/%s  (Ctrl-C to stop)", dsn, url, pipeline)
+		d.say("\npgfeldera demo: --keep: still running. Postgres: %s  Feldera: %s/v0/pipelines/%s  (Ctrl-C to stop)", d.dsn, d.url, d.pipeline)
 		<-ctx.Done()
 	}
 	stopConnector()
@@ -231,6 +98,183 @@ loop:
 		return exitFatal
 	}
 	return exitOK
+}
+
+// demo is one run of the demo: what it started, and what close stops.
+type demo struct {
+	stdout, stderr     io.Writer
+	cluster            *pgcluster.Cluster
+	srv                *felderatest.Server
+	stateDir           string
+	dsn, url, pipeline string
+	client             *feldera.Client
+	ccfg               connector.Config
+	conn               *connector.Connector
+	db                 *pgx.Conn
+	logs               *lockedBuffer
+	began              time.Time
+}
+
+func (d *demo) say(format string, a ...any) { fmt.Fprintf(d.stdout, format+"\n", a...) }
+
+// fail reports err and returns code.
+func (d *demo) fail(code int, what string, err error) int {
+	fmt.Fprintln(d.stderr, "pgfeldera demo:"+what, err)
+	return code
+}
+
+// start starts Postgres with the sample tables, Feldera (the double unless
+// FELDERA_URL is set) and the connector's configuration.
+func (d *demo) start(ctx context.Context, getenv func(string) string) int {
+	d.say("pgfeldera demo: starting a throwaway PostgreSQL (initdb into a temp dir)…")
+	var err error
+	if d.cluster, err = pgcluster.Start(pgcluster.Options{}); err != nil {
+		return d.fail(exitFatal, "", err)
+	}
+	if err := d.cluster.Exec(ctx, "postgres", "CREATE DATABASE demo"); err != nil {
+		return d.fail(exitFatal, "", err)
+	}
+	d.dsn = d.cluster.DSN("demo")
+	if err := d.cluster.Exec(ctx, "demo", demoPG); err != nil {
+		return d.fail(exitFatal, " create sample tables:", err)
+	}
+	d.say("  postgres: %s (tables customers: 1000 rows, orders: 5000 rows)", d.dsn)
+	d.url, d.pipeline = getenv("FELDERA_URL"), getenv("FELDERA_PIPELINE")
+	if d.url == "" {
+		if d.srv, err = felderatest.NewServer(felderatest.Config{Pipeline: "demo", Tables: felderatest.MustParseDDL(demoFeldera)}); err != nil {
+			return d.fail(exitFatal, "", err)
+		}
+		d.url, d.pipeline = d.srv.URL, "demo"
+		d.say("  feldera:  built-in double at %s (pipeline %q)", d.url, d.pipeline)
+	} else {
+		if d.pipeline == "" {
+			d.pipeline = "demo"
+		}
+		d.say("  feldera:  %s (pipeline %q; it needs tables customers and orders, see `pgfeldera demo --help`)", redactURL(d.url), d.pipeline)
+	}
+	if d.client, err = feldera.New(feldera.Config{URL: d.url, Pipeline: d.pipeline, APIKey: getenv("FELDERA_API_KEY")}); err != nil {
+		return d.fail(exitConfig, "", err)
+	}
+	if d.stateDir, err = os.MkdirTemp("", "pgfeldera-demo-"); err != nil {
+		return d.fail(exitFatal, "", err)
+	}
+	tables, _ := catalog.ParseTables("customers,orders")
+	d.logs = &lockedBuffer{}
+	d.ccfg = connector.Config{
+		DSN: d.dsn, Publication: "pgfeldera", Slot: "pgfeldera_demo", Tables: tables,
+		RequirePrimaryKey: true, StateFile: d.stateDir + "/state.json", BatchMaxRows: 2000,
+		BatchLinger: 50 * time.Millisecond, SnapshotMode: connector.SnapshotInitial,
+		Logger: slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	if d.conn, err = connector.New(d.ccfg, d.client); err != nil {
+		return d.fail(exitFatal, "", err)
+	}
+	if d.db, err = pgx.Connect(ctx, d.dsn); err != nil {
+		return d.fail(exitFatal, "", err)
+	}
+	return exitOK
+}
+
+// close stops what start started.
+func (d *demo) close() {
+	if d.db != nil {
+		d.db.Close(context.Background())
+	}
+	if d.stateDir != "" {
+		os.RemoveAll(d.stateDir)
+	}
+	if d.srv != nil {
+		d.srv.Close()
+	}
+	if d.cluster != nil {
+		d.cluster.Stop()
+		d.say("pgfeldera demo: stopped PostgreSQL and removed %s", d.cluster.Dir)
+	}
+}
+
+// drive runs the workload and shows progress every second, for duration
+// (0: until ctx ends); it returns the connector's error if it stopped.
+func (d *demo) drive(ctx context.Context, duration time.Duration, done <-chan error) error {
+	d.say("pgfeldera demo: snapshot, then live changes (inserts, updates, a delete, a TRUNCATE). Ctrl-C stops.")
+	d.say("  %-8s %12s %12s %8s %14s %12s", "time", "copied", "streamed", "batches", "acked LSN", "lag bytes")
+	d.began = time.Now()
+	var end <-chan time.Time
+	if duration > 0 {
+		end = time.After(duration)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	work := time.NewTicker(100 * time.Millisecond)
+	defer work.Stop()
+	step := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-end:
+			return nil
+		case err := <-done:
+			return err
+		case <-tick.C:
+			d.show(ctx)
+		case <-work.C:
+			if d.conn.Stats().Acked.Load() == 0 {
+				continue // wait for the snapshot
+			}
+			step++
+			d.changes(ctx, step)
+		}
+	}
+}
+
+// changes is the workload's step: an order, two updates, every tenth step
+// a delete, and at step 80 a TRUNCATE.
+func (d *demo) changes(ctx context.Context, step int) {
+	q := []string{
+		fmt.Sprintf("INSERT INTO orders (id, customer_id, amount, status) VALUES (%d, %d, %d.50, 'new')", 100000+step, 1+rand.IntN(1000), rand.IntN(900)),
+		fmt.Sprintf("UPDATE orders SET status = 'shipped' WHERE id = %d", 1+rand.IntN(5000)),
+		fmt.Sprintf("UPDATE customers SET city = 'Porto' WHERE id = %d", 1+rand.IntN(1000)),
+	}
+	if step%10 == 0 {
+		q = append(q, fmt.Sprintf("DELETE FROM orders WHERE id = %d", 1+rand.IntN(5000)))
+	}
+	if step == 80 {
+		q = append(q, "TRUNCATE orders")
+	}
+	for _, s := range q {
+		if _, err := d.db.Exec(ctx, s); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(d.stderr, "pgfeldera demo: workload:", err)
+		}
+	}
+}
+
+// show prints one progress line.
+func (d *demo) show(ctx context.Context) {
+	st := d.conn.Stats()
+	var head pglogrepl.LSN
+	var s string
+	if d.db.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s) == nil {
+		head, _ = pglogrepl.ParseLSN(s)
+	}
+	acked := pglogrepl.LSN(st.Acked.Load())
+	lag := int64(0)
+	if head > acked && acked > 0 {
+		lag = int64(head - acked)
+	}
+	d.say("  %-8s %12d %12d %8d %14s %12d", time.Since(d.began).Round(time.Second), st.SnapshotRows.Load(), st.StreamRows.Load(), st.Batches.Load(), acked, lag)
+}
+
+// catchUp lets the connector acknowledge the workload (30 s at most) and
+// shows the last progress line.
+func (d *demo) catchUp() {
+	var target string
+	d.db.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&target)
+	want, _ := pglogrepl.ParseLSN(target)
+	deadline := time.Now().Add(30 * time.Second)
+	for pglogrepl.LSN(d.conn.Stats().Acked.Load()) < want && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.show(context.Background())
 }
 
 // compare runs pgfeldera verify's comparison: counts, and a hash of the

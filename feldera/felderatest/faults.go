@@ -105,7 +105,9 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (don
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		s.holding(1)
+		s.holdRequest(r, true)
 		<-unblock
+		s.holdRequest(r, false)
 		s.holding(-1)
 		return false, r.Context().Err() != nil
 	case PartialThen503:
@@ -115,6 +117,37 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (don
 		s.ingressPartial(w, r, strings.TrimPrefix(rest, "/ingress/"))
 	}
 	return true, false
+}
+
+// holdRequest records (or forgets) a HangThenApply request while it is held.
+func (s *Server) holdRequest(r *http.Request, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.heldReqs == nil {
+		s.heldReqs = map[*http.Request]bool{}
+	}
+	if on {
+		s.heldReqs[r] = true
+	} else {
+		delete(s.heldReqs, r)
+	}
+}
+
+// HeldAbandoned is how many HangThenApply requests held now the server
+// has seen their client give up on: released, each applies late. A
+// client's going is seen a moment after it closed its connection, so a
+// test that needs a late request waits for this, not for the client's
+// own account of it.
+func (s *Server) HeldAbandoned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for r := range s.heldReqs {
+		if r.Context().Err() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) holding(d int) {

@@ -118,7 +118,8 @@ type Server struct {
 	keyInserts    map[string]map[string]int
 	missedDeletes int
 	countOnly     map[string]int
-	held          int // requests a fault holds now
+	held          int                    // requests a fault holds now
+	heldReqs      map[*http.Request]bool // HangThenApply requests held now
 	served        map[FaultKind]int
 	late          []lateMark // HangThenApply requests whose client had left
 	pending       int        // completion polls answered "inprogress"
