@@ -36,44 +36,14 @@ func (s *stream) saveChunks(force bool) error {
 			s.logger.Info("resnapshot: retraction done; reading the chunks", "table", t.Source, "deleted", t.Retracted)
 			continue
 		}
-		t.Chunks++
-		t.Copied += sv.rows
-		done := sv.done
-		if b := sv.table.blocks; b != nil && (t.Blocks == nil || *t.Blocks != *b) {
-			// The worker's block plan is new (the first, or after a
-			// rewrite): it replaces the state's, with its lanes.
-			t.Blocks, t.After, t.Lanes = &state.Blocks{Filenode: b.Filenode, End: b.End}, nil, nil
-		}
-		if len(t.Lanes) == 0 && len(sv.table.plan) > 1 {
-			t.Lanes = slices.Clone(sv.table.plan)
-		}
-		if len(t.Lanes) > 0 {
-			l := &t.Lanes[sv.lane]
-			if sv.last != nil {
-				l.After = sv.last
-			}
-			l.Done = l.Done || sv.done
-			done = !slices.ContainsFunc(t.Lanes, func(l state.Lane) bool { return !l.Done })
-		} else if sv.last != nil {
-			t.After = sv.last
-		}
+		done := recordChunk(t, sv)
 		ts := s.c.tableStats[sv.table.rel.Target.Route]
 		if ts.ChunksDone.Add(1) >= ts.ChunksTotal.Load() && !done {
 			ts.ChunksTotal.Add(1) // more rows than the estimate
 		}
-		if done {
-			t.Status, t.After, t.Lanes, t.Blocks, t.Rows = state.Complete, nil, nil, nil, t.Copied
-			inc.tables = slices.DeleteFunc(inc.tables, func(x *chunkTable) bool { return x == sv.table })
-			before := doneRequests(inc.st)
-			inc.st.SettleRequests()
-			for _, r := range inc.st.Requests {
-				if r.Done && !before[r.ID] {
-					s.logger.Info("resnapshot: request done; its tables are exact in Feldera", "id", r.ID, "tables", strings.Join(r.Tables, ","))
-				}
-			}
-		}
 		inc.unsaved++
 		if done {
+			s.tableRead(t, sv.table)
 			if err := s.writeChunks(); err != nil {
 				return err
 			}
@@ -84,6 +54,49 @@ func (s *stream) saveChunks(force bool) error {
 		return s.writeChunks()
 	}
 	return nil
+}
+
+// recordChunk records a chunk the acknowledged position passed in its
+// table's state: the rows, the block plan when it is new, where its lane
+// goes on. It reports whether the table is read whole.
+func recordChunk(t *state.Table, sv chunkSave) bool {
+	t.Chunks++
+	t.Copied += sv.rows
+	done := sv.done
+	if b := sv.table.blocks; b != nil && (t.Blocks == nil || *t.Blocks != *b) {
+		// The worker's block plan is new (the first, or after a
+		// rewrite): it replaces the state's, with its lanes.
+		t.Blocks, t.After, t.Lanes = &state.Blocks{Filenode: b.Filenode, End: b.End}, nil, nil
+	}
+	if len(t.Lanes) == 0 && len(sv.table.plan) > 1 {
+		t.Lanes = slices.Clone(sv.table.plan)
+	}
+	if len(t.Lanes) > 0 {
+		l := &t.Lanes[sv.lane]
+		if sv.last != nil {
+			l.After = sv.last
+		}
+		l.Done = l.Done || sv.done
+		done = !slices.ContainsFunc(t.Lanes, func(l state.Lane) bool { return !l.Done })
+	} else if sv.last != nil {
+		t.After = sv.last
+	}
+	return done
+}
+
+// tableRead marks a table read whole in the state, and settles the
+// resnapshot requests it finishes.
+func (s *stream) tableRead(t *state.Table, ct *chunkTable) {
+	inc := s.inc
+	t.Status, t.After, t.Lanes, t.Blocks, t.Rows = state.Complete, nil, nil, nil, t.Copied
+	inc.tables = slices.DeleteFunc(inc.tables, func(x *chunkTable) bool { return x == ct })
+	before := doneRequests(inc.st)
+	inc.st.SettleRequests()
+	for _, r := range inc.st.Requests {
+		if r.Done && !before[r.ID] {
+			s.logger.Info("resnapshot: request done; its tables are exact in Feldera", "id", r.ID, "tables", strings.Join(r.Tables, ","))
+		}
+	}
 }
 
 // writeChunks writes the state file with the chunks recorded since it was

@@ -267,10 +267,11 @@ type testHooks struct {
 	trustCheckpoints bool                                // any newest checkpoint covers by its steps (unsafe)
 }
 
-// New returns a connector. It does not connect.
-func New(cfg Config, sink Sink) (*Connector, error) {
+// withDefaults checks the settings New requires and fills in the
+// defaults of the others.
+func withDefaults(cfg Config) (Config, error) {
 	if cfg.Publication == "" || cfg.Slot == "" || len(cfg.Tables) == 0 || cfg.DSN == "" {
-		return nil, errors.New("connector: DSN, publication, slot and tables are required")
+		return cfg, errors.New("connector: DSN, publication, slot and tables are required")
 	}
 	if cfg.AckMode == "" {
 		cfg.AckMode = AckCompleted
@@ -286,7 +287,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		cfg.Transactions = TxnAuto
 	case TxnAuto, TxnAlways, TxnOff:
 	default:
-		return nil, fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
+		return cfg, fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
 	}
 	if cfg.BatchMaxInFlight <= 0 {
 		cfg.BatchMaxInFlight = DefaultBatchMaxInFlight
@@ -323,6 +324,15 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}
+
+// New returns a connector. It does not connect.
+func New(cfg Config, sink Sink) (*Connector, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
 	}
 	c := &Connector{cfg: cfg, sink: sink, logger: cfg.Logger.With("component", "connector", "slot", cfg.Slot), observer: cfg.Observer}
 	if c.observer == nil {

@@ -87,62 +87,15 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 	if srv.major < minFailoverVersion {
 		return nil
 	}
-	slot, err := replconn.ReadFailoverSlot(ctx, conn, c.cfg.Slot)
-	if err != nil {
+	if err := c.convertSlot(ctx, conn, srv); err != nil {
 		return err
-	}
-	if slot.Exists {
-		failover, active := slot.Failover, slot.Active
-		switch {
-		case failover || !srv.failover:
-			if !failover {
-				c.logger.Warn("failover: slot "+c.cfg.Slot+" has no failover (PG_SLOT_FAILOVER=off): it is lost with the primary, and a failover resnapshots every table", "slot", c.cfg.Slot)
-			}
-		case active:
-			c.logger.Warn("failover: slot "+c.cfg.Slot+" was created without failover, and a walsender holds it, so it is not converted now: it would be lost with the primary", "slot", c.cfg.Slot)
-		default:
-			if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+catalog.QuoteIdent(c.cfg.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
-				return fmt.Errorf("failover: convert slot %s to failover: %w", c.cfg.Slot, err)
-			}
-			c.logger.Info("failover: slot "+c.cfg.Slot+" was created without failover; converted (ALTER_REPLICATION_SLOT ... FAILOVER true)", "slot", c.cfg.Slot)
-		}
 	}
 	if !srv.failover {
 		return nil
 	}
-	res, err := conn.Exec(ctx, "SHOW synchronized_standby_slots").ReadAll()
-	if err != nil {
-		return fmt.Errorf("read synchronized_standby_slots: %w", err)
-	}
-	listed := ""
-	if len(res) == 1 && len(res[0].Rows) == 1 {
-		listed = strings.TrimSpace(string(res[0].Rows[0][0]))
-	}
-	if listed == "" {
-		err := fmt.Errorf("synchronized_standby_slots is empty on the primary: pgfeldera can receive (and send Feldera) transactions no standby has yet, and after a failover Feldera would hold rows the new primary never had (phantom rows); list the standby's physical slot there (docs/operations.md, Failover)")
-		// PG_SLOT_FAILOVER=on refuses to start so; a session after a
-		// failover (the promoted server has no standby yet) only warns:
-		// stopping the stream would turn one failure into an outage.
-		if c.cfg.SlotFailover == FailoverOn && c.stats.Sessions.Load() == 0 {
-			return fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: %w", err))
-		}
-		c.logger.Warn("failover: PHANTOM-ROW WINDOW: " + err.Error())
-		return nil
-	}
-	for _, name := range strings.Split(listed, ",") {
-		name = strings.TrimSpace(name)
-		sb, err := replconn.ReadSlot(ctx, conn, name)
-		if err != nil {
-			return err
-		}
-		switch {
-		case !sb.Exists:
-			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which does not exist: the primary holds logical decoding back until it does", "slot", name)
-		case !sb.Physical:
-			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which is not a physical slot", "slot", name)
-		case sb.ActivePID == 0:
-			c.logger.Warn("failover: the standby slot "+name+" is not active: no standby streams from it, and the primary holds logical decoding back until one does", "slot", name)
-		}
+	listed, err := c.standbySlots(ctx, conn)
+	if err != nil || listed == "" {
+		return err
 	}
 	c.logger.Info("failover: slots fail over; the primary waits for the standby slots before sending", "synchronized_standby_slots", listed)
 	for _, sb := range StandbySlots(ctx, c.cfg.DSN, c.cfg.Slot) {
@@ -156,6 +109,72 @@ func (c *Connector) preflight(ctx context.Context, conn *pgconn.PgConn, srv serv
 		}
 	}
 	return nil
+}
+
+// convertSlot gives an existing slot failover when the server should fail
+// it over and no walsender holds it; otherwise it says what is missing.
+func (c *Connector) convertSlot(ctx context.Context, conn *pgconn.PgConn, srv server) error {
+	slot, err := replconn.ReadFailoverSlot(ctx, conn, c.cfg.Slot)
+	if err != nil || !slot.Exists {
+		return err
+	}
+	failover, active := slot.Failover, slot.Active
+	switch {
+	case failover || !srv.failover:
+		if !failover {
+			c.logger.Warn("failover: slot "+c.cfg.Slot+" has no failover (PG_SLOT_FAILOVER=off): it is lost with the primary, and a failover resnapshots every table", "slot", c.cfg.Slot)
+		}
+	case active:
+		c.logger.Warn("failover: slot "+c.cfg.Slot+" was created without failover, and a walsender holds it, so it is not converted now: it would be lost with the primary", "slot", c.cfg.Slot)
+	default:
+		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+catalog.QuoteIdent(c.cfg.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
+			return fmt.Errorf("failover: convert slot %s to failover: %w", c.cfg.Slot, err)
+		}
+		c.logger.Info("failover: slot "+c.cfg.Slot+" was created without failover; converted (ALTER_REPLICATION_SLOT ... FAILOVER true)", "slot", c.cfg.Slot)
+	}
+	return nil
+}
+
+// standbySlots reads synchronized_standby_slots and says what is wrong
+// with it: empty (the phantom-row window: refused with PG_SLOT_FAILOVER=on
+// at the first session, warned otherwise) or listing slots that are
+// missing, not physical or not active. It returns the list.
+func (c *Connector) standbySlots(ctx context.Context, conn *pgconn.PgConn) (string, error) {
+	res, err := conn.Exec(ctx, "SHOW synchronized_standby_slots").ReadAll()
+	if err != nil {
+		return "", fmt.Errorf("read synchronized_standby_slots: %w", err)
+	}
+	listed := ""
+	if len(res) == 1 && len(res[0].Rows) == 1 {
+		listed = strings.TrimSpace(string(res[0].Rows[0][0]))
+	}
+	if listed == "" {
+		err := fmt.Errorf("synchronized_standby_slots is empty on the primary: pgfeldera can receive (and send Feldera) transactions no standby has yet, and after a failover Feldera would hold rows the new primary never had (phantom rows); list the standby's physical slot there (docs/operations.md, Failover)")
+		// PG_SLOT_FAILOVER=on refuses to start so; a session after a
+		// failover (the promoted server has no standby yet) only warns:
+		// stopping the stream would turn one failure into an outage.
+		if c.cfg.SlotFailover == FailoverOn && c.stats.Sessions.Load() == 0 {
+			return "", fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: %w", err))
+		}
+		c.logger.Warn("failover: PHANTOM-ROW WINDOW: " + err.Error())
+		return "", nil
+	}
+	for _, name := range strings.Split(listed, ",") {
+		name = strings.TrimSpace(name)
+		sb, err := replconn.ReadSlot(ctx, conn, name)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case !sb.Exists:
+			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which does not exist: the primary holds logical decoding back until it does", "slot", name)
+		case !sb.Physical:
+			c.logger.Warn("failover: synchronized_standby_slots lists "+name+", which is not a physical slot", "slot", name)
+		case sb.ActivePID == 0:
+			c.logger.Warn("failover: the standby slot "+name+" is not active: no standby streams from it, and the primary holds logical decoding back until one does", "slot", name)
+		}
+	}
+	return listed, nil
 }
 
 // diverged says why the state's tables cannot be trusted on this server

@@ -47,6 +47,31 @@ func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) (
 	return s.planKeyLanes(ctx, conn, t)
 }
 
+// resumeBlocks is the state's block plan of a table that still has the
+// relfilenode it was planned for: its lanes not yet done, each from where
+// it got to.
+func (s *stream) resumeBlocks(st *state.Table) ([]*laneRun, error) {
+	if len(st.Lanes) == 0 {
+		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End}}, nil
+	}
+	var runs []*laneRun
+	for i, l := range st.Lanes {
+		if l.Done {
+			continue
+		}
+		r := &laneRun{idx: i, after: l.After, reply: make(chan bool, 4), blocks: true}
+		var err error
+		if r.from, err = parseBlock(l.Lo); err == nil {
+			r.to, err = parseBlock(l.Hi)
+		}
+		if err != nil {
+			return nil, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", s.c.cfg.StateFile, st.Source, i, err))
+		}
+		runs = append(runs, r)
+	}
+	return runs, nil
+}
+
 // planBlocks plans an ordinary table's read in block ranges: the state's
 // plan when the table still has its relfilenode, else a new one from its
 // first block, cut into SNAPSHOT_PARALLELISM lanes of equal size. ok is
@@ -74,25 +99,8 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) 
 	}
 	if st.Blocks != nil && st.Blocks.Filenode == filenode {
 		t.blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
-		var runs []*laneRun
-		if len(st.Lanes) > 0 {
-			for i, l := range st.Lanes {
-				if l.Done {
-					continue
-				}
-				r := &laneRun{idx: i, after: l.After, reply: make(chan bool, 4), blocks: true}
-				var err error
-				if r.from, err = parseBlock(l.Lo); err == nil {
-					r.to, err = parseBlock(l.Hi)
-				}
-				if err != nil {
-					return nil, false, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", s.c.cfg.StateFile, st.Source, i, err))
-				}
-				runs = append(runs, r)
-			}
-			return runs, true, nil
-		}
-		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End}}, true, nil
+		runs, err := s.resumeBlocks(&st)
+		return runs, err == nil, err
 	}
 	if st.Blocks != nil {
 		s.logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",

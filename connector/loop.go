@@ -287,28 +287,13 @@ func (s *stream) event(ev *decode.Event) error {
 // in the filling batch are discarded: the source discarded them too.
 func (s *stream) truncate(rels []*decode.Rel) error {
 	names := make([]string, len(rels))
-	// Leaf partitions sharing a Feldera table: a TRUNCATE of all of them
-	// (of their root) empties the table; a TRUNCATE of only some cannot be
-	// retracted, because Feldera cannot tell which of its rows came from
-	// which leaf. That is refused rather than guessed.
-	// A TRUNCATE message lists each relation once.
-	perRoute := map[int]int{}
-	var once []*decode.Rel // the first truncated source of each route
-	for _, r := range rels {
-		if perRoute[r.Target.Route]++; perRoute[r.Target.Route] == 1 {
-			once = append(once, r)
-		}
-	}
-	for _, r := range rels {
-		if n := len(s.groups[r.Target.Route]); perRoute[r.Target.Route] < n {
-			return fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
-				r.Target.Qualified(), n, r.Target.Dest.Name))
-		}
-	}
 	for i, r := range rels {
 		names[i] = r.Target.Qualified()
 	}
-	rels = once
+	rels, err := truncatedRoutes(rels, s.groups)
+	if err != nil {
+		return err
+	}
 	for _, r := range rels {
 		route := r.Target.Route
 		s.filling.total -= s.filling.rows[route]
@@ -348,6 +333,29 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 		s.publishWait()
 	}
 	return nil
+}
+
+// truncatedRoutes is the first truncated source of each Feldera table a
+// TRUNCATE message empties (it lists each relation once). Leaf partitions
+// sharing a Feldera table (groups, per route): a TRUNCATE of all of them
+// (of their root) empties the table; a TRUNCATE of only some cannot be
+// retracted, because Feldera cannot tell which of its rows came from
+// which leaf. That is refused rather than guessed.
+func truncatedRoutes(rels []*decode.Rel, groups [][]int) ([]*decode.Rel, error) {
+	perRoute := map[int]int{}
+	var once []*decode.Rel
+	for _, r := range rels {
+		if perRoute[r.Target.Route]++; perRoute[r.Target.Route] == 1 {
+			once = append(once, r)
+		}
+	}
+	for _, r := range rels {
+		if n := len(groups[r.Target.Route]); perRoute[r.Target.Route] < n {
+			return nil, fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
+				r.Target.Qualified(), n, r.Target.Dest.Name))
+		}
+	}
+	return once, nil
 }
 
 // emit hands an event to the stream loop and wakes it.
