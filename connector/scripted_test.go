@@ -124,7 +124,7 @@ const scriptStart = pglogrepl.LSN(0x1000)
 
 var usersRel = []pgoutputtest.Col{{Name: "id", OID: decode.OIDInt8, Key: true}, {Name: "name", OID: decode.OIDText}}
 
-func runScripted(t *testing.T, fc felderatest.Config, linger time.Duration) *scripted {
+func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *scripted {
 	t.Helper()
 	fc.Pipeline = "p"
 	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
@@ -138,12 +138,16 @@ func runScripted(t *testing.T, fc felderatest.Config, linger time.Duration) *scr
 		t.Fatal(err)
 	}
 	tables, _ := catalog.ParseTables("users")
-	c, err := New(Config{
+	cfg := Config{
 		// Nothing listens there: the stop's confirmation on a second
 		// connection fails at once, and is only logged.
 		DSN: "postgres://pgfeldera@127.0.0.1:1/none?connect_timeout=1", Publication: "pub", Slot: "s", Tables: tables,
-		StopTimeout: 5 * time.Second, BatchLinger: linger, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, client)
+		StopTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	c, err := New(cfg, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +181,7 @@ func (sc *scripted) transaction(commit, end pglogrepl.LSN, ids ...string) {
 // A quiet keepalive releases the WAL below the server's end: an idle slot
 // retains nothing.
 func TestScripted_IdleKeepaliveReleasesWAL(t *testing.T) {
-	sc := runScripted(t, felderatest.Config{}, 0)
+	sc := runScripted(t, felderatest.Config{}, nil)
 	sc.src.in <- pgoutputtest.Keepalive(0x5000, false)
 	sc.src.waitFlushed(t, 0x5000)
 }
@@ -186,7 +190,7 @@ func TestScripted_IdleKeepaliveReleasesWAL(t *testing.T) {
 // batch, not even at a keepalive that asks for a reply; once complete,
 // its COMMIT is, and the next quiet keepalive releases the rest.
 func TestScripted_CommitAcknowledgedAtCompletion(t *testing.T) {
-	sc := runScripted(t, felderatest.Config{}, 0)
+	sc := runScripted(t, felderatest.Config{}, nil)
 	sc.fel.HoldCompletion(true)
 	sc.transaction(0x6000, 0x6010, "1", "2")
 	sc.src.in <- pgoutputtest.Keepalive(0x7000, true)
@@ -212,7 +216,7 @@ func TestScripted_CommitAcknowledgedAtCompletion(t *testing.T) {
 // when nothing was sent before it, and only after what was sent before it
 // completed otherwise.
 func TestScripted_CommitWithNothingBuffered(t *testing.T) {
-	sc := runScripted(t, felderatest.Config{}, 0)
+	sc := runScripted(t, felderatest.Config{}, nil)
 	sc.transaction(0x2000, 0x2010)
 	sc.src.waitFlushed(t, 0x2010)
 
@@ -232,7 +236,7 @@ func TestScripted_CommitWithNothingBuffered(t *testing.T) {
 // sends a last status update that acknowledges it: the rows of a batch
 // still lingering are not left for a replay.
 func TestScripted_StopFlushesAndAcknowledges(t *testing.T) {
-	sc := runScripted(t, felderatest.Config{}, time.Hour)
+	sc := runScripted(t, felderatest.Config{}, func(c *Config) { c.BatchLinger = time.Hour })
 	sc.transaction(0x6000, 0x6010, "1")
 	sc.src.in <- pgoutputtest.Keepalive(0x6010, true)
 	sc.src.waitWritten(t, 0x6010)
@@ -247,5 +251,32 @@ func TestScripted_StopFlushesAndAcknowledges(t *testing.T) {
 	st, _ := sc.src.sent()
 	if last := st[len(st)-1]; last.flush != 0x6010 || sc.fel.Len("users") != 1 {
 		t.Fatalf("last status %+v and %d rows in Feldera, want flush 0/6010 and 1", last, sc.fel.Len("users"))
+	}
+}
+
+// A TRUNCATE discards the rows of the table still buffered (the source
+// discarded them too), retracts every row Feldera holds, and is
+// acknowledged at its COMMIT, with the COMMIT before it whose rows it
+// discarded.
+func TestScripted_TruncateDiscardsAndRetracts(t *testing.T) {
+	// Two rows fill a batch, which the next change seals; the third
+	// lingers.
+	sc := runScripted(t, felderatest.Config{}, func(c *Config) { c.BatchLinger, c.BatchMaxRows = time.Hour, 2 })
+	sc.transaction(0x2000, 0x2010, "1", "2")
+	sc.transaction(0x3000, 0x3010, "3")
+	sc.src.waitFlushed(t, 0x2010)
+	if n := sc.fel.Len("users"); n != 2 {
+		t.Fatalf("Feldera holds %d rows before the TRUNCATE, want 2", n)
+	}
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	sc.src.push(0x4000, pgoutputtest.Begin(0x4000, at, 701))
+	sc.src.push(0x4000, pgoutputtest.Truncate(false, 10))
+	sc.src.push(0x4010, pgoutputtest.Commit(0x4000, 0x4010, at))
+	sc.src.waitFlushed(t, 0x4010)
+	if n := sc.fel.Len("users"); n != 0 {
+		t.Fatalf("Feldera holds %d rows after the TRUNCATE, want none: %v", n, sc.fel.Rows("users"))
+	}
+	if got := sc.fel.InsertsByKey("users")["3"]; got != 0 {
+		t.Fatalf("row 3, buffered before the TRUNCATE, was sent %d times", got)
 	}
 }
