@@ -2,8 +2,10 @@ package connector
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -86,21 +88,31 @@ func (s *script) waitWritten(t *testing.T, lsn pglogrepl.LSN) {
 	s.wait(t, "read "+lsn.String(), func(x sentStatus) bool { return x.write >= lsn })
 }
 
+// waitCount waits until n status updates were sent in all.
+func (s *script) waitCount(t *testing.T, n int) {
+	t.Helper()
+	s.waitAll(t, fmt.Sprintf("%d status updates", n), func(st []sentStatus) bool { return len(st) >= n })
+}
+
 // wait waits until a status update satisfies ok.
 func (s *script) wait(t *testing.T, what string, ok func(sentStatus) bool) {
+	t.Helper()
+	s.waitAll(t, "a status update that says "+what, func(st []sentStatus) bool { return slices.ContainsFunc(st, ok) })
+}
+
+// waitAll waits until the status updates sent so far satisfy ok.
+func (s *script) waitAll(t *testing.T, what string, ok func([]sentStatus) bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		st, next := s.sent()
-		for _, x := range st {
-			if ok(x) {
-				return
-			}
+		if ok(st) {
+			return
 		}
 		select {
 		case <-next:
 		case <-deadline:
-			t.Fatalf("no status update says %s; statuses: %+v", what, st)
+			t.Fatalf("no %s; statuses: %+v", what, st)
 		}
 	}
 }
@@ -278,5 +290,34 @@ func TestScripted_TruncateDiscardsAndRetracts(t *testing.T) {
 	}
 	if got := sc.fel.InsertsByKey("users")["3"]; got != 0 {
 		t.Fatalf("row 3, buffered before the TRUNCATE, was sent %d times", got)
+	}
+}
+
+// The linger sends a committed transaction's rows once it passes, with no
+// further message from the server; it never seals a batch that holds rows
+// of the transaction still open, which waits for its COMMIT.
+func TestScripted_LingerWaitsForTheCommit(t *testing.T) {
+	sc := runScripted(t, felderatest.Config{}, func(c *Config) { c.BatchLinger = 20 * time.Millisecond })
+	sc.transaction(0x2000, 0x2010, "1")
+	sc.src.waitFlushed(t, 0x2010) // sent by the linger alone
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	sc.src.push(0x3000, pgoutputtest.Begin(0x3000, at, 702))
+	sc.src.push(0x3000, pgoutputtest.Insert(10, "2", "n2"))
+	sc.src.in <- pgoutputtest.Keepalive(0x3000, true)
+	sc.src.waitWritten(t, 0x3000)
+	for i := 0; i < 10; i++ { // ten lingers, each ended by a keepalive that wakes the loop
+		time.Sleep(20 * time.Millisecond)
+		sc.src.in <- pgoutputtest.Keepalive(0x3000, false)
+	}
+	before, _ := sc.src.sent()
+	sc.src.in <- pgoutputtest.Keepalive(0x3000, true) // its reply: the loop handled the ten
+	sc.src.waitCount(t, len(before)+1)
+	if got := sc.fel.InsertsByKey("users")["2"]; got != 0 {
+		t.Fatalf("a row of the open transaction was sent before its COMMIT (%d times)", got)
+	}
+	sc.src.push(0x3010, pgoutputtest.Commit(0x3000, 0x3010, at))
+	sc.src.waitFlushed(t, 0x3010)
+	if n := sc.fel.Len("users"); n != 2 {
+		t.Fatalf("Feldera holds %d rows, want 2", n)
 	}
 }
