@@ -76,7 +76,7 @@ type Client struct {
 func New(cfg Config) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("feldera: URL %q is not an http(s) URL with a host", redactURL(cfg.URL))
+		return nil, fmt.Errorf("feldera: URL %q is not an http(s) URL with a host", RedactURL(cfg.URL))
 	}
 	if cfg.Pipeline == "" {
 		return nil, errors.New("feldera: pipeline name is empty")

@@ -189,7 +189,9 @@ func checkResponse(op string, resp *http.Response) error {
 	return e
 }
 
-func redactURL(raw string) string {
+// RedactURL is raw with its password hidden, for logs and errors: the
+// one way FELDERA_URL is printed.
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"

@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -150,7 +149,7 @@ func (d *demo) start(ctx context.Context, getenv func(string) string) int {
 		if d.pipeline == "" {
 			d.pipeline = "demo"
 		}
-		d.say("  feldera:  %s (pipeline %q; it needs tables customers and orders, see `pgfeldera demo --help`)", redactURL(d.url), d.pipeline)
+		d.say("  feldera:  %s (pipeline %q; it needs tables customers and orders, see `pgfeldera demo --help`)", feldera.RedactURL(d.url), d.pipeline)
 	}
 	if d.client, err = feldera.New(feldera.Config{URL: d.url, Pipeline: d.pipeline, APIKey: getenv("FELDERA_API_KEY")}); err != nil {
 		return d.fail(exitConfig, "", err)
@@ -318,12 +317,4 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// redactURL hides a password in FELDERA_URL.
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
 // Config is every setting of `pgfeldera run`, parsed from the environment
@@ -148,7 +149,7 @@ var settings = []setting{
 			}
 			u, err := url.Parse(v)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return badValue("FELDERA_URL", redactURL(v), "an http:// or https:// URL with a host")
+				return badValue("FELDERA_URL", feldera.RedactURL(v), "an http:// or https:// URL with a host")
 			}
 			c.FelderaURL = v
 			return nil

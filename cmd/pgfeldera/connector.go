@@ -44,7 +44,7 @@ func runConnector(ctx context.Context, stop func(), cfg *Config, logger *slog.Lo
 			}
 		}()
 	}
-	logger.Info("pgfeldera: starting", "version", version, "postgres", redactDSN(cfg.DSN), "feldera", redactURL(cfg.FelderaURL),
+	logger.Info("pgfeldera: starting", "version", version, "postgres", redactDSN(cfg.DSN), "feldera", feldera.RedactURL(cfg.FelderaURL),
 		"pipeline", cfg.Pipeline, "publication", cfg.Publication, "slot", cfg.Slot, "tables", len(cfg.Tables), "snapshot_mode", cfg.SnapshotMode)
 	if err := conn.Run(ctx); err != nil {
 		var locked *state.LockedError

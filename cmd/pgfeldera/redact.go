@@ -27,13 +27,6 @@ func redactDSN(dsn string) string {
 	return kvPassword.ReplaceAllString(dsn, "${1}xxxxx")
 }
 
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
-}
-
 // validateDSN parses the DSN without connecting. Its error never repeats the
 // password.
 func validateDSN(dsn string) error {
