@@ -253,10 +253,14 @@ func (s *stream) event(ev *decode.Event) error {
 		}
 		// A COMMIT records how far a flush may move the position, or,
 		// with nothing buffered, moves it once what was sent before it
-		// is durable (ledger.committed).
-		moved := s.led.committed(ev.Commit.EndLSN, s.filling.total > 0, s.step(), time.Now())
-		if err := s.ack(moved); err != nil {
-			return err
+		// is durable (ledger.committed). Only the second needs publishing:
+		// a recorded COMMIT moves nothing.
+		buffered := s.filling.total > 0
+		moved := s.led.committed(ev.Commit.EndLSN, buffered, s.step(), time.Now())
+		if !buffered {
+			if err := s.ack(moved); err != nil {
+				return err
+			}
 		}
 		if (s.c.cfg.BatchLinger == 0 && s.filling.total > 0 || s.txnOpen) && s.canPost() {
 			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT

@@ -18,6 +18,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
+	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 )
 
 // script is a replication source that sends what a test pushes, as a
@@ -27,7 +28,6 @@ type script struct {
 
 	mu       sync.Mutex
 	statuses []sentStatus
-	changed  chan struct{} // closed and replaced at each status
 }
 
 type sentStatus struct {
@@ -36,7 +36,7 @@ type sentStatus struct {
 }
 
 func newScript() *script {
-	return &script{in: make(chan []byte, 64), changed: make(chan struct{})}
+	return &script{in: make(chan []byte, 64)}
 }
 
 func (s *script) ReceiveMessage(ctx context.Context) (pgproto3.BackendMessage, error) {
@@ -52,23 +52,20 @@ func (s *script) SendStatus(write, flush, _ pglogrepl.LSN, reply bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.statuses = append(s.statuses, sentStatus{write, flush, reply})
-	close(s.changed)
-	s.changed = make(chan struct{})
 	return nil
 }
 
-// sent is every status update so far, and a channel closed at the next.
-func (s *script) sent() ([]sentStatus, <-chan struct{}) {
+// sent is every status update so far.
+func (s *script) sent() []sentStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]sentStatus(nil), s.statuses...), s.changed
+	return append([]sentStatus(nil), s.statuses...)
 }
 
 // flushed is the highest flush position any status update carried.
 func (s *script) flushed() pglogrepl.LSN {
-	st, _ := s.sent()
 	var top pglogrepl.LSN
-	for _, x := range st {
+	for _, x := range s.sent() {
 		top = max(top, x.flush)
 	}
 	return top
@@ -100,20 +97,13 @@ func (s *script) wait(t *testing.T, what string, ok func(sentStatus) bool) {
 	s.waitAll(t, "a status update that says "+what, func(st []sentStatus) bool { return slices.ContainsFunc(st, ok) })
 }
 
-// waitAll waits until the status updates sent so far satisfy ok.
+// waitAll waits, as long as status updates keep coming, until those sent
+// so far satisfy ok.
 func (s *script) waitAll(t *testing.T, what string, ok func([]sentStatus) bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		st, next := s.sent()
-		if ok(st) {
-			return
-		}
-		select {
-		case <-next:
-		case <-deadline:
-			t.Fatalf("no %s; statuses: %+v", what, st)
-		}
+	count := func() int { return len(s.sent()) }
+	if !waitfor.Until(10*time.Second, time.Millisecond, count, func() bool { return ok(s.sent()) }) {
+		t.Fatalf("no %s; statuses: %+v", what, s.sent())
 	}
 }
 
@@ -260,7 +250,7 @@ func TestScripted_StopFlushesAndAcknowledges(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	sc.done <- nil // for the cleanup
-	st, _ := sc.src.sent()
+	st := sc.src.sent()
 	if last := st[len(st)-1]; last.flush != 0x6010 || sc.fel.Len("users") != 1 {
 		t.Fatalf("last status %+v and %d rows in Feldera, want flush 0/6010 and 1", last, sc.fel.Len("users"))
 	}
@@ -309,7 +299,7 @@ func TestScripted_LingerWaitsForTheCommit(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		sc.src.in <- pgoutputtest.Keepalive(0x3000, false)
 	}
-	before, _ := sc.src.sent()
+	before := sc.src.sent()
 	sc.src.in <- pgoutputtest.Keepalive(0x3000, true) // its reply: the loop handled the ten
 	sc.src.waitCount(t, len(before)+1)
 	if got := sc.fel.InsertsByKey("users")["2"]; got != 0 {

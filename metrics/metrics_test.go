@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 	"github.com/pgfeldera/pgfeldera/metrics"
 )
 
@@ -251,9 +252,8 @@ func TestMetrics_SnapshotBlockedSlotAndCauses(t *testing.T) {
 	scrape("the retraction counted", func(b string) bool { return metric(b, "pgfeldera_retraction_deletes_total") == "3001" })
 	// A delete is counted as it is buffered; the last batch of them shows
 	// in Feldera once the step that takes it ends.
-	for deadline := time.Now().Add(10 * time.Second); len(fel.Rows("users")) != 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-	}
-	if n := len(fel.Rows("users")); n != 0 {
-		t.Fatalf("feldera holds %d rows after TRUNCATE", n)
+	rows := func() int { return len(fel.Rows("users")) }
+	if !waitfor.Until(10*time.Second, 10*time.Millisecond, rows, func() bool { return rows() == 0 }) {
+		t.Fatalf("feldera holds %d rows after TRUNCATE", rows())
 	}
 }
