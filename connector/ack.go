@@ -12,7 +12,7 @@ import (
 
 // pending reports whether anything read is not yet acknowledged.
 func (s *stream) pending() bool {
-	return !s.quiet() || s.led.pending()
+	return !s.quiet() || s.led.Pending()
 }
 
 // quiet reports whether the session has nothing open, buffered or in
@@ -23,7 +23,7 @@ func (s *stream) quiet() bool {
 
 // busy reports whether a POST, a batch in flight or a retraction runs.
 func (s *stream) busy() bool {
-	return s.posting || s.retracting || s.led.front.inFlight() > 0
+	return s.posting || s.retracting || s.led.InFlight() > 0
 }
 
 // landed forgets the size of a batch that completed.
@@ -56,20 +56,20 @@ func (s *stream) ack(moved bool) error {
 // must restore it, or a later one, before anything it covers was
 // acknowledged.
 func (s *stream) checkpointed() (bool, error) {
-	if !s.led.front.pending() {
+	if !s.led.Queued() {
 		return false, nil
 	}
 	moved := false
-	if s.led.front.confirm {
-		moved = s.led.confirmedAt(time.Unix(0, s.c.seenAt.Load()))
+	if s.led.Confirms() {
+		moved = s.led.ConfirmedAt(time.Unix(0, s.c.seenAt.Load()))
 	}
 	steps := s.c.checkpointed.Load()
-	if steps > s.led.front.covered {
+	if steps > s.led.Covered() {
 		if err := s.recordCheckpoint(); err != nil {
 			return false, err
 		}
 	}
-	moved = s.led.checkpointed(steps) || moved
+	moved = s.led.Checkpointed(steps) || moved
 	s.advance()
 	s.publishWait()
 	return moved, nil
@@ -97,7 +97,7 @@ func (s *stream) recordCheckpoint() error {
 		return err
 	}
 	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {
-		s.led.front.gate = GateComplete
+		s.led.AckAtCompletion()
 		s.c.gate.Store(int32(GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)
 	}
@@ -111,7 +111,7 @@ func (s *stream) recordCheckpoint() error {
 // counts: a source transaction or a commit that takes long is progress
 // of its own, bounded elsewhere.
 func (s *stream) stalledGate() error {
-	at, ok := s.led.front.waiting()
+	at, ok := s.led.Waiting()
 	if !ok || time.Since(at) <= s.c.cfg.NoProgressTimeout {
 		return nil
 	}
@@ -127,8 +127,8 @@ func (s *stream) stalledGate() error {
 func (s *stream) publishWait() {
 	// The WAL figure first: a look that sees work waiting reads the
 	// figure of that work, not of the work before.
-	s.c.checkpointWAL.Store(int64(s.led.front.waitingWAL()))
-	if at, ok := s.led.front.waiting(); ok {
+	s.c.checkpointWAL.Store(int64(s.led.WaitingWAL()))
+	if at, ok := s.led.Waiting(); ok {
 		s.c.checkpointWaits.Store(at.UnixNano())
 	} else {
 		s.c.checkpointWaits.Store(0)
@@ -161,8 +161,8 @@ func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN 
 // advance publishes the ledger's position: the stages' clock, the
 // connector's copy of the acknowledged position and its statistics.
 func (s *stream) advance() {
-	lsn := s.led.acked
-	s.stage(StageComplete, s.led.front.completed())
+	lsn := s.led.Acked()
+	s.stage(StageComplete, s.led.CompletedTo())
 	s.stage(StageDurable, lsn)
 	if lsn > s.c.acked {
 		s.c.acked = lsn

@@ -10,8 +10,8 @@
 // only after every goroutine below has ended. Each session runs on that
 // goroutine too, and its loop (stream.run) is the only one that touches
 // the replication connection, the session's positions and its ledger
-// (ledger.go: the only writer of the acknowledged position). stream.serve
-// starts, and joins before it returns:
+// (delivery.Ledger: the only writer of the acknowledged position).
+// stream.serve starts, and joins before it returns:
 //
 //   - the completer (inflight.go), which polls the completion of the
 //     batches in flight and reports each as an event;

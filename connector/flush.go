@@ -26,12 +26,12 @@ func (s *stream) canPost() bool {
 		// asks for: they go on past BATCH_MAX_IN_FLIGHT (they hold only
 		// tokens) and past the buffer bound (the transaction's steps
 		// drain Feldera's buffer as usual), up to maxTxnFlight.
-		return s.led.front.inFlight() < maxTxnFlight
+		return s.led.InFlight() < maxTxnFlight
 	}
-	if s.led.front.inFlight() >= s.maxFlight {
+	if s.led.InFlight() >= s.maxFlight {
 		return false
 	}
-	return s.led.front.inFlight() == 0 ||
+	return s.led.InFlight() == 0 ||
 		s.flightRows+s.filling.total <= felderaQueueRecords && s.flightBytes+s.filling.size() <= felderaQueueBytes
 }
 
@@ -91,7 +91,7 @@ func (s *stream) startFlush(end bool) {
 	spans := s.open && s.openRows && !end
 	s.noteSent(s.open && s.openRows)
 	s.openRows = false
-	if spans && s.txnOpen && s.led.front.inFlight() >= maxTxnFlight-1 {
+	if spans && s.txnOpen && s.led.InFlight() >= maxTxnFlight-1 {
 		// The source transaction outgrew what one Feldera transaction may
 		// keep in flight: commit what was sent, and go on in a new one.
 		spans = false
@@ -110,7 +110,7 @@ func (s *stream) startFlush(end bool) {
 	s.spare = nil
 	now := time.Now()
 	var id uint64
-	id, b.ackTo = s.led.seal(now)
+	id, b.ackTo = s.led.Seal(now)
 	sz := [2]int{b.total, b.size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]

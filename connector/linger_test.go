@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/pgfeldera/pgfeldera/delivery"
 )
 
 // Whenever the filling batch has a linger deadline, the batch is due once
@@ -27,7 +28,7 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 							s := &stream{
 								c:         &Connector{cfg: Config{BatchMaxRows: 10, BatchMaxBytes: 1 << 10, BatchLinger: linger}},
 								filling:   newBatch(1),
-								led:       newLedger(GateComplete, 0),
+								led:       delivery.NewLedger(GateComplete, 0, false),
 								maxFlight: 4,
 								open:      open,
 								openRows:  openRows,

@@ -114,7 +114,7 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 // look, whichever comes first. The heartbeat may end the session.
 func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
 	deadline := s.nextStatus
-	if s.led.front.pending() && now.Add(checkpointPoll).Before(deadline) {
+	if s.led.Queued() && now.Add(checkpointPoll).Before(deadline) {
 		deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
 	}
 	if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
@@ -198,7 +198,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// below ServerWALEnd was read, so idle slots release WAL (writes
 		// to unpublished tables move the WAL head too).
 		idle := !s.pending()
-		moved := s.led.keepalive(pkm.ServerWALEnd, s.quiet(), s.step(), time.Now())
+		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), s.step(), time.Now())
 		if idle && idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
 			s.c.healthy = time.Now()
 		}
@@ -256,7 +256,7 @@ func (s *stream) event(ev *decode.Event) error {
 		// is durable (ledger.committed). Only the second needs publishing:
 		// a recorded COMMIT moves nothing.
 		buffered := s.filling.total > 0
-		moved := s.led.committed(ev.Commit.EndLSN, buffered, s.step(), time.Now())
+		moved := s.led.Committed(ev.Commit.EndLSN, buffered, s.step(), time.Now())
 		if !buffered {
 			if err := s.ack(moved); err != nil {
 				return err
@@ -332,7 +332,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	if s.filling.total == 0 {
 		// Every buffered row was of the truncated tables: the COMMITs
 		// they carried need nothing more.
-		s.led.emptied(s.step(), time.Now())
+		s.led.Emptied(s.step(), time.Now())
 		s.advance()
 		s.publishWait()
 	}
@@ -449,11 +449,11 @@ func (s *stream) apply(ev event) error {
 		s.spare = ev.b
 		if ev.ackNow {
 			s.landed(ev.id)
-			moved = s.led.accepted(ev.id, time.Now())
+			moved = s.led.Accepted(ev.id, time.Now())
 		}
 	case evComplete:
 		s.landed(ev.id)
-		moved = s.led.completed(ev.id, ev.step, time.Now())
+		moved = s.led.Completed(ev.id, ev.step, time.Now())
 		s.c.health.flushFailed.Store(false)
 	case evRetracted:
 		s.retracting = false
@@ -469,7 +469,7 @@ func (s *stream) apply(ev event) error {
 // setFlushSince tells the readiness check since when the oldest work in
 // flight waits.
 func (s *stream) setFlushSince() {
-	if at, ok := s.led.front.oldestOpen(); ok {
+	if at, ok := s.led.OldestOpen(); ok {
 		s.c.health.flushSince.Store(at.UnixNano())
 	} else {
 		s.c.health.flushSince.Store(0)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -58,15 +59,15 @@ type stream struct {
 	abort    context.CancelFunc
 
 	nextStatus time.Time
-	lastStatus time.Time       // when the last status update was sent
-	sentAck    pglogrepl.LSN   // the flush position the last status update carried
-	startEnd   pglogrepl.LSN   // the server's WAL end when the session began (idleKeepalive)
-	lost       <-chan error    // the Feldera pipeline restarted or lost its state
-	alertCtx   context.Context // canceled when lost has something: ends a receive
-	led        *ledger         // the acknowledgement rule: the only writer of the acknowledged position
-	live       liveness        // the replication connection's heartbeat
-	inc        *incremental    // the incremental snapshot under way, nil when none
-	clock      stageClock      // times each source transaction to each stage
+	lastStatus time.Time        // when the last status update was sent
+	sentAck    pglogrepl.LSN    // the flush position the last status update carried
+	startEnd   pglogrepl.LSN    // the server's WAL end when the session began (idleKeepalive)
+	lost       <-chan error     // the Feldera pipeline restarted or lost its state
+	alertCtx   context.Context  // canceled when lost has something: ends a receive
+	led        *delivery.Ledger // the acknowledgement rule: the only writer of the acknowledged position
+	live       liveness         // the replication connection's heartbeat
+	inc        *incremental     // the incremental snapshot under way, nil when none
+	clock      stageClock       // times each source transaction to each stage
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -213,14 +214,13 @@ func (c *Connector) newStream(p *plan, src replSource, inc *incremental) *stream
 		spare:      newBatch(len(p.routes)),
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
-		led:        newLedger(p.gate, c.acked),
-		sentAck:    c.acked, // the slot's: a status repeating it moves nothing
-		inc:        inc,
-		startEnd:   c.srv.walEnd,
+		// Under exactly_once a completion is acknowledged once the watcher
+		// saw the session's process after it (the ledger confirms).
+		led:      delivery.NewLedger(p.gate, c.acked, p.model == feldera.FTExactlyOnce),
+		sentAck:  c.acked, // the slot's: a status repeating it moves nothing
+		inc:      inc,
+		startEnd: c.srv.walEnd,
 	}
-	// Under exactly_once a completion is acknowledged once the watcher saw
-	// the session's process after it (frontier.confirm).
-	s.led.front.confirm = p.model == feldera.FTExactlyOnce
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.routes))
 	}
@@ -327,15 +327,15 @@ func (s *stream) shutdown() error {
 			return err
 		}
 	} else {
-		s.led.emptied(s.step(), time.Now())
+		s.led.Emptied(s.step(), time.Now())
 		s.advance()
 		s.publishWait()
 	}
-	if s.led.front.pending() {
+	if s.led.Queued() {
 		// at_least_once: what completed is durable once a checkpoint
 		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
 		// still uncovered then is replayed by the next start.
-		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.plan, s.led.front.highestPending()); err != nil {
+		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.plan, s.led.HighestPending()); err != nil {
 			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
 		}
 		if _, err := s.checkpointed(); err != nil {

@@ -1,4 +1,4 @@
-package connector
+package delivery
 
 import (
 	"fmt"
@@ -12,50 +12,50 @@ import (
 // position it must leave.
 type ledgerStep struct {
 	what string
-	do   func(l *ledger, ids map[string]uint64) bool
+	do   func(l *Ledger, ids map[string]uint64) bool
 	want pglogrepl.LSN
 }
 
 var t0 = time.Unix(1000, 0)
 
 func commit(end pglogrepl.LSN, buffered bool, step uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{fmt.Sprintf("COMMIT %s buffered=%v step=%d", end, buffered, step), func(l *ledger, _ map[string]uint64) bool {
-		return l.committed(end, buffered, step, t0)
+	return ledgerStep{fmt.Sprintf("COMMIT %s buffered=%v step=%d", end, buffered, step), func(l *Ledger, _ map[string]uint64) bool {
+		return l.Committed(end, buffered, step, t0)
 	}, want}
 }
 
 func seal(name string, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{"seal " + name, func(l *ledger, ids map[string]uint64) bool {
-		ids[name], _ = l.seal(t0)
+	return ledgerStep{"seal " + name, func(l *Ledger, ids map[string]uint64) bool {
+		ids[name], _ = l.Seal(t0)
 		return false
 	}, want}
 }
 
 func complete(name string, step uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{fmt.Sprintf("complete %s at step %d", name, step), func(l *ledger, ids map[string]uint64) bool {
-		return l.completed(ids[name], step, t0)
+	return ledgerStep{fmt.Sprintf("complete %s at step %d", name, step), func(l *Ledger, ids map[string]uint64) bool {
+		return l.Completed(ids[name], step, t0)
 	}, want}
 }
 
 func accept(name string, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{"accepted " + name, func(l *ledger, ids map[string]uint64) bool {
-		return l.accepted(ids[name], t0)
+	return ledgerStep{"accepted " + name, func(l *Ledger, ids map[string]uint64) bool {
+		return l.Accepted(ids[name], t0)
 	}, want}
 }
 
 func keepalive(walEnd pglogrepl.LSN, quiet bool, step uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{fmt.Sprintf("keepalive %s quiet=%v", walEnd, quiet), func(l *ledger, _ map[string]uint64) bool {
-		return l.keepalive(walEnd, quiet, step, t0)
+	return ledgerStep{fmt.Sprintf("keepalive %s quiet=%v", walEnd, quiet), func(l *Ledger, _ map[string]uint64) bool {
+		return l.Keepalive(walEnd, quiet, step, t0)
 	}, want}
 }
 
 func emptied(step uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{"emptied", func(l *ledger, _ map[string]uint64) bool { return l.emptied(step, t0) }, want}
+	return ledgerStep{"emptied", func(l *Ledger, _ map[string]uint64) bool { return l.Emptied(step, t0) }, want}
 }
 
 func checkpoint(steps uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{fmt.Sprintf("checkpoint covering step %d", steps), func(l *ledger, _ map[string]uint64) bool {
-		return l.checkpointed(steps)
+	return ledgerStep{fmt.Sprintf("checkpoint covering step %d", steps), func(l *Ledger, _ map[string]uint64) bool {
+		return l.Checkpointed(steps)
 	}, want}
 }
 
@@ -144,7 +144,7 @@ func TestLedger(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			l := newLedger(c.gate, from)
+			l := NewLedger(c.gate, from, false)
 			ids := map[string]uint64{}
 			for i, st := range c.steps {
 				before := l.acked
@@ -164,7 +164,7 @@ func TestLedger(t *testing.T) {
 // complete when Feldera accepted it: the position moves before Feldera
 // completed anything.
 func TestLedger_AcceptedModeMovesAtAcceptance(t *testing.T) {
-	l := newLedger(GateComplete, 100)
+	l := NewLedger(GateComplete, 100, false)
 	ids := map[string]uint64{}
 	for i, st := range []ledgerStep{
 		commit(200, true, 0, 100),
@@ -181,20 +181,20 @@ func TestLedger_AcceptedModeMovesAtAcceptance(t *testing.T) {
 // The ledger reports pending while a COMMIT waits for its batch or a
 // batch is not yet durable, which holds the keepalive rule off.
 func TestLedger_Pending(t *testing.T) {
-	l := newLedger(GateComplete, 100)
-	if l.pending() {
+	l := NewLedger(GateComplete, 100, false)
+	if l.Pending() {
 		t.Fatal("a new ledger is pending")
 	}
-	l.committed(200, true, 0, t0)
-	if !l.pending() {
+	l.Committed(200, true, 0, t0)
+	if !l.Pending() {
 		t.Fatal("a COMMIT waiting for its batch is not pending")
 	}
-	id, to := l.seal(t0)
-	if to != 200 || !l.pending() {
-		t.Fatalf("sealed with %s, pending %v: want 200, true", to, l.pending())
+	id, to := l.Seal(t0)
+	if to != 200 || !l.Pending() {
+		t.Fatalf("sealed with %s, pending %v: want 200, true", to, l.Pending())
 	}
-	l.completed(id, 1, t0)
-	if l.pending() || l.acked != 200 {
-		t.Fatalf("after completion: pending %v, position %s", l.pending(), l.acked)
+	l.Completed(id, 1, t0)
+	if l.Pending() || l.acked != 200 {
+		t.Fatalf("after completion: pending %v, position %s", l.Pending(), l.acked)
 	}
 }

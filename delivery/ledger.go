@@ -1,0 +1,173 @@
+package delivery
+
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Ledger is a session's acknowledgement rule, free of I/O, and the only
+// writer of the acknowledged position: what a status update reports as
+// flushed, so what Postgres may forget. The frontier orders the batches
+// sent and the gate; the ledger adds what the session learns from the
+// stream itself:
+//
+//   - a COMMIT whose rows the filling batch holds is acknowledged with the
+//     batch that carries it (Seal hands it over), never before;
+//   - a COMMIT with nothing buffered needs only what was sent before it
+//     (its rows went out in earlier batches, a TRUNCATE retracted them,
+//     or it had none): it is reached, and durable once those are;
+//   - a keepalive at a moment when the session is quiet (nothing open,
+//     buffered, pending or in flight) shows every byte below the server's
+//     WAL end read and nothing owed for it: it is reached, so an idle slot
+//     releases the WAL that writes to unpublished tables make;
+//   - in accepted mode a batch counts as complete when Feldera accepted
+//     it (unsafe, kept to demonstrate the loss);
+//   - completions, checkpoints and (exactly_once) looks at the pipeline
+//     move the frontier.
+//
+// step, where a rule takes one, is the step watermark: the highest step
+// any completion or retraction reported, which a reached position must
+// wait for a checkpoint to cover under the checkpoint gate.
+//
+// The position never moves back. It starts at the slot's confirmed
+// position.
+type Ledger struct {
+	front  *frontier
+	acked  pglogrepl.LSN // the acknowledged position
+	commit pglogrepl.LSN // the last COMMIT whose rows the filling batch holds; 0: none
+}
+
+// NewLedger starts a session's ledger at the slot's confirmed position
+// from. With confirm (exactly_once) a completion counts only once a look
+// at the pipeline begun after it found the session's process (see
+// frontier).
+func NewLedger(g Gate, from pglogrepl.LSN, confirm bool) *Ledger {
+	f := newFrontier(g, from)
+	f.confirm = confirm
+	return &Ledger{front: f, acked: from}
+}
+
+// Acked is the acknowledged position: what a status update reports as
+// flushed.
+func (l *Ledger) Acked() pglogrepl.LSN { return l.acked }
+
+// set records the frontier's durable position; it returns whether the
+// acknowledged position moved.
+func (l *Ledger) set(durable pglogrepl.LSN) bool {
+	if durable > l.acked {
+		l.acked = durable
+		return true
+	}
+	return false
+}
+
+// Committed applies a COMMIT that ends at end; buffered says the filling
+// batch holds rows (of this transaction or an earlier one).
+func (l *Ledger) Committed(end pglogrepl.LSN, buffered bool, step uint64, now time.Time) bool {
+	if buffered {
+		l.commit = max(l.commit, end)
+		return false
+	}
+	if end <= l.acked {
+		return false
+	}
+	return l.set(l.front.reach(end, step, now))
+}
+
+// Seal enters the filling batch, about to be sent, with the COMMIT it
+// carries (0 when it ends inside a transaction): it returns the batch's
+// id and that position.
+func (l *Ledger) Seal(now time.Time) (uint64, pglogrepl.LSN) {
+	to := l.commit
+	l.commit = 0
+	return l.front.enter(to, now), to
+}
+
+// Emptied applies a filling batch that holds no rows but recorded a
+// COMMIT (a TRUNCATE discarded its rows): the COMMITs need nothing more
+// than what was sent before them.
+func (l *Ledger) Emptied(step uint64, now time.Time) bool {
+	if l.commit == 0 {
+		return false
+	}
+	to := l.commit
+	l.commit = 0
+	return l.set(l.front.reach(to, step, now))
+}
+
+// Keepalive applies a keepalive whose server WAL end is walEnd; quiet
+// says the session has nothing open, buffered or in flight.
+func (l *Ledger) Keepalive(walEnd pglogrepl.LSN, quiet bool, step uint64, now time.Time) bool {
+	if !quiet || l.Pending() {
+		return false
+	}
+	return l.set(l.front.reach(walEnd, step, now))
+}
+
+// Accepted applies Feldera's 200 to batch id in accepted mode.
+func (l *Ledger) Accepted(id uint64, now time.Time) bool {
+	return l.set(l.front.done(id, 0, now))
+}
+
+// Completed applies batch id's completion at step.
+func (l *Ledger) Completed(id, step uint64, now time.Time) bool {
+	return l.set(l.front.done(id, step, now))
+}
+
+// Checkpointed applies the newest checkpoint that covers the session's
+// work, by its steps.
+func (l *Ledger) Checkpointed(steps uint64) bool {
+	return l.set(l.front.checkpointed(steps))
+}
+
+// ConfirmedAt applies a look at the pipeline, begun at t, that found the
+// session's process (exactly_once).
+func (l *Ledger) ConfirmedAt(t time.Time) bool {
+	return l.set(l.front.confirmedAt(t))
+}
+
+// Pending reports whether the ledger holds anything not yet acknowledged:
+// a COMMIT waiting for its batch, or batches not yet durable.
+func (l *Ledger) Pending() bool {
+	return l.commit > l.acked || l.front.pending()
+}
+
+// The frontier's facts the session reports and paces by. They change
+// nothing.
+
+// Queued reports whether anything sent or reached is not yet durable.
+func (l *Ledger) Queued() bool { return l.front.pending() }
+
+// Confirms reports whether completions wait for a look at the pipeline
+// (exactly_once).
+func (l *Ledger) Confirms() bool { return l.front.confirm }
+
+// Covered is the newest checkpoint's steps the ledger applied.
+func (l *Ledger) Covered() uint64 { return l.front.covered }
+
+// InFlight is the number of batches sealed and not yet complete.
+func (l *Ledger) InFlight() int { return l.front.inFlight() }
+
+// OldestOpen is when the oldest batch still incomplete was sealed.
+func (l *Ledger) OldestOpen() (time.Time, bool) { return l.front.oldestOpen() }
+
+// Waiting reports whether completed batches wait for nothing but a
+// checkpoint, and since when the oldest of them waits.
+func (l *Ledger) Waiting() (time.Time, bool) { return l.front.waiting() }
+
+// WaitingWAL is the WAL a checkpoint now would let the slot release.
+func (l *Ledger) WaitingWAL() uint64 { return l.front.waitingWAL() }
+
+// CompletedTo is the highest position of the complete prefix: what
+// Feldera's views show, durable or not.
+func (l *Ledger) CompletedTo() pglogrepl.LSN { return l.front.completed() }
+
+// HighestPending is the step a checkpoint must cover for every completed
+// batch to be durable.
+func (l *Ledger) HighestPending() uint64 { return l.front.highestPending() }
+
+// AckAtCompletion moves the ledger to the completion gate: Feldera
+// journals its input again after a program change's first checkpoint
+// (exactly_once), so what completes is durable.
+func (l *Ledger) AckAtCompletion() { l.front.gate = GateComplete }
