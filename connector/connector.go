@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -211,8 +212,7 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fenceUntil   atomic.Int64      // unix nanos: send nothing before (see Config.IngressFence)
-	fenceFile    *state.FenceFile  // per-request marks for the next process; nil without a state file
+	fence        *delivery.Fence   // the ingress fence (see Config.IngressFence)
 	txn          *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
 	txnOpen      atomic.Bool       // a Feldera transaction of ours is open or committing (the completer's overdue)
 	txnEnded     atomic.Int64      // unix nanos: when the last one committed
@@ -335,6 +335,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: cfg, sink: sink, logger: cfg.Logger.With("component", "connector", "slot", cfg.Slot), observer: cfg.Observer}
+	c.fence = delivery.NewFence(cfg.IngressFence, c.logger)
 	if c.observer == nil {
 		c.observer = nopObserver{}
 	}
@@ -400,7 +401,7 @@ func (c *Connector) Run(ctx context.Context) error {
 	if err := c.openFence(); err != nil {
 		return &FatalError{Err: err}
 	}
-	defer c.closeFence()
+	defer c.fence.Close()
 	session := c.session
 	if c.test.sessionHook != nil {
 		session = c.test.sessionHook

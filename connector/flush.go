@@ -2,7 +2,6 @@ package connector
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -191,28 +190,5 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 // raise sets v to x when x is larger.
 func raise(v *atomic.Uint64, x uint64) {
 	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
-	}
-}
-
-// waitFence blocks while an unanswered ingress request may still be queued
-// by Feldera.
-func (c *Connector) waitFence(ctx context.Context) error {
-	wait := time.Until(time.Unix(0, c.fenceUntil.Load()))
-	if wait <= 0 {
-		return nil
-	}
-	c.logger.Warn("flush: an ingress request got no clear answer and may still be applied; waiting before sending anything newer", "wait", wait.Round(time.Millisecond))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.stopping:
-		// A graceful stop does not wait out the fence: nothing is sent or
-		// acknowledged, the slot replays it, and the fence file carries
-		// the deadline to the next process.
-		return errors.New("stopping while the ingress fence holds: nothing sent")
-	case <-t.C:
-		return nil
 	}
 }

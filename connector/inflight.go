@@ -176,7 +176,7 @@ func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch
 			continue
 		}
 		table := targets[route].Dest.CanonicalName()
-		tok, err := c.ingress(ctx, table, buf, b.rows[route])
+		tok, err := c.fence.Ingress(ctx, c.sink, table, buf, b.rows[route])
 		if err != nil {
 			c.observer.FelderaError(feldera.ErrorCode(err))
 			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)

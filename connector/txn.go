@@ -117,22 +117,18 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 	start := time.Now()
 	wait := 2 * time.Millisecond
 	warned := false
-	if ff := c.fenceFile; ff != nil {
-		// Recorded before the request: a crash after Feldera opened it
-		// and before its answer still leaves a trace.
-		if err := ff.Transaction(&state.OpenTransaction{Incarnation: c.incarnation, Since: start}); err != nil {
-			return err
-		}
+	// Recorded before the request: a crash after Feldera opened it and
+	// before its answer still leaves a trace.
+	if err := c.fence.Transaction(&state.OpenTransaction{Incarnation: c.incarnation, Since: start}); err != nil {
+		return err
 	}
 	for {
 		id, err := c.sink.StartTransaction(ctx)
 		if err == nil {
 			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, tables: map[string]bool{}, mark: &txnMark{}}
 			c.txnOpen.Store(true)
-			if ff := c.fenceFile; ff != nil {
-				if err := ff.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
-					return err // c.txn is set: the caller commits it on the way out
-				}
+			if err := c.fence.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
+				return err // c.txn is set: the caller commits it on the way out
 			}
 			c.stats.Transactions.Add(1)
 			if waited := time.Since(start); waited > time.Second {
@@ -176,10 +172,8 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 }
 
 func (c *Connector) clearTxnRecord() {
-	if ff := c.fenceFile; ff != nil {
-		if err := ff.Transaction(nil); err != nil {
-			c.logger.Warn("fence: could not clear the open-transaction mark", "err", err)
-		}
+	if err := c.fence.Transaction(nil); err != nil {
+		c.logger.Warn("fence: could not clear the open-transaction mark", "err", err)
 	}
 }
 
