@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -23,7 +24,7 @@ const (
 // ErrFelderaUnavailable ends a session whose batch, transaction or commit
 // Feldera did not finish within FELDERA_COMPLETION_TIMEOUT or
 // FELDERA_COMMIT_STALL_TIMEOUT.
-var ErrFelderaUnavailable = errors.New("feldera unavailable")
+var ErrFelderaUnavailable = delivery.ErrFelderaUnavailable
 
 // ErrStreamEnded ends a session whose server ended the replication stream
 // (CopyDone), or whose session returned without an error.

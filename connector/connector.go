@@ -77,7 +77,7 @@ const (
 	// need; it is given up only after this long without progress.
 	DefaultCommitStallTimeout = 5 * time.Minute
 	DefaultNoProgressTimeout  = 5 * time.Minute
-	completionLogAfter        = 5 * time.Second
+	completionLogAfter        = delivery.CompletionLogAfter
 	DefaultIngressFence       = 35 * time.Second
 	DefaultStopTimeout        = 20 * time.Second
 	DefaultCheckpointAfter    = 30 * time.Second
@@ -214,8 +214,7 @@ type Connector struct {
 
 	fence        *delivery.Fence   // the ingress fence (see Config.IngressFence)
 	txn          *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
-	txnOpen      atomic.Bool       // a Feldera transaction of ours is open or committing (the completer's overdue)
-	txnEnded     atomic.Int64      // unix nanos: when the last one committed
+	txnClock     delivery.TxnClock // whether a Feldera transaction of ours is open, and when the last committed (the completer's timeout)
 	snapTokens   map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
 	incarnation  string            // the pipeline process the session feeds
 	stopping     <-chan struct{}   // Run's context: closed on a graceful stop

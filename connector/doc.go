@@ -13,7 +13,7 @@
 // (delivery.Ledger: the only writer of the acknowledged position).
 // stream.serve starts, and joins before it returns:
 //
-//   - the completer (inflight.go), which polls the completion of the
+//   - the completer (delivery.Completer), which polls the completion of the
 //     batches in flight and reports each as an event;
 //   - one poster at a time (flush.go, startFlush), which POSTs a sealed
 //     batch and hands it to the completer;

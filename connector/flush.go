@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -124,7 +125,7 @@ func (s *stream) startFlush(end bool) {
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
-				s.flights <- &flight{id: id, seq: b.seq, rows: b.total, tokens: tokens, start: start, sent: time.Now(), txn: mark}
+				s.flights <- &delivery.Flight{ID: id, Seq: b.seq, Rows: b.total, Tokens: tokens, Start: start, Sent: time.Now(), Txn: mark}
 			} else {
 				s.c.stats.Batches.Add(1)
 				s.c.observer.Batch(b.total, time.Since(start), 0)
@@ -162,21 +163,21 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		})
 		defer slow.Stop()
 		for _, s := range tokens {
-			step, err := c.sink.WaitCompleteStep(wctx, s.token)
+			step, err := c.sink.WaitCompleteStep(wctx, s.Token)
 			if err != nil {
 				if code := feldera.ErrorCode(err); code != "" {
 					c.observer.FelderaError(code)
 				}
 				if wctx.Err() != nil && ctx.Err() == nil {
-					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.seq, s.table, time.Since(start).Round(time.Millisecond))
+					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.seq, s.Table, time.Since(start).Round(time.Millisecond))
 				}
 				if feldera.IsRestarted(err) {
-					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.table, err)
+					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.Table, err)
 				}
-				return fmt.Errorf("wait for completion of %s: %w", s.table, err)
+				return fmt.Errorf("wait for completion of %s: %w", s.Table, err)
 			}
 			if step == 0 && c.Gate() == GateCheckpoint {
-				return fatal(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.table))
+				return fatal(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.Table))
 			}
 			raise(&c.maxStep, step)
 		}

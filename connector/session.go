@@ -52,7 +52,7 @@ type stream struct {
 	seq         int
 	events      chan event
 	wake        waker
-	flights     chan *flight // to the completer
+	flights     chan *delivery.Flight // to the completer
 	wg          sync.WaitGroup
 
 	flushCtx context.Context // outlives a graceful stop up to STOP_TIMEOUT, not the session
@@ -229,7 +229,7 @@ func (c *Connector) newStream(p *plan, src replSource, inc *incremental) *stream
 	// BATCH_MAX_IN_FLIGHT outside one), and a retraction sends one: sends
 	// never block.
 	s.events = make(chan event, 2*maxTxnFlight+4)
-	s.flights = make(chan *flight, maxTxnFlight+1)
+	s.flights = make(chan *delivery.Flight, maxTxnFlight+1)
 	return s
 }
 
@@ -241,11 +241,11 @@ func (s *stream) serve(ctx context.Context) error {
 	c := s.c
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
-	k := &completer{c: c, in: s.flights, emit: s.emit}
+	k := s.completer()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		k.run(s.flushCtx)
+		k.Run(s.flushCtx)
 	}()
 	if s.inc != nil {
 		s.startWorker() // when the state leaves a table to read

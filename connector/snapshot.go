@@ -293,7 +293,7 @@ func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Tar
 		return err
 	}
 	for _, t := range tokens {
-		c.snapTokens[t.table] = t.token
+		c.snapTokens[t.Table] = t.Token
 	}
 	c.stats.Batches.Add(1)
 	return nil

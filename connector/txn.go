@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -71,8 +72,8 @@ const (
 type felderaTxn struct {
 	id          int64
 	incarnation string
-	tables      map[string]bool // canonical tables POSTed to in it
-	mark        *txnMark        // shared with its batches in flight: when it committed
+	tables      map[string]bool   // canonical tables POSTed to in it
+	mark        *delivery.TxnMark // shared with its batches in flight: when it committed
 	// unfedRows and unfedBytes bound from above what Feldera still
 	// buffers of ours, not yet fed to a step (see txnRoom).
 	unfedRows, unfedBytes int
@@ -125,8 +126,8 @@ func (c *Connector) beginTxn(ctx context.Context) error {
 	for {
 		id, err := c.sink.StartTransaction(ctx)
 		if err == nil {
-			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, tables: map[string]bool{}, mark: &txnMark{}}
-			c.txnOpen.Store(true)
+			c.txn = &felderaTxn{id: id, incarnation: c.incarnation, tables: map[string]bool{}, mark: &delivery.TxnMark{}}
+			c.txnClock.Opened()
 			if err := c.fence.Transaction(&state.OpenTransaction{ID: id, Incarnation: c.incarnation, Since: start}); err != nil {
 				return err // c.txn is set: the caller commits it on the way out
 			}
@@ -380,7 +381,7 @@ func (c *Connector) awaitCommit(ctx context.Context) error {
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
 		case txnGone:
 			if t.mark != nil {
-				t.mark.committed.Store(time.Now().UnixNano())
+				t.mark.Committed(time.Now())
 			}
 			c.txnDone()
 			return true, nil
@@ -400,8 +401,7 @@ func (c *Connector) awaitCommit(ctx context.Context) error {
 // txnDone forgets the transaction: it committed, or is gone.
 func (c *Connector) txnDone() {
 	c.txn = nil
-	c.txnOpen.Store(false)
-	c.txnEnded.Store(time.Now().UnixNano())
+	c.txnClock.Ended(time.Now())
 	c.clearTxnRecord()
 }
 
@@ -428,7 +428,7 @@ func (c *Connector) settleTxn(ctx context.Context) error {
 			t.id = *in.TransactionID
 		}
 	}
-	c.txnOpen.Store(true)
+	c.txnClock.Opened()
 	switch v := viewTxn(g, t.id, t.incarnation); v {
 	case txnRestarted:
 		c.logger.Info("startup: the Feldera transaction left open is gone: the pipeline restarted since", "transaction_id", t.id)

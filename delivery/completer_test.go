@@ -1,4 +1,4 @@
-package connector
+package delivery
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 // fakeCompletion answers /completion_status for tokens "table:n": a table's
 // tokens complete in order, up to done[table], at step n.
 type fakeCompletion struct {
-	Sink  // the rest is never called
 	mu    sync.Mutex
 	done  map[string]int
 	polls int
@@ -51,33 +50,43 @@ func (f *fakeCompletion) pollCount() int {
 	return f.polls
 }
 
-func newCompleterTest(t *testing.T, timeout time.Duration) (*fakeCompletion, chan *flight, chan event) {
+// nopObserver sees nothing.
+type nopObserver struct{}
+
+func (nopObserver) Batch(int, time.Duration, time.Duration) {}
+func (nopObserver) FelderaError(string)                     {}
+
+func newCompleterTest(t *testing.T, timeout time.Duration) (*fakeCompletion, chan *Flight, chan Completion) {
 	sink := &fakeCompletion{done: map[string]int{}}
-	c := &Connector{sink: sink, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), observer: nopObserver{}}
-	c.cfg.CompletionTimeout = timeout
-	in, out := make(chan *flight, 64), make(chan event, 64)
+	in, out := make(chan *Flight, 64), make(chan Completion, 64)
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &completer{c: c, in: in, emit: func(ev event) { out <- ev }}
+	k := &Completer{
+		In: in, Poll: sink, Observer: nopObserver{}, Txn: &TxnClock{}, Timeout: timeout,
+		NeedStep: func() bool { return false },
+		Done:     func(*Flight, uint64) {},
+		Emit:     func(d Completion) { out <- d },
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
 	done := make(chan struct{})
-	go func() { k.run(ctx); close(done) }()
+	go func() { k.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return sink, in, out
 }
 
-func batchOf(id uint64, tables ...string) *flight {
-	f := &flight{id: id, seq: int(id), start: time.Now(), sent: time.Now()}
+func batchOf(id uint64, tables ...string) *Flight {
+	f := &Flight{ID: id, Seq: int(id), Start: time.Now(), Sent: time.Now()}
 	for _, tb := range tables {
-		f.tokens = append(f.tokens, &sentToken{table: strings.Split(tb, ":")[0], token: tb})
+		f.Tokens = append(f.Tokens, &Token{Table: strings.Split(tb, ":")[0], Token: tb})
 	}
 	return f
 }
 
-func want(t *testing.T, out chan event, ids ...uint64) {
+func want(t *testing.T, out chan Completion, ids ...uint64) {
 	t.Helper()
 	for _, id := range ids {
 		select {
 		case ev := <-out:
-			if ev.err != nil || ev.kind != evComplete || ev.id != id {
+			if ev.Err != nil || ev.ID != id {
 				t.Fatalf("event %+v, want the completion of %d", ev, id)
 			}
 		case <-time.After(5 * time.Second):
@@ -132,7 +141,7 @@ func TestCompleter_Failures(t *testing.T) {
 		sink.err = &feldera.APIError{Op: "GET completion_status", StatusCode: 410, Code: feldera.CodePipelineRestarted}
 		in <- batchOf(1, "a:1")
 		ev := <-out
-		if ev.err == nil || !strings.Contains(ev.err.Error(), "restarted") {
+		if ev.Err == nil || !strings.Contains(ev.Err.Error(), "restarted") {
 			t.Fatalf("got %+v", ev)
 		}
 	})
@@ -140,7 +149,7 @@ func TestCompleter_Failures(t *testing.T) {
 		_, in, out := newCompleterTest(t, 200*time.Millisecond)
 		in <- batchOf(1, "a:1")
 		ev := <-out
-		if ev.err == nil || !strings.Contains(ev.err.Error(), "FELDERA_COMPLETION_TIMEOUT") {
+		if ev.Err == nil || !strings.Contains(ev.Err.Error(), "FELDERA_COMPLETION_TIMEOUT") {
 			t.Fatalf("got %+v", ev)
 		}
 	})
