@@ -212,14 +212,13 @@ type Connector struct {
 	// pending: the no-progress deadline counts from it.
 	healthy time.Time
 
-	fence        *delivery.Fence   // the ingress fence (see Config.IngressFence)
-	txn          *felderaTxn       // the Feldera transaction held open (txn.go); nil: none
-	txnClock     delivery.TxnClock // whether a Feldera transaction of ours is open, and when the last committed (the completer's timeout)
-	snapTokens   map[string]string // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	incarnation  string            // the pipeline process the session feeds
-	stopping     <-chan struct{}   // Run's context: closed on a graceful stop
-	silentEnd    bool              // the last session ended silent: end the walsender that may still hold the slot
-	hardStop     context.Context   // canceled StopTimeout after a graceful stop began: every wait ends
+	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
+	txns         *delivery.Transactions // the Feldera transaction held open, if any
+	snapTokens   map[string]string      // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
+	incarnation  string                 // the pipeline process the session feeds
+	stopping     <-chan struct{}        // Run's context: closed on a graceful stop
+	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
+	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats   []*TableStats
 	nulledLogged sync.Map // table\x00column: a value was delivered as NULL (logged once)
 	health       health
@@ -334,10 +333,13 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: cfg, sink: sink, logger: cfg.Logger.With("component", "connector", "slot", cfg.Slot), observer: cfg.Observer}
-	c.fence = delivery.NewFence(cfg.IngressFence, c.logger)
 	if c.observer == nil {
 		c.observer = nopObserver{}
 	}
+	c.fence = delivery.NewFence(cfg.IngressFence, c.logger)
+	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
+		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout,
+		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
 	routes, n := catalog.Routes(cfg.Tables)
 	c.tableStats = make([]*TableStats, n)
 	for i, t := range cfg.Tables {

@@ -10,14 +10,14 @@ import (
 
 // openFence opens the ingress fence's file (delivery.Fence.Open). A
 // Feldera transaction the previous process left open is committed by the
-// first session (settleTxn) before anything is sent, on the same pipeline
+// first session (Transactions.Settle) before anything is sent, on the same pipeline
 // process only: a restart dropped it.
 func (c *Connector) openFence() error {
 	left, err := c.fence.Open(c.cfg.StateFile)
 	if err != nil || left == nil || c.test.noSettle {
 		return err
 	}
-	c.txn = &felderaTxn{id: left.ID, incarnation: left.Incarnation}
+	c.txns.LeftOpen(left.ID, left.Incarnation)
 	c.logger.Warn("startup: the previous pgfeldera process left a Feldera transaction open; committing it before anything is sent",
 		"transaction_id", left.ID, "since", delivery.FormatTime(left.Since))
 	return c.fence.Transaction(left)

@@ -32,7 +32,7 @@ func (s *stream) canPost() bool {
 		return false
 	}
 	return s.led.InFlight() == 0 ||
-		s.flightRows+s.filling.total <= felderaQueueRecords && s.flightBytes+s.filling.size() <= felderaQueueBytes
+		s.flightRows+s.filling.total <= delivery.QueueRecords && s.flightBytes+s.filling.size() <= delivery.QueueBytes
 }
 
 // lingerDeadline is when the filling batch is due by its linger, when

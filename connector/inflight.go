@@ -84,31 +84,30 @@ func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch
 		if err := c.waitFence(ctx); err != nil {
 			return nil, time.Time{}, nil, err // nothing may be sent yet: not even a transaction opened
 		}
-		if err := c.beginTxn(ctx); err != nil {
+		if err := c.txns.Begin(ctx); err != nil {
 			return fail(err)
 		}
 	} else if plan.in {
-		if err := c.txnRoom(ctx, b); err != nil {
+		if err := c.txns.Room(ctx, b.total, b.size()); err != nil {
 			return fail(err)
 		}
 	}
 	var mark *delivery.TxnMark
 	if plan.in {
-		mark = c.txn.mark
+		mark = c.txns.Mark()
 	}
 	tokens, start, err := c.post(ctx, targets, b)
 	if err != nil {
 		return fail(err)
 	}
 	if plan.in {
-		c.txn.unfedRows += b.total
-		c.txn.unfedBytes += b.size()
+		c.txns.Buffered(b.total, b.size())
 	}
 	if plan.end {
 		if err := c.absorbedUnlessHooked(ctx); err != nil {
 			return fail(err)
 		}
-		if err := c.commitTxn(ctx); err != nil {
+		if err := c.txns.Commit(ctx); err != nil {
 			return fail(err)
 		}
 	}
@@ -136,9 +135,7 @@ func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch
 			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
 		}
 		tokens = append(tokens, &delivery.Token{Table: table, Token: tok})
-		if c.txn != nil && c.txn.tables != nil {
-			c.txn.tables[table] = true
-		}
+		c.txns.Posted(table)
 	}
 	return tokens, start, nil
 }
@@ -148,7 +145,7 @@ func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch
 func (s *stream) completer() *delivery.Completer {
 	c := s.c
 	return &delivery.Completer{
-		In: s.flights, Poll: c.sink, Observer: c.observer, Txn: &c.txnClock,
+		In: s.flights, Poll: c.sink, Observer: c.observer, Txn: &c.txns.Clock,
 		Timeout:  c.cfg.CompletionTimeout,
 		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
 		Done: func(_ *delivery.Flight, step uint64) {
@@ -165,4 +162,20 @@ func (s *stream) completer() *delivery.Completer {
 		},
 		Logger: c.logger,
 	}
+}
+
+// absorbedUnlessHooked waits until the Feldera transaction took its input
+// (Transactions.Absorbed), which the test hook noFeedWait skips: the
+// unsafe variant that shows the wait is what keeps a transaction whole.
+func (c *Connector) absorbedUnlessHooked(ctx context.Context) error {
+	if c.test.noFeedWait {
+		return nil
+	}
+	return c.txns.Absorbed(ctx)
+}
+
+// abandonTxn commits, on a failure path, the Feldera transaction a batch
+// left open, bounded by STOP_TIMEOUT (Transactions.Abandon).
+func (c *Connector) abandonTxn() {
+	c.txns.Abandon(c.stopContext(context.Background()))
 }

@@ -87,10 +87,11 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	c.incarnation = p.incarnation
+	c.txns.Incarnation = p.incarnation
 	// A Feldera transaction left open (by a failed session, or a process
 	// that crashed) is committed before anything else is sent: a snapshot
 	// or a retraction waits for completions, which it would hold back.
-	if err := c.settleTxn(ctx); err != nil {
+	if err := c.txns.Settle(ctx); err != nil {
 		return err
 	}
 	conn, err := c.openReplication(ctx)
@@ -298,17 +299,6 @@ func slotConfirmed(ctx context.Context, conn *pgconn.PgConn, name string) (pglog
 	}
 	return slot.Confirmed, nil
 }
-
-// Feldera buffers at most this many records (and bytes) per HTTP ingress
-// endpoint; past it, a POST stops being read until a step drains the
-// buffer (DURABILITY.md §4), and one blocked 30 s (a long checkpoint, a
-// stalled step) is answered 503 by the manager: fenced and replayed. So
-// batches in flight never add up to more than that (a single larger batch
-// still goes, alone), and POSTs never meet Feldera's backpressure.
-const (
-	felderaQueueRecords = 100_000
-	felderaQueueBytes   = 100_000_000
-)
 
 // shutdown is the graceful stop: flush what was read, wait for completion,
 // send the final status, and confirm on a second connection that the slot

@@ -223,7 +223,7 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 // copyAllInTxn copies every table inside one Feldera transaction
 // (SNAPSHOT_TRANSACTION): its batches are POSTed without waiting for
 // completion (nothing completes before the commit; Feldera's buffer bound
-// still holds, see txnRoom), and once all are in, it commits, waits for
+// still holds, see Transactions.Room), and once all are in, it commits, waits for
 // the last token of each table, and cross-checks the counts. Any failure
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
@@ -231,11 +231,11 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 	if err := c.waitFence(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.beginTxn(ctx); err != nil {
+	if err := c.txns.Begin(ctx); err != nil {
 		c.abandonTxn()
 		return nil, err
 	}
-	c.logger.Info("snapshot: loading every table inside one Feldera transaction (SNAPSHOT_TRANSACTION): nothing is visible until all of it is; Feldera takes no checkpoint meanwhile", "transaction_id", c.txn.id)
+	c.logger.Info("snapshot: loading every table inside one Feldera transaction (SNAPSHOT_TRANSACTION): nothing is visible until all of it is; Feldera takes no checkpoint meanwhile", "transaction_id", c.txns.ID())
 	last := map[string]string{} // table → its newest token: it covers the earlier ones
 	c.snapTokens = last
 	defer func() { c.snapTokens = nil }()
@@ -250,10 +250,10 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 		}
 		counts[i] = n
 	}
-	if err := c.absorbed(ctx); err != nil {
+	if err := c.txns.Absorbed(ctx); err != nil {
 		return fail(err)
 	}
-	if err := c.commitTxn(ctx); err != nil {
+	if err := c.txns.Commit(ctx); err != nil {
 		return fail(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)

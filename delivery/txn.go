@@ -1,0 +1,501 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// Feldera runs every ordinary step as an automatic transaction of its own
+// (controller.rs, advance_transaction_state), so /stats names a running
+// transaction that is not ours most of the time; ours is read from the
+// initiators, who wanted it (txnView).
+//
+// The protocol (Transactions), on the poster (one request at a time, in source order):
+//  1. POST /start_transaction, retried with backoff while another client
+//     holds the API's transaction (409: a second pgfeldera on the same
+//     pipeline). A transaction an input connector started is joined. It
+//     starts at the next step input triggers, after any commit that runs.
+//  2. The ingress POSTs, as usual; their tokens complete only after the
+//     commit.
+//  3. Before the commit, wait until Feldera has fed every record of ours
+//     to a step of the transaction (/stats: it runs under our ID and our
+//     ingress endpoints buffer nothing). Feldera feeds no input while a
+//     commit runs, and a commit asked before the transaction's first step
+//     drops the transaction, so records still buffered at the commit
+//     would land after it, outside, over several steps.
+//  4. POST /commit_transaction, then wait until /stats names it no more:
+//     the commit finished. A commit takes as long as the views need, so
+//     this wait is bounded by progress (FELDERA_COMMIT_STALL_TIMEOUT), not
+//     by a fixed time.
+//
+// There is no abort: every path commits, errors included (the slot replays
+// what follows, and primary keys absorb the replay). The fence file
+// records the open transaction, so a process that crashed with one open
+// has it committed by the next one, or, when its commit still runs,
+// waits for it before sending anything.
+
+// Feldera buffers at most this many records (and bytes) per HTTP ingress
+// endpoint; past it, a POST stops being read until a step drains the
+// buffer (DURABILITY.md §4), and one blocked 30 s (a long checkpoint, a
+// stalled step) is answered 503 by the manager: fenced and replayed. So
+// batches in flight never add up to more than that (a single larger batch
+// still goes, alone), and POSTs never meet Feldera's backpressure.
+const (
+	QueueRecords = 100_000
+	QueueBytes   = 100_000_000
+)
+
+// TxnAPI is what Feldera transactions need of the pipeline.
+// *feldera.Client satisfies it.
+type TxnAPI interface {
+	StartTransaction(ctx context.Context) (int64, error)
+	CommitTransaction(ctx context.Context) error
+	Stats(ctx context.Context) (*feldera.Stats, error)
+}
+
+// Transactions runs the protocol above for one connector: it holds the
+// Feldera transaction open, if any. It is touched by one goroutine at a
+// time: the poster of the batch in progress, or the session between
+// posters; Clock alone is read by others (the completer).
+type Transactions struct {
+	API      TxnAPI
+	Fence    *Fence
+	Clock    TxnClock
+	Observer Observer
+	Logger   *slog.Logger
+	// CompletionTimeout bounds a start under contention and the wait for
+	// a transaction to take its input; CommitStallTimeout a commit that
+	// shows no progress.
+	CompletionTimeout, CommitStallTimeout time.Duration
+	// Started counts transactions started, Conflicts the 409 answers.
+	Started, Conflicts *atomic.Int64
+	// Incarnation is the pipeline process the session feeds.
+	Incarnation string
+	cur         *openTxn // nil: none
+}
+
+// LeftOpen takes over the transaction a previous process left open, by
+// its id and the pipeline process it was opened in: Settle deals with it.
+func (x *Transactions) LeftOpen(id int64, incarnation string) {
+	x.cur = &openTxn{id: id, incarnation: incarnation}
+}
+
+// Held reports whether a transaction is held open.
+func (x *Transactions) Held() bool { return x.cur != nil }
+
+// ID is the held transaction's id (0: none, or not yet known).
+func (x *Transactions) ID() int64 {
+	if x.cur == nil {
+		return 0
+	}
+	return x.cur.id
+}
+
+// Mark is what the held transaction's batches in flight share: when it
+// committed.
+func (x *Transactions) Mark() *TxnMark { return x.cur.mark }
+
+// Posted records a POST to table while a transaction is held (none:
+// nothing to record): the waits watch its buffer.
+func (x *Transactions) Posted(table string) {
+	if t := x.cur; t != nil && t.tables != nil {
+		t.tables[table] = true
+	}
+}
+
+// Buffered records a batch of rows and bytes POSTed inside the held
+// transaction: Room bounds what Feldera still buffers of it.
+func (x *Transactions) Buffered(rows, bytes int) {
+	x.cur.unfedRows += rows
+	x.cur.unfedBytes += bytes
+}
+
+// openTxn is the Feldera transaction held open.
+type openTxn struct {
+	id          int64
+	incarnation string
+	tables      map[string]bool   // canonical tables POSTed to in it
+	mark        *TxnMark // shared with its batches in flight: when it committed
+	// unfedRows and unfedBytes bound from above what Feldera still
+	// buffers of ours, not yet fed to a step (see Room).
+	unfedRows, unfedBytes int
+	joined                bool // said once: an input connector holds it too
+}
+
+// txnBackoffMax bounds the wait between start_transaction attempts under
+// contention: short, so a second connector gets in between the first's
+// transactions.
+const txnBackoffMax = 100 * time.Millisecond
+
+// Begin starts a Feldera transaction, waiting while another client
+// holds one, up to FELDERA_COMPLETION_TIMEOUT.
+func (x *Transactions) Begin(ctx context.Context) error {
+	start := time.Now()
+	wait := 2 * time.Millisecond
+	warned := false
+	// Recorded before the request: a crash after Feldera opened it and
+	// before its answer still leaves a trace.
+	if err := x.Fence.Transaction(&state.OpenTransaction{Incarnation: x.Incarnation, Since: start}); err != nil {
+		return err
+	}
+	for {
+		id, err := x.API.StartTransaction(ctx)
+		if err == nil {
+			x.cur = &openTxn{id: id, incarnation: x.Incarnation, tables: map[string]bool{}, mark: &TxnMark{}}
+			x.Clock.Opened()
+			if err := x.Fence.Transaction(&state.OpenTransaction{ID: id, Incarnation: x.Incarnation, Since: start}); err != nil {
+				return err // a transaction is held: the caller commits it on the way out
+			}
+			x.Started.Add(1)
+			if waited := time.Since(start); waited > time.Second {
+				x.Logger.Info("flush: got Feldera's transaction after waiting for another client's", "transaction_id", id, "waited", waited.Round(time.Millisecond))
+			}
+			crashtest.Point("after_begin")
+			return nil
+		}
+		if code := feldera.ErrorCode(err); code != "" {
+			x.Observer.FelderaError(code)
+		}
+		if !feldera.IsTransactionInProgress(err) {
+			x.clearRecord()
+			// An unclear answer may have opened one: the next session
+			// looks at /stats (settleTransaction).
+			if feldera.IsOutcomeUnknown(err) {
+				x.cur = &openTxn{incarnation: x.Incarnation, tables: map[string]bool{}} // ID unknown
+			}
+			return fmt.Errorf("start a Feldera transaction: %w", err)
+		}
+		x.Conflicts.Add(1)
+		waited := time.Since(start)
+		if waited >= x.CompletionTimeout {
+			x.clearRecord()
+			return fmt.Errorf("%w: another client has held the pipeline's transaction for %s (409 TransactionInProgress to POST /start_transaction; FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, waited.Round(time.Millisecond))
+		}
+		if !warned && waited >= CompletionLogAfter {
+			warned = true
+			x.Logger.Warn("flush: another client holds Feldera's transaction (409 TransactionInProgress); retrying. Another pgfeldera on this pipeline?", "waited", waited.Round(time.Millisecond))
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			x.clearRecord()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, txnBackoffMax)
+	}
+}
+
+func (x *Transactions) clearRecord() {
+	if err := x.Fence.Transaction(nil); err != nil {
+		x.Logger.Warn("fence: could not clear the open-transaction mark", "err", err)
+	}
+}
+
+// txnPoll is the /stats schedule of the waits below.
+func txnPoll(n int) time.Duration {
+	return min(time.Duration(1<<min(n, 5))*time.Millisecond, 25*time.Millisecond)
+}
+
+// txnState is what /stats says of a transaction this connector holds.
+type txnState int
+
+const (
+	txnGone       txnState = iota // nothing names it: committed, or dropped
+	txnPending                    // initiated by the API; it starts at the next step (after a commit that runs)
+	txnTaking                     // it runs: its steps take input
+	txnCommitting                 // its commit runs, or was asked and begins at the next step
+	txnRestarted                  // the pipeline restarted: it is gone with its process
+)
+
+func (v txnState) String() string {
+	return [...]string{"gone", "pending", "taking input", "committing", "restarted"}[v]
+}
+
+// viewTxn reads a transaction's state from /stats: the running
+// transaction's id and status first (controller/stats.rs: the circuit's
+// transaction_state), then the initiators (who want one, and the id it
+// will have). During an automatic step transaction_id names that step's
+// transaction, never ours, so "not the running one" is not "gone":
+// ours is gone only when no initiator names it either. incarnation is the
+// pipeline process it was opened in ("" when unknown).
+func viewTxn(g feldera.GlobalMetrics, id int64, incarnation string) txnState {
+	if incarnation != "" && g.IncarnationUUID != incarnation {
+		return txnRestarted
+	}
+	in := g.TransactionInitiators
+	named := in != nil && in.TransactionID != nil && *in.TransactionID == id
+	api := ""
+	if named && in.InitiatedByAPI != nil {
+		api = *in.InitiatedByAPI
+	}
+	switch {
+	case g.TransactionID == id && g.TransactionStatus == "TransactionInProgress":
+		return txnTaking
+	case g.TransactionID == id && g.TransactionStatus == "CommitInProgress":
+		return txnCommitting
+	case api == "Committed":
+		return txnCommitting
+	case api == "Started" || named && len(in.InitiatedByConnectors) > 0:
+		return txnPending
+	case in == nil && g.TransactionID == id && g.TransactionStatus == "NoTransaction":
+		return txnPending // a Feldera without initiators shows the pending id
+	}
+	return txnGone
+}
+
+// progressMark is what a wait on Feldera watches: while it changes,
+// Feldera is working (steps process input, a commit advances, our
+// buffered records are taken), and the wait goes on.
+type progressMark struct {
+	txnID     int64
+	status    string
+	processed uint64
+	commit    string
+	buffered  uint64
+}
+
+func markOf(st *feldera.Stats, tables map[string]bool) progressMark {
+	g := st.GlobalMetrics
+	return progressMark{txnID: g.TransactionID, status: g.TransactionStatus, processed: g.TotalProcessedRecords,
+		commit: string(g.CommitProgress), buffered: st.IngressBuffered(tables)}
+}
+
+// Absorbed waits until the transaction has taken every record POSTed in
+// it: it runs under our ID and our ingress endpoints buffer nothing. It
+// waits while the transaction is pending behind another's commit (an
+// automatic step's, most of the time), and fails only when nothing names
+// it any more.
+func (x *Transactions) Absorbed(ctx context.Context) error {
+	t := x.cur
+	return x.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), t.tables, x.CompletionTimeout, func(st *feldera.Stats) (bool, error) {
+		g := st.GlobalMetrics
+		x.noteJoined(st)
+		if t.incarnation == "" {
+			t.incarnation = g.IncarnationUUID
+		}
+		switch v := viewTxn(g, t.id, t.incarnation); v {
+		case txnRestarted:
+			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
+		case txnGone, txnCommitting:
+			return false, fmt.Errorf("feldera transaction %d is %s before pgfeldera committed it (/stats transaction_id %d, %s): another client committed it; replaying from the slot", t.id, v, g.TransactionID, g.TransactionStatus)
+		case txnTaking:
+			if st.IngressBuffered(t.tables) == 0 {
+				t.unfedRows, t.unfedBytes = 0, 0
+				return true, nil
+			}
+		}
+		return false, nil
+	}, func(st *feldera.Stats) error {
+		return fmt.Errorf("%w: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; /stats %s, %d records buffered): nothing acknowledged", ErrFelderaUnavailable, t.id, x.CompletionTimeout, st.GlobalMetrics.TransactionStatus, st.IngressBuffered(t.tables))
+	})
+}
+
+// pollStats reads /stats on txnPoll's schedule until done reports true or
+// an error. It gives up once Feldera showed no progress (progressMark)
+// for stall; timeout makes the error from the last answer.
+func (x *Transactions) pollStats(ctx context.Context, what string, tables map[string]bool, stall time.Duration, done func(*feldera.Stats) (bool, error), timeout func(*feldera.Stats) error) error {
+	var last progressMark
+	moved := time.Now()
+	for n := 0; ; n++ {
+		st, err := x.API.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok, err := done(st); ok || err != nil {
+			return err
+		}
+		if m := markOf(st, tables); n == 0 || m != last {
+			last, moved = m, time.Now()
+		} else if time.Since(moved) >= stall {
+			return timeout(st)
+		}
+		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
+			return err
+		}
+	}
+}
+
+// Room waits, before a POST inside a Feldera transaction, until
+// Feldera's ingress buffer has room for a batch of rows and bytes: the transaction's batches
+// complete only at its commit, so the in-flight bound on completions does
+// not apply to them, but their records leave the buffer as the
+// transaction's steps take them, and the buffer bound (QueueRecords,
+// QueueBytes) still holds on what is left there.
+func (x *Transactions) Room(ctx context.Context, rows, bytes int) error {
+	t := x.cur
+	if t.unfedRows+rows <= QueueRecords && t.unfedBytes+bytes <= QueueBytes {
+		return nil
+	}
+	return x.pollStats(ctx, fmt.Sprintf("wait for Feldera transaction %d to take its input", t.id), t.tables, x.CompletionTimeout, func(st *feldera.Stats) (bool, error) {
+		held, heldBytes := st.IngressBufferedAll(t.tables)
+		t.unfedRows, t.unfedBytes = int(held), int(heldBytes)
+		return held == 0 || t.unfedRows+rows <= QueueRecords && t.unfedBytes+bytes <= QueueBytes, nil
+	}, func(st *feldera.Stats) error {
+		return fmt.Errorf("%w: transaction %d has not taken its input, and Feldera showed no progress for %s (FELDERA_COMPLETION_TIMEOUT; %d records buffered): nothing acknowledged", ErrFelderaUnavailable, t.id, x.CompletionTimeout, t.unfedRows)
+	})
+}
+
+// noteJoined says once per transaction that input connectors hold it too.
+func (x *Transactions) noteJoined(st *feldera.Stats) {
+	t := x.cur
+	in := st.GlobalMetrics.TransactionInitiators
+	if t == nil || t.joined || in == nil || len(in.InitiatedByConnectors) == 0 || in.TransactionID == nil || *in.TransactionID != t.id {
+		return
+	}
+	t.joined = true
+	names := make([]string, 0, len(in.InitiatedByConnectors))
+	for n := range in.InitiatedByConnectors {
+		names = append(names, n)
+	}
+	x.Logger.Info("flush: joined a Feldera transaction that input connectors started; its commit waits for them too", "transaction_id", t.id, "connectors", strings.Join(names, ","))
+}
+
+// Commit commits the transaction and waits until the commit finished.
+func (x *Transactions) Commit(ctx context.Context) error {
+	t := x.cur
+	crashtest.Point("before_commit")
+	err := x.API.CommitTransaction(ctx)
+	switch {
+	case feldera.IsNoTransactionInProgress(err):
+		// Committed by someone else or dropped by a restart: which one,
+		// /stats says below.
+		x.Logger.Warn("flush: Feldera has no open API transaction to commit (400 NoTransactionInProgress)", "transaction_id", t.id)
+	case err != nil:
+		if code := feldera.ErrorCode(err); code != "" {
+			x.Observer.FelderaError(code)
+		}
+		return fmt.Errorf("commit Feldera transaction %d: %w", t.id, err)
+	}
+	return x.awaitCommit(ctx)
+}
+
+// awaitCommit waits until nothing names the transaction any more: its
+// commit finished. A commit takes as long as the views need (minutes on
+// a heavy pipeline), so the wait ends only when Feldera showed no
+// progress for FELDERA_COMMIT_STALL_TIMEOUT.
+func (x *Transactions) awaitCommit(ctx context.Context) error {
+	t := x.cur
+	logged := time.Now()
+	return x.pollStats(ctx, fmt.Sprintf("wait for the commit of Feldera transaction %d", t.id), t.tables, x.CommitStallTimeout, func(st *feldera.Stats) (bool, error) {
+		g := st.GlobalMetrics
+		switch viewTxn(g, t.id, t.incarnation) {
+		case txnRestarted:
+			x.done()
+			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
+		case txnGone:
+			if t.mark != nil {
+				t.mark.Committed(time.Now())
+			}
+			x.done()
+			return true, nil
+		}
+		if time.Since(logged) >= CompletionLogAfter*6 {
+			logged = time.Now()
+			x.Logger.Info("flush: a Feldera transaction is still committing", "transaction_id", t.id, "status", g.TransactionStatus, "commit_progress", string(g.CommitProgress))
+		}
+		return false, nil
+	}, func(st *feldera.Stats) error {
+		// Asked, and committed by the API's side: the next session waits
+		// for it, or finds it gone, before it sends anything.
+		return fmt.Errorf("%w: the commit of transaction %d showed no progress for %s (FELDERA_COMMIT_STALL_TIMEOUT; /stats %s%s): nothing acknowledged", ErrFelderaUnavailable, t.id, x.CommitStallTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
+	})
+}
+
+// done forgets the transaction: it committed, or is gone.
+func (x *Transactions) done() {
+	x.cur = nil
+	x.Clock.Ended(time.Now())
+	x.clearRecord()
+}
+
+// Settle deals with a transaction the session left open, by a
+// session that failed or a previous process (the fence file's record),
+// before anything is sent: one still open (or pending) is committed; one
+// whose commit runs is waited for, so that a replay never sends a second
+// copy of what it commits; one of another pipeline process was dropped by
+// its restart.
+func (x *Transactions) Settle(ctx context.Context) error {
+	t := x.cur
+	if t == nil {
+		return nil
+	}
+	st, err := x.API.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("look for the Feldera transaction left open: %w", err)
+	}
+	g := st.GlobalMetrics
+	if t.id == 0 {
+		// Its start got no clear answer: the API's transaction, if the
+		// API holds one, is taken for it.
+		if in := g.TransactionInitiators; in != nil && in.TransactionID != nil && in.InitiatedByAPI != nil {
+			t.id = *in.TransactionID
+		}
+	}
+	x.Clock.Opened()
+	switch v := viewTxn(g, t.id, t.incarnation); v {
+	case txnRestarted:
+		x.Logger.Info("startup: the Feldera transaction left open is gone: the pipeline restarted since", "transaction_id", t.id)
+	case txnGone:
+		x.Logger.Info("startup: Feldera holds no transaction of pgfeldera's: the one left open was committed or never opened", "transaction_id", t.id)
+	case txnCommitting:
+		x.Logger.Warn("startup: the commit of the Feldera transaction left open still runs; waiting for it before sending anything", "transaction_id", t.id)
+		t.incarnation = g.IncarnationUUID
+		return x.awaitCommit(ctx)
+	default:
+		t.incarnation = g.IncarnationUUID
+		x.Logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
+		return x.Commit(ctx)
+	}
+	x.done()
+	return nil
+}
+
+// Abandon commits, on a failure path, the transaction a batch left open,
+// so that no error leaves one open; it is bounded by stop (STOP_TIMEOUT's
+// context) and 5 s. If even that fails the next session tries again.
+func (x *Transactions) Abandon(stop context.Context) {
+	if x.cur == nil || x.cur.id == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(stop, 5*time.Second)
+	defer cancel()
+	id := x.cur.id
+	if err := x.Commit(ctx); err != nil && x.cur != nil {
+		x.Logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it, or waits for its commit", "transaction_id", id, "err", err)
+	}
+}
+
+// waitingFor names the input connectors a commit waits for, if any.
+func waitingFor(st *feldera.Stats) string {
+	in := st.GlobalMetrics.TransactionInitiators
+	if in == nil || len(in.InitiatedByConnectors) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(in.InitiatedByConnectors))
+	for n := range in.InitiatedByConnectors {
+		names = append(names, n)
+	}
+	return ", waiting for input connectors " + strings.Join(names, ",")
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
