@@ -1,15 +1,25 @@
-// Package delivery holds what decides, free of I/O, when rows sent to
-// Feldera are safe: the gate (completion, or a checkpoint under
-// at_least_once), the frontier that orders batches and finds their
-// durable prefix, and the Ledger, a session's only writer of the
-// acknowledged position, which adds the rules the replication stream
-// teaches (a COMMIT waits for the batch that carries it, a quiet
-// keepalive releases idle WAL, accepted mode, exactly_once's looks).
+// Package delivery holds everything between a sealed batch and rows that
+// are safe in Feldera, apart from the session that drives it:
 //
-// It also holds the ingress fence (Fence), which keeps a late copy of old
-// rows from landing after newer ones, across processes through the fence
-// file.
+//   - the gate (completion, or a checkpoint under at_least_once), the
+//     frontier that orders batches and finds their durable prefix, and
+//     the Ledger, a session's only writer of the acknowledged position,
+//     which adds the rules the replication stream teaches (a COMMIT waits
+//     for the batch that carries it, a quiet keepalive releases idle WAL,
+//     accepted mode, exactly_once's looks). Free of I/O, with a table test
+//     per rule;
+//   - the ingress Fence, which keeps a late copy of old rows from landing
+//     after newer ones, across processes through the fence file;
+//   - the Completer, which polls the completion tokens of the batches in
+//     flight;
+//   - Transactions, the Feldera transaction protocol (txn.go).
 //
-// It starts no goroutines. A Ledger belongs to the session goroutine that
-// made it and is not safe for concurrent use; a Fence is.
+// Each part declares the small interface it needs of Feldera (Ingester,
+// Poller, TxnAPI, Observer); *feldera.Client satisfies them all.
+//
+// It starts no goroutines: the session starts Completer.Run and joins it.
+// A Ledger belongs to the session goroutine and is not safe for
+// concurrent use; Transactions is used by one goroutine at a time (the
+// poster, or the session between posters) except its Clock; a Fence and
+// a TxnClock are safe for concurrent use.
 package delivery

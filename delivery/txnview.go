@@ -1,0 +1,104 @@
+package delivery
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// What /stats says of a transaction, and how its waits poll.
+
+// txnPoll is the /stats schedule of the waits below.
+func txnPoll(n int) time.Duration {
+	return min(time.Duration(1<<min(n, 5))*time.Millisecond, 25*time.Millisecond)
+}
+
+// txnState is what /stats says of a transaction this connector holds.
+type txnState int
+
+const (
+	txnGone       txnState = iota // nothing names it: committed, or dropped
+	txnPending                    // initiated by the API; it starts at the next step (after a commit that runs)
+	txnTaking                     // it runs: its steps take input
+	txnCommitting                 // its commit runs, or was asked and begins at the next step
+	txnRestarted                  // the pipeline restarted: it is gone with its process
+)
+
+func (v txnState) String() string {
+	return [...]string{"gone", "pending", "taking input", "committing", "restarted"}[v]
+}
+
+// viewTxn reads a transaction's state from /stats: the running
+// transaction's id and status first (controller/stats.rs: the circuit's
+// transaction_state), then the initiators (who want one, and the id it
+// will have). During an automatic step transaction_id names that step's
+// transaction, never ours, so "not the running one" is not "gone":
+// ours is gone only when no initiator names it either. incarnation is the
+// pipeline process it was opened in ("" when unknown).
+func viewTxn(g feldera.GlobalMetrics, id int64, incarnation string) txnState {
+	if incarnation != "" && g.IncarnationUUID != incarnation {
+		return txnRestarted
+	}
+	in := g.TransactionInitiators
+	named := in != nil && in.TransactionID != nil && *in.TransactionID == id
+	api := ""
+	if named && in.InitiatedByAPI != nil {
+		api = *in.InitiatedByAPI
+	}
+	switch {
+	case g.TransactionID == id && g.TransactionStatus == "TransactionInProgress":
+		return txnTaking
+	case g.TransactionID == id && g.TransactionStatus == "CommitInProgress":
+		return txnCommitting
+	case api == "Committed":
+		return txnCommitting
+	case api == "Started" || named && len(in.InitiatedByConnectors) > 0:
+		return txnPending
+	case in == nil && g.TransactionID == id && g.TransactionStatus == "NoTransaction":
+		return txnPending // a Feldera without initiators shows the pending id
+	}
+	return txnGone
+}
+
+// progressMark is what a wait on Feldera watches: while it changes,
+// Feldera is working (steps process input, a commit advances, our
+// buffered records are taken), and the wait goes on.
+type progressMark struct {
+	txnID     int64
+	status    string
+	processed uint64
+	commit    string
+	buffered  uint64
+}
+
+func markOf(st *feldera.Stats, tables map[string]bool) progressMark {
+	g := st.GlobalMetrics
+	return progressMark{txnID: g.TransactionID, status: g.TransactionStatus, processed: g.TotalProcessedRecords,
+		commit: string(g.CommitProgress), buffered: st.IngressBuffered(tables)}
+}
+
+// waitingFor names the input connectors a commit waits for, if any.
+func waitingFor(st *feldera.Stats) string {
+	in := st.GlobalMetrics.TransactionInitiators
+	if in == nil || len(in.InitiatedByConnectors) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(in.InitiatedByConnectors))
+	for n := range in.InitiatedByConnectors {
+		names = append(names, n)
+	}
+	return ", waiting for input connectors " + strings.Join(names, ",")
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
