@@ -45,66 +45,84 @@ func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl stri
 			continue
 		}
 		done[t.Dest] = true
-		si, err := ReadSource(ctx, conn, t, publication)
+		tn, err := ddlTable(ctx, conn, types, publication, t, &b)
 		if err != nil {
 			return "", nil, err
 		}
-		if len(si.Cols) == 0 {
-			return "", nil, refused(fmt.Errorf("table %s: the publication sends no columns of it", t.Schema+"."+t.Name))
-		}
-		extra, err := ddlColumns(ctx, conn, t)
-		if err != nil {
-			return "", nil, err
-		}
-		var lines []string
-		for _, c := range si.Cols {
-			x := extra[c.Name]
-			ct, err := decode.Suggest(c.TypeOID, c.Typmod, x.dims, types.Lookup)
-			if err == nil {
-				ct.Nullable = !x.notNull
-				_, err = decode.Plan(c.TypeOID, c.Typmod, ct, types.Lookup)
-			}
-			if err != nil {
-				note := fmt.Sprintf("table %s column %s (%s, OID %d): %v", t.Schema+"."+t.Name, c.Name, typeName(types, c.TypeOID), c.TypeOID, err)
-				notes = append(notes, note)
-				lines = append(lines, "  -- "+ddlIdent(c.Name)+": not mapped: "+strings.ReplaceAll(err.Error(), "\n", " "))
-				continue
-			}
-			if c.TypeOID == decode.OIDNumeric && c.Typmod < 0 {
-				lines = append(lines, fmt.Sprintf("  -- %s: numeric without precision; each value is checked against DECIMAL(%d, %d) and one that does not fit stops the connector: narrow it to your data", ddlIdent(c.Name), decode.UnconstrainedDecimal[0], decode.UnconstrainedDecimal[1]))
-			}
-			line := "  " + ddlIdent(c.Name) + " " + ddlType(ct)
-			if x.notNull {
-				line += " NOT NULL"
-			}
-			lines = append(lines, line)
-		}
-		pk, err := PrimaryKey(ctx, conn, t.Source())
-		if err != nil {
-			return "", nil, err
-		}
-		var key []string
-		for _, k := range pk {
-			key = append(key, ddlIdent(k.Name))
-		}
-		fmt.Fprintf(&b, "-- from %s (publication %s)\n", t.Source(), publication)
-		fmt.Fprintf(&b, "CREATE TABLE %s (\n", ddlIdent(t.Dest))
-		b.WriteString(joinColumns(lines, key))
-		b.WriteString("\n)")
-		if len(key) == 0 {
-			// No key: retraction (TRUNCATE, resnapshot) and verify read the
-			// table's rows back, which Feldera serves only from a
-			// materialized table.
-			b.WriteString(" WITH ('materialized' = 'true')")
-			note := fmt.Sprintf("table %s has no PRIMARY KEY: Feldera table %s is keyless, which pgfeldera refuses unless FELDERA_REQUIRE_PRIMARY_KEY=false", t.Schema+"."+t.Name, t.Dest)
-			if si.Ident != 'f' {
-				note += fmt.Sprintf("; an UPDATE then retracts the old row by its whole value, so the table needs ALTER TABLE %s REPLICA IDENTITY FULL", t.Source())
-			}
-			notes = append(notes, note)
-		}
-		b.WriteString(";\n\n")
+		notes = append(notes, tn...)
 	}
 	return b.String(), notes, nil
+}
+
+// ddlTable writes one table's CREATE TABLE to b and returns its notes, so
+// DDL stays a loop over the Feldera tables.
+func ddlTable(ctx context.Context, conn *pgx.Conn, types *Types, publication string, t Table, b *strings.Builder) (notes []string, err error) {
+	si, err := ReadSource(ctx, conn, t, publication)
+	if err != nil {
+		return nil, err
+	}
+	if len(si.Cols) == 0 {
+		return nil, refused(fmt.Errorf("table %s: the publication sends no columns of it", t.Schema+"."+t.Name))
+	}
+	extra, err := ddlColumns(ctx, conn, t)
+	if err != nil {
+		return nil, err
+	}
+	lines, notes := ddlColumnLines(si.Cols, extra, types, t)
+	pk, err := PrimaryKey(ctx, conn, t.Source())
+	if err != nil {
+		return nil, err
+	}
+	var key []string
+	for _, k := range pk {
+		key = append(key, ddlIdent(k.Name))
+	}
+	fmt.Fprintf(b, "-- from %s (publication %s)\n", t.Source(), publication)
+	fmt.Fprintf(b, "CREATE TABLE %s (\n", ddlIdent(t.Dest))
+	b.WriteString(joinColumns(lines, key))
+	b.WriteString("\n)")
+	if len(key) == 0 {
+		// No key: retraction (TRUNCATE, resnapshot) and verify read the
+		// table's rows back, which Feldera serves only from a
+		// materialized table.
+		b.WriteString(" WITH ('materialized' = 'true')")
+		note := fmt.Sprintf("table %s has no PRIMARY KEY: Feldera table %s is keyless, which pgfeldera refuses unless FELDERA_REQUIRE_PRIMARY_KEY=false", t.Schema+"."+t.Name, t.Dest)
+		if si.Ident != 'f' {
+			note += fmt.Sprintf("; an UPDATE then retracts the old row by its whole value, so the table needs ALTER TABLE %s REPLICA IDENTITY FULL", t.Source())
+		}
+		notes = append(notes, note)
+	}
+	b.WriteString(";\n\n")
+	return notes, nil
+}
+
+// ddlColumnLines maps each sent column to its Feldera column line, or to a
+// comment and a note when the decoder refuses it, so one column does not
+// cost the table.
+func ddlColumnLines(cols []Column, extra map[string]ddlColumn, types *Types, t Table) (lines, notes []string) {
+	for _, c := range cols {
+		x := extra[c.Name]
+		ct, err := decode.Suggest(c.TypeOID, c.Typmod, x.dims, types.Lookup)
+		if err == nil {
+			ct.Nullable = !x.notNull
+			_, err = decode.Plan(c.TypeOID, c.Typmod, ct, types.Lookup)
+		}
+		if err != nil {
+			note := fmt.Sprintf("table %s column %s (%s, OID %d): %v", t.Schema+"."+t.Name, c.Name, typeName(types, c.TypeOID), c.TypeOID, err)
+			notes = append(notes, note)
+			lines = append(lines, "  -- "+ddlIdent(c.Name)+": not mapped: "+strings.ReplaceAll(err.Error(), "\n", " "))
+			continue
+		}
+		if c.TypeOID == decode.OIDNumeric && c.Typmod < 0 {
+			lines = append(lines, fmt.Sprintf("  -- %s: numeric without precision; each value is checked against DECIMAL(%d, %d) and one that does not fit stops the connector: narrow it to your data", ddlIdent(c.Name), decode.UnconstrainedDecimal[0], decode.UnconstrainedDecimal[1]))
+		}
+		line := "  " + ddlIdent(c.Name) + " " + ddlType(ct)
+		if x.notNull {
+			line += " NOT NULL"
+		}
+		lines = append(lines, line)
+	}
+	return lines, notes
 }
 
 // joinColumns joins column lines and the PRIMARY KEY clause with commas,

@@ -81,6 +81,34 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Pipeline == "" {
 		return nil, errors.New("feldera: pipeline name is empty")
 	}
+	cfg = withDefaults(cfg)
+	hc := pooledClient(cfg)
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = hc
+	rc.RetryMax = cfg.RetryMax
+	rc.RetryWaitMin = cfg.RetryWaitMin
+	rc.RetryWaitMax = cfg.RetryWaitMax
+	rc.Logger = nil
+	rc.CheckRetry = checkRetry
+	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	logger := cfg.Logger.With("component", "feldera")
+	rc.RequestLogHook = func(_ retryablehttp.Logger, req *http.Request, attempt int) {
+		if attempt > 0 {
+			logger.Warn("feldera: retrying request", "method", req.Method, "path", req.URL.Path, "attempt", attempt)
+		}
+	}
+	once := retryablehttp.NewClient()
+	once.HTTPClient, once.RetryMax, once.Logger = hc, 0, nil
+	once.CheckRetry = func(context.Context, *http.Response, error) (bool, error) { return false, nil }
+	once.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	stream := streamClient(hc, rc, cfg)
+	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, once: once, stream: stream,
+		idle: cfg.RequestTimeout, logger: logger}, nil
+}
+
+// withDefaults fills cfg's zero fields with the defaults, so New works
+// from one complete Config.
+func withDefaults(cfg Config) Config {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -101,6 +129,13 @@ func New(cfg Config) (*Client, error) {
 	if cfg.IdleConnTimeout <= 0 {
 		cfg.IdleConnTimeout = DefaultIdleConnTimeout
 	}
+	return cfg
+}
+
+// pooledClient returns the client for every request but queries: the given
+// one or a pooled keep-alive one, with idle connections closed before the
+// server closes them, and each attempt bounded by RequestTimeout.
+func pooledClient(cfg Config) *http.Client {
 	hc := cfg.HTTPClient
 	if hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -111,24 +146,13 @@ func New(cfg Config) (*Client, error) {
 		t.IdleConnTimeout = cfg.IdleConnTimeout
 	}
 	hc.Timeout = cfg.RequestTimeout
-	rc := retryablehttp.NewClient()
-	rc.HTTPClient = hc
-	rc.RetryMax = cfg.RetryMax
-	rc.RetryWaitMin = cfg.RetryWaitMin
-	rc.RetryWaitMax = cfg.RetryWaitMax
-	rc.Logger = nil
-	rc.CheckRetry = checkRetry
-	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	logger := cfg.Logger.With("component", "feldera")
-	rc.RequestLogHook = func(_ retryablehttp.Logger, req *http.Request, attempt int) {
-		if attempt > 0 {
-			logger.Warn("feldera: retrying request", "method", req.Method, "path", req.URL.Path, "attempt", attempt)
-		}
-	}
-	once := retryablehttp.NewClient()
-	once.HTTPClient, once.RetryMax, once.Logger = hc, 0, nil
-	once.CheckRetry = func(context.Context, *http.Response, error) (bool, error) { return false, nil }
-	once.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	return hc
+}
+
+// streamClient returns the retrying client for queries, on hc's transport
+// (a copy where it can): an answer may stream for long, so it has no bound
+// as a whole.
+func streamClient(hc *http.Client, rc *retryablehttp.Client, cfg Config) *retryablehttp.Client {
 	// A query's answer (every key of a large table, for a resnapshot's
 	// retraction or verify) may take longer than any fixed bound; it gets
 	// a header timeout per attempt and an idle timer instead (Query).
@@ -146,8 +170,7 @@ func New(cfg Config) (*Client, error) {
 	stream.HTTPClient = &http.Client{Transport: tr}
 	stream.RetryMax, stream.RetryWaitMin, stream.RetryWaitMax = rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax
 	stream.Logger, stream.CheckRetry, stream.ErrorHandler, stream.RequestLogHook = nil, checkRetry, retryablehttp.PassthroughErrorHandler, rc.RequestLogHook
-	return &Client{base: u, pipeline: cfg.Pipeline, apiKey: cfg.APIKey, http: rc, once: once, stream: stream,
-		idle: cfg.RequestTimeout, logger: logger}, nil
+	return stream
 }
 
 // checkRetry retries only when the server surely did not reject the request

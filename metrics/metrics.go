@@ -274,6 +274,37 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := conn.Stats()
+	collectTables(ch, conn)
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.Batches.Load()))
+	ch <- prometheus.MustNewConstMetric(descRetracted, prometheus.CounterValue, float64(st.Retracted.Load()))
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions.Load()))
+	ch <- prometheus.MustNewConstMetric(descTxns, prometheus.CounterValue, float64(st.Transactions.Load()))
+	ch <- prometheus.MustNewConstMetric(descTxnBusy, prometheus.CounterValue, float64(st.TransactionConflicts.Load()))
+	ch <- prometheus.MustNewConstMetric(descCkptFail, prometheus.CounterValue, float64(st.CheckpointFailures.Load()))
+	received := st.Received.Load()
+	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(received))
+	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.GaugeValue, float64(st.Acked.Load()))
+	collectSlot(ch, slot, received)
+	ready := 0.0
+	if ok, _ := conn.Ready(); ok {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(descFence, prometheus.GaugeValue, conn.IngressFenced().Seconds())
+	for _, g := range []connector.Gate{connector.GateComplete, connector.GateCheckpoint} {
+		v := 0.0
+		if conn.Gate() == g {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, v, g.String())
+	}
+	ch <- prometheus.MustNewConstMetric(descCkptWait, prometheus.GaugeValue, conn.CheckpointWait().Seconds())
+	ch <- prometheus.MustNewConstMetric(descCkptWAL, prometheus.GaugeValue, float64(conn.CheckpointWaitWAL()))
+}
+
+// collectTables sends each table's row counts, snapshot estimate and
+// chunks, labelled by its Feldera name.
+func collectTables(ch chan<- prometheus.Metric, conn *connector.Connector) {
 	for _, t := range conn.Tables() {
 		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Inserts.Load()), t.Dest, "insert")
 		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(t.Deletes.Load()), t.Dest, "delete")
@@ -285,15 +316,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descChunks, prometheus.GaugeValue, float64(total), t.Dest, "total")
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.Batches.Load()))
-	ch <- prometheus.MustNewConstMetric(descRetracted, prometheus.CounterValue, float64(st.Retracted.Load()))
-	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions.Load()))
-	ch <- prometheus.MustNewConstMetric(descTxns, prometheus.CounterValue, float64(st.Transactions.Load()))
-	ch <- prometheus.MustNewConstMetric(descTxnBusy, prometheus.CounterValue, float64(st.TransactionConflicts.Load()))
-	ch <- prometheus.MustNewConstMetric(descCkptFail, prometheus.CounterValue, float64(st.CheckpointFailures.Load()))
-	received := st.Received.Load()
-	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(received))
-	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.GaugeValue, float64(st.Acked.Load()))
+}
+
+// collectSlot sends the slot's positions, lag and WAL status as Postgres
+// last reported them; none when the last read failed, so no stale values.
+func collectSlot(ch chan<- prometheus.Metric, slot slotInfo, received uint64) {
 	if slot.ok {
 		ch <- prometheus.MustNewConstMetric(descConfirmed, prometheus.GaugeValue, float64(slot.confirmed))
 		lag := 0.0
@@ -311,19 +338,4 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descStatus, prometheus.GaugeValue, v, s)
 		}
 	}
-	ready := 0.0
-	if ok, _ := conn.Ready(); ok {
-		ready = 1
-	}
-	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
-	ch <- prometheus.MustNewConstMetric(descFence, prometheus.GaugeValue, conn.IngressFenced().Seconds())
-	for _, g := range []connector.Gate{connector.GateComplete, connector.GateCheckpoint} {
-		v := 0.0
-		if conn.Gate() == g {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, v, g.String())
-	}
-	ch <- prometheus.MustNewConstMetric(descCkptWait, prometheus.GaugeValue, conn.CheckpointWait().Seconds())
-	ch <- prometheus.MustNewConstMetric(descCkptWAL, prometheus.GaugeValue, float64(conn.CheckpointWaitWAL()))
 }

@@ -109,51 +109,67 @@ func Canonical(ct feldera.ColumnType, raw json.RawMessage) (string, error) {
 		}
 		return strconv.Quote(t.UTC().Format("2006-01-02 15:04:05.999999999")), nil
 	case "BINARY", "VARBINARY":
-		if raw[0] == '"' {
-			s, err := stringValue(raw)
-			if err != nil {
-				return "", err
-			}
-			return "x" + strconv.Quote(strings.ToLower(strings.TrimPrefix(s, `\x`))), nil
-		}
-		var bs []int
-		if err := json.Unmarshal(raw, &bs); err != nil {
-			return "", fmt.Errorf("%.60s is not a byte array", raw)
-		}
-		b := make([]byte, len(bs))
-		for i, v := range bs {
-			if v < 0 || v > 255 {
-				return "", fmt.Errorf("byte %d out of range", v)
-			}
-			b[i] = byte(v)
-		}
-		return "x" + strconv.Quote(hex.EncodeToString(b)), nil
+		return canonicalBinary(raw)
 	case "ARRAY":
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
-			return "", fmt.Errorf("%.60s is not an array", raw)
-		}
-		comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
-		if ct.Component != nil {
-			comp = *ct.Component
-		}
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, e := range elems {
-			v, err := Canonical(comp, e)
-			if err != nil {
-				return "", fmt.Errorf("array element %d: %w", i+1, err)
-			}
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(v)
-		}
-		b.WriteByte(']')
-		return b.String(), nil
+		return canonicalArray(ct, raw)
 	}
-	// VARIANT, MAP and anything else: the JSON value with sorted keys and
-	// numbers as written.
+	return canonicalJSON(raw)
+}
+
+// canonicalBinary writes bytes as lower-case hex, from a hex string (\x
+// prefix optional) or a JSON byte array, so both forms compare equal.
+func canonicalBinary(raw json.RawMessage) (string, error) {
+	if raw[0] == '"' {
+		s, err := stringValue(raw)
+		if err != nil {
+			return "", err
+		}
+		return "x" + strconv.Quote(strings.ToLower(strings.TrimPrefix(s, `\x`))), nil
+	}
+	var bs []int
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return "", fmt.Errorf("%.60s is not a byte array", raw)
+	}
+	b := make([]byte, len(bs))
+	for i, v := range bs {
+		if v < 0 || v > 255 {
+			return "", fmt.Errorf("byte %d out of range", v)
+		}
+		b[i] = byte(v)
+	}
+	return "x" + strconv.Quote(hex.EncodeToString(b)), nil
+}
+
+// canonicalArray writes each element in its component type's canonical
+// form, so arrays compare element by element.
+func canonicalArray(ct feldera.ColumnType, raw json.RawMessage) (string, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return "", fmt.Errorf("%.60s is not an array", raw)
+	}
+	comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
+	if ct.Component != nil {
+		comp = *ct.Component
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, e := range elems {
+		v, err := Canonical(comp, e)
+		if err != nil {
+			return "", fmt.Errorf("array element %d: %w", i+1, err)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(v)
+	}
+	b.WriteByte(']')
+	return b.String(), nil
+}
+
+// canonicalJSON writes VARIANT, MAP and anything else as the JSON value
+// with sorted keys and numbers as written.
+func canonicalJSON(raw json.RawMessage) (string, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any

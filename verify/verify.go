@@ -199,6 +199,45 @@ func (t *Table) AddFeldera(row []byte) error {
 }
 
 func (t *Table) add(s *side, obj []byte, from string) error {
+	if err := t.canonicalRow(s, obj, from); err != nil {
+		return err
+	}
+	t.keyBuf = t.keyBuf[:0]
+	for _, i := range t.keyIdx {
+		t.keyBuf = appendValue(t.keyBuf, t.values[i])
+	}
+	var d [16]byte
+	full := sha256.Sum256(t.rowBuf)
+	copy(d[:], full[:16])
+	kh := sha256.Sum256(t.keyBuf)
+	b := int(binary.BigEndian.Uint16(kh[:2])) % nBuckets
+
+	if t.suspect == nil {
+		s.rows++
+		s.total.add(d)
+		s.bRows[b]++
+		s.bSum[b].add(d)
+		return nil
+	}
+	if !t.suspect[b] {
+		return nil
+	}
+	if e, ok := s.kept[string(t.keyBuf)]; ok {
+		e.count++
+		return nil
+	}
+	if len(s.kept) >= maxCollected {
+		s.overflow = true
+		return nil
+	}
+	s.kept[string(t.keyBuf)] = &entry{count: 1, digest: d, values: append([]string(nil), t.values...)}
+	return nil
+}
+
+// canonicalRow puts each compared field of the row obj in its canonical
+// form into t.values and their encoding into t.rowBuf, so both sides'
+// rows hash alike; a column the Feldera table lacks is an error.
+func (t *Table) canonicalRow(s *side, obj []byte, from string) error {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(obj, &m); err != nil {
 		return fmt.Errorf("%s row of %s: %w", from, t.rel.Name, err)
@@ -236,35 +275,6 @@ func (t *Table) add(s *side, obj []byte, from string) error {
 		}
 		t.rowBuf = appendValue(t.rowBuf, t.values[i])
 	}
-	t.keyBuf = t.keyBuf[:0]
-	for _, i := range t.keyIdx {
-		t.keyBuf = appendValue(t.keyBuf, t.values[i])
-	}
-	var d [16]byte
-	full := sha256.Sum256(t.rowBuf)
-	copy(d[:], full[:16])
-	kh := sha256.Sum256(t.keyBuf)
-	b := int(binary.BigEndian.Uint16(kh[:2])) % nBuckets
-
-	if t.suspect == nil {
-		s.rows++
-		s.total.add(d)
-		s.bRows[b]++
-		s.bSum[b].add(d)
-		return nil
-	}
-	if !t.suspect[b] {
-		return nil
-	}
-	if e, ok := s.kept[string(t.keyBuf)]; ok {
-		e.count++
-		return nil
-	}
-	if len(s.kept) >= maxCollected {
-		s.overflow = true
-		return nil
-	}
-	s.kept[string(t.keyBuf)] = &entry{count: 1, digest: d, values: append([]string(nil), t.values...)}
 	return nil
 }
 

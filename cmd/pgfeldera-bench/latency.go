@@ -149,31 +149,10 @@ func (b *bench) commitToConfirmed(slot, tables, pub, sql string, tps int, dur ti
 		return 0, 0, 0, 0, err
 	}
 	defer conn.Close(context.Background())
-	type sample struct {
-		at              time.Time
-		head, confirmed pglogrepl.LSN
-	}
-	var samples []sample
+	var samples []lsnSample
 	stop := make(chan struct{})
 	sampled := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				sampled <- nil
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			var head, conf string
-			if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&head, &conf); err != nil {
-				sampled <- err
-				return
-			}
-			h, _ := pglogrepl.ParseLSN(head)
-			c, _ := pglogrepl.ParseLSN(conf)
-			samples = append(samples, sample{time.Now(), h, c})
-		}
-	}()
+	go func() { sampled <- sampleLSNs(conn, slot, stop, &samples) }()
 	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "pgbench"), "-n", "-f", script, "-R", fmt.Sprint(tps),
 		"-T", fmt.Sprint(int(dur.Seconds())), "-c", "4", "-j", "2", b.dsn)
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c synchronous_commit=on")
@@ -189,6 +168,39 @@ func (b *bench) commitToConfirmed(slot, tables, pub, sql string, tps int, dur ti
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("%w: %s", err, out)
 	}
+	p50, p99, mx, n = confirmLatencies(samples).percentiles()
+	return p50, p99, mx, n, nil
+}
+
+// lsnSample is one sample of the WAL insert position and the slot's
+// confirmed_flush_lsn, taken at the same instant.
+type lsnSample struct {
+	at              time.Time
+	head, confirmed pglogrepl.LSN
+}
+
+// sampleLSNs appends a sample every 5 ms until stop closes, and returns the
+// first failed query's error, which ends the sampling.
+func sampleLSNs(conn *pgx.Conn, slot string, stop <-chan struct{}, samples *[]lsnSample) error {
+	for {
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+		var head, conf string
+		if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text, coalesce(confirmed_flush_lsn::text, '0/0') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&head, &conf); err != nil {
+			return err
+		}
+		h, _ := pglogrepl.ParseLSN(head)
+		c, _ := pglogrepl.ParseLSN(conf)
+		*samples = append(*samples, lsnSample{time.Now(), h, c})
+	}
+}
+
+// confirmLatencies turns the samples into commit → confirmed latencies,
+// one per sampled position, leaving out pgbench's start and the last second.
+func confirmLatencies(samples []lsnSample) *latencies {
 	// Skip pgbench's first 2 s; a position's latency is the first later
 	// sample whose confirmed position reached it.
 	lat := &latencies{}
@@ -209,6 +221,5 @@ func (b *bench) commitToConfirmed(slot, tables, pub, sql string, tps int, dur ti
 		}
 		lat.ms = append(lat.ms, float64(samples[j].at.Sub(s.at).Microseconds())/1000)
 	}
-	p50, p99, mx, n = lat.percentiles()
-	return p50, p99, mx, n, nil
+	return lat
 }

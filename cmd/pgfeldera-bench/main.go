@@ -87,10 +87,7 @@ func run() int {
 	rep := Report{Started: time.Now(), Postgres: b.cluster.Version, Rounds: *rounds, Rows: *rows, Txns: *txns,
 		Settings: passedSettings(), GoMaxProcs: cpus()}
 	fmt.Printf("pgfeldera-bench: PostgreSQL %d in %s, %d CPUs, %d rounds\n", b.cluster.Version, b.cluster.Dir, rep.GoMaxProcs, *rounds)
-	steps := []struct {
-		id string
-		fn func() (Result, error)
-	}{
+	steps := []step{
 		{"a", func() (Result, error) { return b.bulk(*rounds, *rows) }},
 		{"b", func() (Result, error) { return b.singleRow(*rounds, *txns) }},
 		{"c", func() (Result, error) { return b.snapshot(*rounds, *rows) }},
@@ -102,10 +99,28 @@ func run() int {
 		{"i", func() (Result, error) { return b.ackLatency(*rate, *liveFor) }},
 		{"j", func() (Result, error) { return b.transactionsCost(*rounds, *txns, *rate, *liveFor) }},
 	}
-	failed := false
 	b.raw = strings.Contains(*only, "h")
+	failed := b.runSteps(&rep, *only, steps)
+	if !writeReport(&rep, *out) {
+		failed = true
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// step is one workload: its letter in -only and its run.
+type step struct {
+	id string
+	fn func() (Result, error)
+}
+
+// runSteps runs the workloads -only names into rep, in order; a failed one
+// is reported and skipped, so the others still run, and the run fails.
+func (b *bench) runSteps(rep *Report, only string, steps []step) (failed bool) {
 	for _, s := range steps {
-		if !strings.Contains(*only, s.id) {
+		if !strings.Contains(only, s.id) {
 			continue
 		}
 		r, err := s.fn()
@@ -121,20 +136,24 @@ func run() int {
 			fmt.Printf("  h done: %s\n", summary(*b.rawResult))
 		}
 	}
+	return failed
+}
+
+// writeReport prints the results table and writes the JSON file; it
+// returns false when the write fails, which fails the run.
+func writeReport(rep *Report, out string) bool {
+	ok := true
 	rep.DurationS = time.Since(rep.Started).Seconds()
 	printTable(os.Stdout, rep.Results)
 	if data, err := json.MarshalIndent(rep, "", "  "); err == nil {
-		if err := os.WriteFile(*out, append(data, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(out, append(data, '\n'), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "pgfeldera-bench:", err)
-			failed = true
+			ok = false
 		} else {
-			fmt.Printf("wrote %s (%.0f s)\n", *out, rep.DurationS)
+			fmt.Printf("wrote %s (%.0f s)\n", out, rep.DurationS)
 		}
 	}
-	if failed {
-		return 1
-	}
-	return 0
+	return ok
 }
 
 // passedSettings lists the pgfeldera variables set in the environment: the

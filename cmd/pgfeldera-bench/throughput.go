@@ -125,55 +125,27 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 			return Result{}, err
 		}
 	}
-	copyStart := time.Now()
-	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "psql"), "-X", "-q", "-d", b.dsn, "-c", "COPY t TO STDOUT")
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	copyRate, err := b.timeCopy(rows)
 	if err != nil {
 		return Result{}, err
 	}
-	cmd.Stdout = devnull
-	err = cmd.Run()
-	devnull.Close()
-	if err != nil {
-		return Result{}, fmt.Errorf("psql COPY: %w", err)
-	}
-	copyRate := float64(rows) / time.Since(copyStart).Seconds()
 	// pgfeldera's CPU seconds per run, by mode and lanes: the split the
 	// ratio depends on, on a machine whose CPUs the runs saturate.
 	cpu := map[string][]float64{}
-	load := func(mode string, r int, lanes int) (float64, error) {
-		slot := fmt.Sprintf("inc_%s_%d_%d", mode, lanes, r)
-		p, err := b.startPGF(slot, "t", "pub", mode, map[string]string{"SNAPSHOT_PARALLELISM": strconv.Itoa(lanes)}, nil)
-		if err != nil {
-			return 0, err
-		}
-		d, err := p.waitFor("the "+mode+" snapshot", 10*time.Minute, func() (bool, error) { return p.fel.CountedRows("t") >= rows, nil })
-		_, sec, serr := p.stop()
-		if err == nil {
-			err = serr
-		}
-		key := mode
-		if lanes > 1 {
-			key += "_" + strconv.Itoa(lanes)
-		}
-		cpu[key] = append(cpu[key], sec)
-		b.dropSlot(slot)
-		return float64(rows) / d.Seconds(), err
-	}
 	var ref, inc, inc2 []float64
 	for r := 0; r < rounds; r++ {
 		runRef := func() error {
-			v, err := load("initial", r, 1)
+			v, err := b.snapshotLoad("initial", r, 1, rows, cpu)
 			ref = append(ref, v)
 			return err
 		}
 		runInc := func() error {
-			v, err := load("incremental", r, 1)
+			v, err := b.snapshotLoad("incremental", r, 1, rows, cpu)
 			inc = append(inc, v)
 			if err != nil {
 				return err
 			}
-			v, err = load("incremental", r, 2)
+			v, err = b.snapshotLoad("incremental", r, 2, rows, cpu)
 			inc2 = append(inc2, v)
 			return err
 		}
@@ -188,6 +160,46 @@ func (b *bench) incremental(rounds, rows int) (Result, error) {
 		"rows/s", "SNAPSHOT_MODE=initial", ref, inc, 0.8)
 	res.Extra = cpuExtra(cpu, rows)
 	return res, nil
+}
+
+// timeCopy times COPY t TO STDOUT through psql into /dev/null: the rows/s
+// Postgres alone reads the table at, the ceiling for a snapshot.
+func (b *bench) timeCopy(rows int) (float64, error) {
+	copyStart := time.Now()
+	cmd := exec.Command(filepath.Join(b.cluster.BinDir, "psql"), "-X", "-q", "-d", b.dsn, "-c", "COPY t TO STDOUT")
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	cmd.Stdout = devnull
+	err = cmd.Run()
+	devnull.Close()
+	if err != nil {
+		return 0, fmt.Errorf("psql COPY: %w", err)
+	}
+	return float64(rows) / time.Since(copyStart).Seconds(), nil
+}
+
+// snapshotLoad runs one snapshot of t in mode with lanes lanes on its own
+// slot and returns its rows/s, adding its CPU seconds to cpu by mode and lanes.
+func (b *bench) snapshotLoad(mode string, r, lanes, rows int, cpu map[string][]float64) (float64, error) {
+	slot := fmt.Sprintf("inc_%s_%d_%d", mode, lanes, r)
+	p, err := b.startPGF(slot, "t", "pub", mode, map[string]string{"SNAPSHOT_PARALLELISM": strconv.Itoa(lanes)}, nil)
+	if err != nil {
+		return 0, err
+	}
+	d, err := p.waitFor("the "+mode+" snapshot", 10*time.Minute, func() (bool, error) { return p.fel.CountedRows("t") >= rows, nil })
+	_, sec, serr := p.stop()
+	if err == nil {
+		err = serr
+	}
+	key := mode
+	if lanes > 1 {
+		key += "_" + strconv.Itoa(lanes)
+	}
+	cpu[key] = append(cpu[key], sec)
+	b.dropSlot(slot)
+	return float64(rows) / d.Seconds(), err
 }
 
 func (b *bench) snapshot(rounds, rows int) (Result, error) {

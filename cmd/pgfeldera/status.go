@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/metrics"
@@ -140,10 +141,31 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 		return nil, fmt.Errorf("connect to postgres %s: %w", redactDSN(cfg.DSN), err)
 	}
 	defer conn.Close(context.Background())
+	if err := collectSlot(ctx, conn, cfg, st); err != nil {
+		return nil, err
+	}
+	st.Standbys = connector.StandbySlots(ctx, cfg.DSN, cfg.Slot)
+	collectState(cfg, st)
+	st.Feldera.Pipeline = cfg.Pipeline
+	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RetryMax: -1, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	collectFeldera(ctx, client, cfg, st)
+	for _, t := range cfg.Tables {
+		st.Tables = append(st.Tables, tableStatus(ctx, conn, client, cfg.Publication, t))
+	}
+	readStages(ctx, st, cfg.HTTPAddr)
+	return st, nil
+}
+
+// collectSlot reads the slot, the WAL level and the failover setting from
+// Postgres; a failed read fails the status, as the slot is what it is about.
+func collectSlot(ctx context.Context, conn *pgx.Conn, cfg *Config, st *Status) error {
 	s := &st.Slot
 	s.Name = cfg.Slot
 	// failover and synced exist from PostgreSQL 17 (NULL before).
-	err = conn.QueryRow(ctx, `SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text,
+	err := conn.QueryRow(ctx, `SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text,
 		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size,
 		(to_jsonb(s) ->> 'failover')::bool
 		FROM pg_replication_slots s WHERE slot_name = $1`, cfg.Slot).
@@ -151,13 +173,13 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
-		return nil, fmt.Errorf("read slot: %w", err)
+		return fmt.Errorf("read slot: %w", err)
 	default:
 		s.Exists = true
 	}
 	wl, err := connector.ReadWALLevel(ctx, conn, cfg.Slot)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	st.Postgres.WALLevel = wl
 	if note, _, err := wl.Check(); err != nil {
@@ -167,11 +189,16 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	}
 	var standbySlots *string
 	if err := conn.QueryRow(ctx, "SELECT current_setting('synchronized_standby_slots', true)").Scan(&standbySlots); err != nil {
-		return nil, fmt.Errorf("read synchronized_standby_slots: %w", err)
+		return fmt.Errorf("read synchronized_standby_slots: %w", err)
 	}
 	s.SynchronizedStandbySlots = standbySlots
 	s.Failover = failoverNote(s.Failover, standbySlots, &s.FailoverNote)
-	st.Standbys = connector.StandbySlots(ctx, cfg.DSN, cfg.Slot)
+	return nil
+}
+
+// collectState reads the state and fence files; an unreadable state file is
+// reported in the status, not fatal, since status is how one looks into it.
+func collectState(cfg *Config, st *Status) {
 	st.State.File = cfg.StateFile
 	if ls, err := state.Load(cfg.StateFile); err == nil {
 		st.State.Tables, st.State.Requests = ls.Tables, ls.Requests
@@ -181,11 +208,11 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	if f, err := state.LoadFence(state.FencePath(cfg.StateFile)); err == nil {
 		st.State.Fence = f
 	}
-	st.Feldera.Pipeline = cfg.Pipeline
-	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RetryMax: -1, RequestTimeout: 10 * time.Second})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// collectFeldera reads the pipeline's deployment and fault-tolerance model;
+// an unreachable Feldera is reported in the status, not fatal.
+func collectFeldera(ctx context.Context, client *feldera.Client, cfg *Config, st *Status) {
 	if p, err := client.Pipeline(ctx); err != nil {
 		st.Feldera.Error = err.Error()
 	} else {
@@ -199,59 +226,80 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 			st.Feldera.Model, st.Feldera.AckGate = string(m), connector.GateFor(m, cfg.AckMode).String()
 		}
 	}
-	for _, t := range cfg.Tables {
-		ts := TableStatus{Source: t.Schema + "." + t.Name, Dest: t.Dest}
-		var n int64
-		// A publication row filter: Feldera holds only the rows it passes.
-		var filter *string
-		_ = conn.QueryRow(ctx, "SELECT rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-			cfg.Publication, t.Schema, t.Name).Scan(&filter)
-		count := "SELECT count(*) FROM " + t.Source()
-		if filter != nil && *filter != "" {
-			count += " WHERE " + *filter
-		}
-		if err := conn.QueryRow(ctx, count).Scan(&n); err == nil {
-			ts.PostgresRows = &n
-		} else {
-			ts.Error = err.Error()
-		}
-		var f int64 = -1
-		err := client.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest), func(row json.RawMessage) error {
-			var m map[string]int64
-			if err := json.Unmarshal(row, &m); err != nil {
-				return err
-			}
-			for _, v := range m {
-				f = v
-			}
-			return nil
-		})
-		if err == nil && f >= 0 {
-			ts.FelderaRows = &f
-		} else if err != nil {
-			ts.Error = strings.TrimSpace(ts.Error + " " + err.Error())
-		}
-		st.Tables = append(st.Tables, ts)
+}
+
+// tableStatus counts one table's rows on both sides; a failed count is the
+// row's error, so one table does not hide the others.
+func tableStatus(ctx context.Context, conn *pgx.Conn, client *feldera.Client, publication string, t catalog.Table) TableStatus {
+	ts := TableStatus{Source: t.Schema + "." + t.Name, Dest: t.Dest}
+	var n int64
+	// A publication row filter: Feldera holds only the rows it passes.
+	var filter *string
+	_ = conn.QueryRow(ctx, "SELECT rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+		publication, t.Schema, t.Name).Scan(&filter)
+	count := "SELECT count(*) FROM " + t.Source()
+	if filter != nil && *filter != "" {
+		count += " WHERE " + *filter
 	}
-	readStages(ctx, st, cfg.HTTPAddr)
-	return st, nil
+	if err := conn.QueryRow(ctx, count).Scan(&n); err == nil {
+		ts.PostgresRows = &n
+	} else {
+		ts.Error = err.Error()
+	}
+	var f int64 = -1
+	err := client.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest), func(row json.RawMessage) error {
+		var m map[string]int64
+		if err := json.Unmarshal(row, &m); err != nil {
+			return err
+		}
+		for _, v := range m {
+			f = v
+		}
+		return nil
+	})
+	if err == nil && f >= 0 {
+		ts.FelderaRows = &f
+	} else if err != nil {
+		ts.Error = strings.TrimSpace(ts.Error + " " + err.Error())
+	}
+	return ts
 }
 
 func printStatus(w io.Writer, st *Status) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	printSlot(tw, st)
+	printStages(tw, st)
+	printState(tw, st)
+	fmt.Fprintf(tw, "feldera\t%s\t%s %s fault_tolerance=%s ack_gate=%s %s\n", st.Feldera.Pipeline, st.Feldera.DeploymentStatus, st.Feldera.DeploymentID, st.Feldera.Model, st.Feldera.AckGate, st.Feldera.Error)
+	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\n")
+	for _, t := range st.Tables {
+		fmt.Fprintf(tw, "%s → %s\t%s\t%s\t%s\n", t.Source, t.Dest, numOrDash(t.PostgresRows), numOrDash(t.FelderaRows), t.Error)
+	}
+	tw.Flush()
+}
+
+// strOrDash prints a text that may be unknown (NULL, unread) as "-", so
+// the status columns stay aligned.
+func strOrDash(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
+
+// numOrDash prints a number that may be unknown (NULL, unread) as "-", so
+// the status columns stay aligned.
+func numOrDash(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+// printSlot prints the WAL level, the slot and the standbys' copies of it:
+// what decides whether the next run resumes or resnapshots.
+func printSlot(tw io.Writer, st *Status) {
 	s := st.Slot
-	str := func(p *string) string {
-		if p == nil {
-			return "-"
-		}
-		return *p
-	}
-	num := func(p *int64) string {
-		if p == nil {
-			return "-"
-		}
-		return fmt.Sprint(*p)
-	}
 	pg := st.Postgres
 	level := "wal_level=" + pg.Setting
 	if pg.Effective != "" {
@@ -264,10 +312,10 @@ func printStatus(w io.Writer, st *Status) {
 		if s.Failover != nil {
 			fo = fmt.Sprint(*s.Failover)
 		}
-		fmt.Fprintf(tw, "\tfailover=%s synchronized_standby_slots=%q\t%s\n", fo, str(s.SynchronizedStandbySlots), s.FailoverNote)
+		fmt.Fprintf(tw, "\tfailover=%s synchronized_standby_slots=%q\t%s\n", fo, strOrDash(s.SynchronizedStandbySlots), s.FailoverNote)
 	}
 	fmt.Fprintf(tw, "\tconfirmed_flush_lsn\t%s\n\trestart_lsn\t%s\n\tretained WAL bytes\t%s\n\twal_status\t%s\n",
-		str(s.ConfirmedFlushLSN), str(s.RestartLSN), num(s.RetainedWALBytes), str(s.WalStatus))
+		strOrDash(s.ConfirmedFlushLSN), strOrDash(s.RestartLSN), numOrDash(s.RetainedWALBytes), strOrDash(s.WalStatus))
 	for _, sb := range st.Standbys {
 		line := "not in recovery"
 		switch {
@@ -280,43 +328,14 @@ func printStatus(w io.Writer, st *Status) {
 		}
 		fmt.Fprintf(tw, "\tserver %s\t%s\n", sb.Host, line)
 	}
-	printStages(tw, st)
+}
+
+// printState prints the state file's tables, resnapshot requests and fence:
+// what the connector will do on its next start.
+func printState(tw io.Writer, st *Status) {
 	fmt.Fprintf(tw, "state\t%s\t%s\n", st.State.File, st.State.Error)
 	for _, t := range st.State.Tables {
-		line := t.Status
-		if t.Status == state.Incremental && t.Retract {
-			line += fmt.Sprintf(": resnapshot %s, retracting the rows Feldera holds and Postgres lacks (then the chunks)", t.Request)
-		} else if t.Status == state.Incremental {
-			// A resumable snapshot: where it stands.
-			line += fmt.Sprintf(": %d chunks, %d rows copied, durable in Feldera", t.Chunks, t.Copied)
-			if t.Request != "" {
-				line += " (resnapshot " + t.Request + ")"
-			}
-			switch {
-			case t.Blocks != nil && len(t.Lanes) > 0:
-				var at []string
-				for _, l := range t.Lanes {
-					next := "done"
-					if !l.Done {
-						next = deref(l.Lo)
-						if len(l.After) > 0 {
-							next = l.After[0]
-						}
-					}
-					at = append(at, fmt.Sprintf("[%s, %s) at %s", deref(l.Lo), deref(l.Hi), next))
-				}
-				line += fmt.Sprintf("; read in block ranges of %d blocks, lanes %s", t.Blocks.End, strings.Join(at, ", "))
-			case t.Blocks != nil:
-				next := "0"
-				if len(t.After) > 0 {
-					next = t.After[0]
-				}
-				line += fmt.Sprintf("; read in block ranges, resumes at block %s of %d", next, t.Blocks.End)
-			case len(t.After) > 0:
-				line += fmt.Sprintf("; resumes after key (%s)", strings.Join(t.After, ", "))
-			}
-		}
-		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, line)
+		fmt.Fprintf(tw, "\t%s → %s\t%s\n", t.Source, t.Dest, stateTableLine(t))
 	}
 	for _, r := range st.State.Requests {
 		line := "under way"
@@ -338,12 +357,45 @@ func printStatus(w io.Writer, st *Status) {
 		}
 		fmt.Fprintf(tw, "\tfence\t%s\n", line)
 	}
-	fmt.Fprintf(tw, "feldera\t%s\t%s %s fault_tolerance=%s ack_gate=%s %s\n", st.Feldera.Pipeline, st.Feldera.DeploymentStatus, st.Feldera.DeploymentID, st.Feldera.Model, st.Feldera.AckGate, st.Feldera.Error)
-	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\n")
-	for _, t := range st.Tables {
-		fmt.Fprintf(tw, "%s → %s\t%s\t%s\t%s\n", t.Source, t.Dest, num(t.PostgresRows), num(t.FelderaRows), t.Error)
+}
+
+// stateTableLine says where one table's snapshot stands, with the resume
+// point of an incremental one, so an interrupted snapshot can be followed.
+func stateTableLine(t state.Table) string {
+	line := t.Status
+	if t.Status == state.Incremental && t.Retract {
+		line += fmt.Sprintf(": resnapshot %s, retracting the rows Feldera holds and Postgres lacks (then the chunks)", t.Request)
+	} else if t.Status == state.Incremental {
+		// A resumable snapshot: where it stands.
+		line += fmt.Sprintf(": %d chunks, %d rows copied, durable in Feldera", t.Chunks, t.Copied)
+		if t.Request != "" {
+			line += " (resnapshot " + t.Request + ")"
+		}
+		switch {
+		case t.Blocks != nil && len(t.Lanes) > 0:
+			var at []string
+			for _, l := range t.Lanes {
+				next := "done"
+				if !l.Done {
+					next = deref(l.Lo)
+					if len(l.After) > 0 {
+						next = l.After[0]
+					}
+				}
+				at = append(at, fmt.Sprintf("[%s, %s) at %s", deref(l.Lo), deref(l.Hi), next))
+			}
+			line += fmt.Sprintf("; read in block ranges of %d blocks, lanes %s", t.Blocks.End, strings.Join(at, ", "))
+		case t.Blocks != nil:
+			next := "0"
+			if len(t.After) > 0 {
+				next = t.After[0]
+			}
+			line += fmt.Sprintf("; read in block ranges, resumes at block %s of %d", next, t.Blocks.End)
+		case len(t.After) > 0:
+			line += fmt.Sprintf("; resumes after key (%s)", strings.Join(t.After, ", "))
+		}
 	}
-	tw.Flush()
+	return line
 }
 
 // failoverNote says what a slot's failover setting means for a failover.

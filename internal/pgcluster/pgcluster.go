@@ -132,32 +132,13 @@ func Start(opts Options) (*Cluster, error) {
 		c.cred = cred
 	}
 	Sweep()
-	dir, err := os.MkdirTemp("", "pgcluster-")
-	if err != nil {
+	if err := c.makeDir(); err != nil {
 		return nil, err
 	}
-	if err := markOwner(dir); err != nil {
-		os.RemoveAll(dir)
+	if err := c.initdb(); err != nil {
 		return nil, err
 	}
-	c.Dir = dir
-	c.DataDir = filepath.Join(dir, "data")
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if c.cred != nil {
-		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			return nil, err
-		}
-	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", c.DataDir, "-U", "postgres",
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
-	initdb.Dir = dir
-	if out, err := initdb.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
-	}
+	dir := c.Dir
 	settings := map[string]string{
 		"wal_level":               "logical",
 		"max_replication_slots":   "40",
@@ -184,6 +165,44 @@ func Start(opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// makeDir creates the cluster's temporary directory, marked as this
+// process's for Sweep and open to the OS user the server runs as.
+func (c *Cluster) makeDir() error {
+	dir, err := os.MkdirTemp("", "pgcluster-")
+	if err != nil {
+		return err
+	}
+	if err := markOwner(dir); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	c.Dir = dir
+	c.DataDir = filepath.Join(dir, "data")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initdb creates the data directory as the server's OS user, with trust
+// auth and --no-sync, since the cluster is thrown away.
+func (c *Cluster) initdb() error {
+	initdb := exec.Command(filepath.Join(c.BinDir, "initdb"), "-D", c.DataDir, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
+	initdb.Dir = c.Dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(c.Dir)
+		return fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	return nil
 }
 
 func (c *Cluster) appendConf(settings map[string]string) error {

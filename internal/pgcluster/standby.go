@@ -62,23 +62,45 @@ func (c *Cluster) StartStandby(ctx context.Context, slot string) (*Cluster, erro
 			return fail(err)
 		}
 	}
+	if err := s.makeStandbyData(); err != nil {
+		return fail(err)
+	}
+	if err := s.appendConf(c.standbySettings(dir, slot)); err != nil {
+		return fail(err)
+	}
+	if err := s.start(); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// makeStandbyData turns a copied data directory into a standby's: no
+// postmaster files, no replication slots, and a standby.signal.
+func (c *Cluster) makeStandbyData() error {
 	for _, f := range []string{"postmaster.pid", "postmaster.opts"} {
-		os.Remove(filepath.Join(s.DataDir, f))
+		os.Remove(filepath.Join(c.DataDir, f))
 	}
 	// A base copy holds no replication slots (a slot copied with the files
 	// would be a stale, unsynchronized slot on the standby).
-	if entries, err := os.ReadDir(filepath.Join(s.DataDir, "pg_replslot")); err == nil {
+	if entries, err := os.ReadDir(filepath.Join(c.DataDir, "pg_replslot")); err == nil {
 		for _, e := range entries {
-			os.RemoveAll(filepath.Join(s.DataDir, "pg_replslot", e.Name()))
+			os.RemoveAll(filepath.Join(c.DataDir, "pg_replslot", e.Name()))
 		}
 	}
-	signal := filepath.Join(s.DataDir, "standby.signal")
+	signal := filepath.Join(c.DataDir, "standby.signal")
 	if err := os.WriteFile(signal, nil, 0o600); err != nil {
-		return fail(err)
+		return err
 	}
-	if s.cred != nil {
-		os.Chown(signal, int(s.cred.Uid), int(s.cred.Gid))
+	if c.cred != nil {
+		os.Chown(signal, int(c.cred.Uid), int(c.cred.Gid))
 	}
+	return nil
+}
+
+// standbySettings are the standby's postgresql.conf lines: its own socket
+// directory, and streaming from the primary c over slot, synchronizing the
+// primary's failover slots where the version has them.
+func (c *Cluster) standbySettings(dir, slot string) map[string]string {
 	settings := map[string]string{
 		"unix_socket_directories": "'" + dir + "'",
 		"primary_conninfo":        quoteLiteral(fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres application_name=standby", c.Port)),
@@ -89,13 +111,7 @@ func (c *Cluster) StartStandby(ctx context.Context, slot string) (*Cluster, erro
 	if c.Version >= MinFailoverVersion {
 		settings["sync_replication_slots"] = "on"
 	}
-	if err := s.appendConf(settings); err != nil {
-		return fail(err)
-	}
-	if err := s.start(); err != nil {
-		return fail(err)
-	}
-	return s, nil
+	return settings
 }
 
 // Kill ends the server with SIGKILL, as a crashed machine would: nothing
