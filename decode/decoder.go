@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -89,7 +90,7 @@ type Rel struct {
 type Options struct {
 	// Types looks up types the built-in table does not know (enums,
 	// domains, citext, ranges); nil knows only the built-ins.
-	Types Types
+	Types pgvalue.Types
 	// NullUnrepresentable delivers a value Feldera cannot hold (infinity,
 	// BC, year > 9999) as NULL into a nullable column instead of refusing
 	// it: UNREPRESENTABLE_VALUES=null.
@@ -106,7 +107,7 @@ type ColPlan struct {
 	TypeMod int32
 	Field   string // Feldera field name; "" when the column is dropped
 	prefix  []byte // `"field":`
-	enc     Encoder
+	enc     pgvalue.Encoder
 	inKey   bool // in the replica identity
 	null    bool // the Feldera field is nullable
 }
@@ -138,12 +139,12 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 			r.Cols = append(r.Cols, cp)
 			continue
 		}
-		enc, err := Plan(c.TypeOID, c.TypeMod, f.ColumnType, opts.Types)
+		enc, err := pgvalue.Plan(c.TypeOID, c.TypeMod, f.ColumnType, opts.Types)
 		if err != nil {
 			reason := err.Error()
-			var te *TypeError
+			var te *pgvalue.TypeError
 			if errors.As(err, &te) {
-				reason = fmt.Sprintf("%s (Feldera column %s.%s is %s)", te.Reason, t.Dest.Name, f.Name, describeType(f.ColumnType))
+				reason = fmt.Sprintf("%s (Feldera column %s.%s is %s)", te.Reason, t.Dest.Name, f.Name, pgvalue.DescribeType(f.ColumnType))
 			}
 			return nil, nil, &RefusalError{Table: table, Column: c.Name, OID: c.TypeOID, Reason: reason}
 		}
@@ -248,11 +249,12 @@ func (r *Rel) keyOf(tup []TupleCol) string {
 	return b.String()
 }
 
-func describeType(ct feldera.ColumnType) string {
-	if ct.Type == "ARRAY" && ct.Component != nil {
-		return describeType(*ct.Component) + " ARRAY"
+// clip shortens a value for a message.
+func clip(s []byte) string {
+	if len(s) > 64 {
+		return string(s[:64]) + "…"
 	}
-	return ct.Type
+	return string(s)
 }
 
 // appendRow writes one NDJSON line {"<op>":{...}} from a tuple. keyOnly
@@ -292,7 +294,7 @@ func (r *Rel) appendRow(dst []byte, op string, tup, old []TupleCol, keyOnly bool
 			mark := len(dst)
 			var err error
 			if dst, err = cp.enc(dst, col.Data); err != nil {
-				var u *Unrepresentable
+				var u *pgvalue.Unrepresentable
 				if errors.As(err, &u) && cp.null && (u.NaN || r.opts.NullUnrepresentable) {
 					dst = append(dst[:mark], "null"...)
 					if r.opts.OnNull != nil {

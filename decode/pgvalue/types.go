@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 import (
 	"errors"
@@ -106,7 +106,7 @@ func plan(oid uint32, typmod int32, ft feldera.ColumnType, types Types, depth in
 	}
 	name := lookupName(oid, types)
 	noEnc := func(why string) error {
-		r := fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s", name, describeType(ft))
+		r := fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s", name, DescribeType(ft))
 		if why != "" {
 			r += ": " + why
 		}
@@ -198,7 +198,7 @@ func planArray(oid, elem uint32, typmod int32, ft feldera.ColumnType, types Type
 	}
 	if dims == 0 {
 		name := lookupName(oid, types)
-		return nil, &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s: an array goes into an ARRAY or VARIANT column", name, describeType(ft))}
+		return nil, &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s: an array goes into an ARRAY or VARIANT column", name, DescribeType(ft))}
 	}
 	inner, err := plan(elem, typmod, leaf, types, depth+1)
 	if err != nil {
@@ -224,4 +224,12 @@ func arrayError(oid uint32, types Types, err error) error {
 	}
 	name := lookupName(oid, types)
 	return &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("array type %s: %s", name, te.Reason)}
+}
+
+// DescribeType names a Feldera column type for messages: INTEGER ARRAY.
+func DescribeType(ct feldera.ColumnType) string {
+	if ct.Type == "ARRAY" && ct.Component != nil {
+		return DescribeType(*ct.Component) + " ARRAY"
+	}
+	return ct.Type
 }

@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 // validJSON reports whether s is one JSON value (RFC 8259) with optional
 // surrounding whitespace: what encoding/json.Valid reports, which
