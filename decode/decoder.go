@@ -327,9 +327,12 @@ func (r *Rel) appendRow(dst []byte, op string, tup, old []TupleCol, keyOnly bool
 		case ColNull:
 			dst = append(dst, "null"...)
 		case ColText:
+			mark := len(dst)
 			var err error
-			if dst, err = r.appendValue(dst, cp, col.Data, tup); err != nil {
-				return err
+			if dst, err = cp.enc(dst, col.Data); err != nil {
+				if dst, err = r.valueError(dst, mark, cp, tup, err); err != nil {
+					return err
+				}
 			}
 		default:
 			return &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, Reason: "binary tuple data (the binary option must be off)"}
@@ -352,31 +355,28 @@ func (r *Rel) appendRow(dst []byte, op string, tup, old []TupleCol, keyOnly bool
 	return append(dst, "}}\n"...), nil
 }
 
-// appendValue appends cp's encoding of the text value data, a value of
-// the tuple tup. A value Feldera cannot hold goes as null into a nullable
-// column when NaN, or when UNREPRESENTABLE_VALUES=null says so; otherwise
-// it is refused, naming tup's key.
-func (r *Rel) appendValue(dst []byte, cp *ColPlan, data []byte, tup []TupleCol) ([]byte, error) {
-	mark := len(dst)
-	var err error
-	if dst, err = cp.enc(dst, data); err != nil {
-		var u *pgvalue.Unrepresentable
-		if errors.As(err, &u) && cp.null && (u.NaN || r.opts.NullUnrepresentable) {
-			dst = append(dst[:mark], "null"...)
-			if r.opts.OnNull != nil {
-				r.opts.OnNull(r.Target.Qualified(), cp.Name, err)
-			}
-			return dst, nil
+// valueError handles the error err of cp's encoder, which appended to dst
+// past mark, for a value of the tuple tup: a value Feldera cannot hold
+// goes as null into a nullable column when NaN, or when
+// UNREPRESENTABLE_VALUES=null says so; otherwise it is refused, naming
+// tup's key. It is apart from appendRow so that a value that encodes
+// costs no call.
+func (r *Rel) valueError(dst []byte, mark int, cp *ColPlan, tup []TupleCol, err error) ([]byte, error) {
+	var u *pgvalue.Unrepresentable
+	if errors.As(err, &u) && cp.null && (u.NaN || r.opts.NullUnrepresentable) {
+		dst = append(dst[:mark], "null"...)
+		if r.opts.OnNull != nil {
+			r.opts.OnNull(r.Target.Qualified(), cp.Name, err)
 		}
-		reason := err.Error()
-		if u != nil && !u.NaN {
-			reason += " (UNREPRESENTABLE_VALUES=null delivers it as NULL into a nullable column)"
-		} else if u != nil {
-			reason += " (Feldera column " + cp.Field + " is NOT NULL)"
-		}
-		return dst, &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, OID: cp.TypeOID, Key: r.keyOf(tup), Reason: reason}
+		return dst, nil
 	}
-	return dst, nil
+	reason := err.Error()
+	if u != nil && !u.NaN {
+		reason += " (UNREPRESENTABLE_VALUES=null delivers it as NULL into a nullable column)"
+	} else if u != nil {
+		reason += " (Feldera column " + cp.Field + " is NOT NULL)"
+	}
+	return dst, &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, OID: cp.TypeOID, Key: r.keyOf(tup), Reason: reason}
 }
 
 // checkRetraction makes sure an old tuple carries what a retraction needs:
