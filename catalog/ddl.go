@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
@@ -17,7 +17,7 @@ import (
 // catalog: one per Feldera table (leaf partitions sharing one are read from
 // the first), with the columns the publication sends (its column list, and
 // generated columns where the stream carries them). Each column's Feldera
-// type is proposed by decode.Suggest and then put through decode.Plan, the
+// type is proposed by pgvalue.Suggest and then put through pgvalue.Plan, the
 // check startup makes, so what is printed is what the connector accepts.
 // Columns the decoder refuses are printed as comments saying why, and
 // returned as notes; the table is still usable without them.
@@ -102,10 +102,10 @@ func ddlTable(ctx context.Context, conn *pgx.Conn, types *Types, publication str
 func ddlColumnLines(cols []Column, extra map[string]ddlColumn, types *Types, t Table) (lines, notes []string) {
 	for _, c := range cols {
 		x := extra[c.Name]
-		ct, err := decode.Suggest(c.TypeOID, c.Typmod, x.dims, types.Lookup)
+		ct, err := pgvalue.Suggest(c.TypeOID, c.Typmod, x.dims, types.Lookup)
 		if err == nil {
 			ct.Nullable = !x.notNull
-			_, err = decode.Plan(c.TypeOID, c.Typmod, ct, types.Lookup)
+			_, err = pgvalue.Plan(c.TypeOID, c.Typmod, ct, types.Lookup)
 		}
 		if err != nil {
 			note := fmt.Sprintf("table %s column %s (%s, OID %d): %v", t.Schema+"."+t.Name, c.Name, typeName(types, c.TypeOID), c.TypeOID, err)
@@ -113,8 +113,8 @@ func ddlColumnLines(cols []Column, extra map[string]ddlColumn, types *Types, t T
 			lines = append(lines, "  -- "+ddlIdent(c.Name)+": not mapped: "+strings.ReplaceAll(err.Error(), "\n", " "))
 			continue
 		}
-		if c.TypeOID == decode.OIDNumeric && c.Typmod < 0 {
-			lines = append(lines, fmt.Sprintf("  -- %s: numeric without precision; each value is checked against DECIMAL(%d, %d) and one that does not fit stops the connector: narrow it to your data", ddlIdent(c.Name), decode.UnconstrainedDecimal[0], decode.UnconstrainedDecimal[1]))
+		if c.TypeOID == pgvalue.OIDNumeric && c.Typmod < 0 {
+			lines = append(lines, fmt.Sprintf("  -- %s: numeric without precision; each value is checked against DECIMAL(%d, %d) and one that does not fit stops the connector: narrow it to your data", ddlIdent(c.Name), pgvalue.UnconstrainedDecimal[0], pgvalue.UnconstrainedDecimal[1]))
 		}
 		line := "  " + ddlIdent(c.Name) + " " + ddlType(ct)
 		if x.notNull {
@@ -210,7 +210,7 @@ func ddlType(ct feldera.ColumnType) string {
 }
 
 func typeName(types *Types, oid uint32) string {
-	if n := decode.TypeName(oid); n != "" {
+	if n := pgvalue.TypeName(oid); n != "" {
 		return n
 	}
 	if t, ok := types.Lookup(oid); ok {

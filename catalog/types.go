@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
@@ -19,7 +19,7 @@ import (
 // looked up on its own connection.
 type Types struct {
 	mu  sync.Mutex
-	m   map[uint32]decode.PGType
+	m   map[uint32]pgvalue.PGType
 	dsn string
 }
 
@@ -30,7 +30,7 @@ const typeQuery = `SELECT t.oid, format_type(t.oid, NULL), t.typname, t.typtype,
 // the built-in domains, ranges and multiranges; composite row types (one
 // per table) and their arrays are left to a lookup by OID.
 func LoadTypes(ctx context.Context, conn *pgx.Conn, dsn string) (*Types, error) {
-	cat := &Types{m: map[uint32]decode.PGType{}, dsn: dsn}
+	cat := &Types{m: map[uint32]pgvalue.PGType{}, dsn: dsn}
 	rows, err := conn.Query(ctx, typeQuery+`WHERE t.typtype <> 'c' AND (t.oid >= 16384 OR t.typtype IN ('d','e','r','m'))
 		AND NOT (t.typcategory = 'A' AND EXISTS (SELECT 1 FROM pg_type e WHERE e.oid = t.typelem AND e.typtype = 'c'))`)
 	if err != nil {
@@ -47,8 +47,8 @@ func LoadTypes(ctx context.Context, conn *pgx.Conn, dsn string) (*Types, error) 
 	return cat, rows.Err()
 }
 
-func scanType(row pgx.Row) (decode.PGType, error) {
-	var t decode.PGType
+func scanType(row pgx.Row) (pgvalue.PGType, error) {
+	var t pgvalue.PGType
 	var kind, cat string
 	err := row.Scan(&t.OID, &t.Name, &t.TypName, &kind, &cat, &t.Base, &t.BaseMod, &t.Elem)
 	if err == nil && len(kind) == 1 && len(cat) == 1 {
@@ -57,9 +57,9 @@ func scanType(row pgx.Row) (decode.PGType, error) {
 	return t, err
 }
 
-// Lookup is a decode.Types. A miss is read from Postgres (5 s at most) and
+// Lookup is a pgvalue.Types. A miss is read from Postgres (5 s at most) and
 // remembered, found or not.
-func (c *Types) Lookup(oid uint32) (decode.PGType, bool) {
+func (c *Types) Lookup(oid uint32) (pgvalue.PGType, bool) {
 	c.mu.Lock()
 	t, ok := c.m[oid]
 	c.mu.Unlock()
@@ -70,12 +70,12 @@ func (c *Types) Lookup(oid uint32) (decode.PGType, bool) {
 	defer cancel()
 	conn, err := replconn.Connect(ctx, c.dsn)
 	if err != nil {
-		return decode.PGType{}, false
+		return pgvalue.PGType{}, false
 	}
 	defer conn.Close(context.Background())
 	t, err = scanType(conn.QueryRow(ctx, typeQuery+"WHERE t.oid = $1", oid))
 	if err != nil {
-		return decode.PGType{}, false // not remembered: the connection may have failed
+		return pgvalue.PGType{}, false // not remembered: the connection may have failed
 	}
 	c.mu.Lock()
 	c.m[oid] = t

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
@@ -124,7 +125,7 @@ type scripted struct {
 
 const scriptStart = pglogrepl.LSN(0x1000)
 
-var usersRel = []pgoutputtest.Col{{Name: "id", OID: decode.OIDInt8, Key: true}, {Name: "name", OID: decode.OIDText}}
+var usersRel = []pgoutputtest.Col{{Name: "id", OID: pgvalue.OIDInt8, Key: true}, {Name: "name", OID: pgvalue.OIDText}}
 
 func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *scripted {
 	t.Helper()

@@ -102,6 +102,19 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// unhex is the value of the hex digit c; ok is false for any other byte.
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
 // AppendKeyText appends the Feldera key of the row the last AppendInsert
 // parsed to dst, in the form Rel.KeyText gives a stream tuple.
 func (c *CopyRow) AppendKeyText(dst []byte) ([]byte, bool) { return c.Rel.AppendKeyText(dst, c.cols) }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -89,7 +90,7 @@ type Rel struct {
 type Options struct {
 	// Types looks up types the built-in table does not know (enums,
 	// domains, citext, ranges); nil knows only the built-ins.
-	Types Types
+	Types pgvalue.Types
 	// NullUnrepresentable delivers a value Feldera cannot hold (infinity,
 	// BC, year > 9999) as NULL into a nullable column instead of refusing
 	// it: UNREPRESENTABLE_VALUES=null.
@@ -106,7 +107,7 @@ type ColPlan struct {
 	TypeMod int32
 	Field   string // Feldera field name; "" when the column is dropped
 	prefix  []byte // `"field":`
-	enc     Encoder
+	enc     pgvalue.Encoder
 	inKey   bool // in the replica identity
 	null    bool // the Feldera field is nullable
 }
@@ -126,10 +127,29 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 	if opts == nil {
 		opts = &Options{}
 	}
-	table := t.Qualified()
 	r := &Rel{ID: id, Target: t, Identity: identity, opts: opts}
-	var warnings []string
 	used := map[string]bool{}
+	warnings, err := r.planCols(cols, used)
+	if err != nil {
+		return nil, nil, err
+	}
+	more, err := r.checkFields(prev, used)
+	if err != nil {
+		return nil, nil, err
+	}
+	warnings = append(warnings, more...)
+	if err := r.planKey(); err != nil {
+		return nil, nil, err
+	}
+	return r, warnings, nil
+}
+
+// planCols plans each Postgres column into r.Cols: the Feldera field it
+// fills (marked in used) and its encoder. A column Feldera lacks is not
+// sent, with a warning; a type pair with no encoding is refused.
+func (r *Rel) planCols(cols []Column, used map[string]bool) ([]string, error) {
+	t, table, identity, opts := r.Target, r.Target.Qualified(), r.Identity, r.opts
+	var warnings []string
 	for _, c := range cols {
 		cp := ColPlan{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, inKey: c.Key || identity == 'f'}
 		f, ok := t.Dest.Field(c.Name)
@@ -138,24 +158,33 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 			r.Cols = append(r.Cols, cp)
 			continue
 		}
-		enc, err := Plan(c.TypeOID, c.TypeMod, f.ColumnType, opts.Types)
+		enc, err := pgvalue.Plan(c.TypeOID, c.TypeMod, f.ColumnType, opts.Types)
 		if err != nil {
 			reason := err.Error()
-			var te *TypeError
+			var te *pgvalue.TypeError
 			if errors.As(err, &te) {
-				reason = fmt.Sprintf("%s (Feldera column %s.%s is %s)", te.Reason, t.Dest.Name, f.Name, describeType(f.ColumnType))
+				reason = fmt.Sprintf("%s (Feldera column %s.%s is %s)", te.Reason, t.Dest.Name, f.Name, pgvalue.DescribeType(f.ColumnType))
 			}
-			return nil, nil, &RefusalError{Table: table, Column: c.Name, OID: c.TypeOID, Reason: reason}
+			return nil, &RefusalError{Table: table, Column: c.Name, OID: c.TypeOID, Reason: reason}
 		}
 		cp.Field, cp.enc, cp.null = f.CanonicalName(), enc, f.ColumnType.Nullable
 		cp.prefix = append(strconv.AppendQuote(nil, f.Name), ':')
 		used[f.CanonicalName()] = true
 		r.Cols = append(r.Cols, cp)
 	}
+	return warnings, nil
+}
+
+// checkFields looks at the Feldera fields no column fills (used marks the
+// filled ones): one that prev filled, or a NOT NULL one without a default,
+// is refused; a nullable one is warned about on a relation's first plan.
+func (r *Rel) checkFields(prev *Rel, used map[string]bool) ([]string, error) {
+	t, table := r.Target, r.Target.Qualified()
+	var warnings []string
 	if prev != nil {
 		for _, pc := range prev.Cols {
 			if pc.Field != "" && !used[pc.Field] {
-				return nil, nil, &RefusalError{Table: table, Column: pc.Name,
+				return nil, &RefusalError{Table: table, Column: pc.Name,
 					Reason: fmt.Sprintf("the column that filled Feldera field %s.%s is gone from the relation mid-stream (renamed or dropped): every later row would set %s to NULL in Feldera; rename or drop the Feldera column to match (a program change restarts the pipeline), then restart pgfeldera",
 						t.Dest.Name, pc.Field, pc.Field)}
 			}
@@ -168,10 +197,18 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 	}
 	for _, f := range t.Dest.Fields {
 		if !used[f.CanonicalName()] && !f.ColumnType.Nullable && f.Default == nil {
-			return nil, nil, &RefusalError{Table: table, Column: f.Name,
+			return nil, &RefusalError{Table: table, Column: f.Name,
 				Reason: fmt.Sprintf("Feldera table %s has NOT NULL column %s with no default and no Postgres column", t.Dest.Name, f.Name)}
 		}
 	}
+	return warnings, nil
+}
+
+// planKey finds the columns of Feldera's key fields (r.KeyCols, r.KeyGap)
+// and refuses a key the replica identity does not carry, and a keyless
+// table whose replica identity is not FULL.
+func (r *Rel) planKey() error {
+	t, table, identity := r.Target, r.Target.Qualified(), r.Identity
 	for _, k := range t.Dest.PrimaryKey {
 		idx := -1
 		for i, c := range r.Cols {
@@ -180,7 +217,7 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 			}
 		}
 		if idx < 0 {
-			return nil, nil, &RefusalError{Table: table, Column: k,
+			return &RefusalError{Table: table, Column: k,
 				Reason: fmt.Sprintf("Feldera key field %s of %s has no Postgres column", k, t.Dest.Name)}
 		}
 		r.KeyCols = append(r.KeyCols, idx)
@@ -199,16 +236,16 @@ func NewRel(id uint32, t *Target, identity byte, cols []Column, opts *Options, p
 				ident = append(ident, c.Name)
 			}
 		}
-		return nil, nil, &RefusalError{Table: table, Column: r.KeyGap[0],
+		return &RefusalError{Table: table, Column: r.KeyGap[0],
 			Reason: fmt.Sprintf("Feldera table %s has key %s, but the replica identity of %s (%s) does not carry %s: an UPDATE that changes it would leave the old row in Feldera, and a DELETE could not be retracted (ALTER TABLE %s REPLICA IDENTITY FULL, or give Feldera the Postgres key)",
 				t.Dest.Name, strings.Join(t.Dest.PrimaryKey, ", "), table, identityName(identity, ident), strings.Join(r.KeyGap, ", "), table)}
 	}
 	if !r.Keyed() && identity != 'f' {
-		return nil, nil, &RefusalError{Table: table,
+		return &RefusalError{Table: table,
 			Reason: fmt.Sprintf("Feldera table %s has no PRIMARY KEY, so an UPDATE or DELETE must retract the old row by its whole value, which only REPLICA IDENTITY FULL sends, but %s has REPLICA IDENTITY %s (ALTER TABLE %s REPLICA IDENTITY FULL)",
 				t.Dest.Name, table, identityName(identity, nil), table)}
 	}
-	return r, warnings, nil
+	return nil
 }
 
 // identityName says what a replica identity is, for refusals.
@@ -248,11 +285,12 @@ func (r *Rel) keyOf(tup []TupleCol) string {
 	return b.String()
 }
 
-func describeType(ct feldera.ColumnType) string {
-	if ct.Type == "ARRAY" && ct.Component != nil {
-		return describeType(*ct.Component) + " ARRAY"
+// clip shortens a value for a message.
+func clip(s []byte) string {
+	if len(s) > 64 {
+		return string(s[:64]) + "…"
 	}
-	return ct.Type
+	return string(s)
 }
 
 // appendRow writes one NDJSON line {"<op>":{...}} from a tuple. keyOnly
@@ -292,21 +330,9 @@ func (r *Rel) appendRow(dst []byte, op string, tup, old []TupleCol, keyOnly bool
 			mark := len(dst)
 			var err error
 			if dst, err = cp.enc(dst, col.Data); err != nil {
-				var u *Unrepresentable
-				if errors.As(err, &u) && cp.null && (u.NaN || r.opts.NullUnrepresentable) {
-					dst = append(dst[:mark], "null"...)
-					if r.opts.OnNull != nil {
-						r.opts.OnNull(r.Target.Qualified(), cp.Name, err)
-					}
-					return nil
+				if dst, err = r.valueError(dst, mark, cp, tup, err); err != nil {
+					return err
 				}
-				reason := err.Error()
-				if u != nil && !u.NaN {
-					reason += " (UNREPRESENTABLE_VALUES=null delivers it as NULL into a nullable column)"
-				} else if u != nil {
-					reason += " (Feldera column " + cp.Field + " is NOT NULL)"
-				}
-				return &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, OID: cp.TypeOID, Key: r.keyOf(tup), Reason: reason}
 			}
 		default:
 			return &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, Reason: "binary tuple data (the binary option must be off)"}
@@ -327,6 +353,30 @@ func (r *Rel) appendRow(dst []byte, op string, tup, old []TupleCol, keyOnly bool
 		}
 	}
 	return append(dst, "}}\n"...), nil
+}
+
+// valueError handles the error err of cp's encoder, which appended to dst
+// past mark, for a value of the tuple tup: a value Feldera cannot hold
+// goes as null into a nullable column when NaN, or when
+// UNREPRESENTABLE_VALUES=null says so; otherwise it is refused, naming
+// tup's key. It is apart from appendRow so that a value that encodes
+// costs no call.
+func (r *Rel) valueError(dst []byte, mark int, cp *ColPlan, tup []TupleCol, err error) ([]byte, error) {
+	var u *pgvalue.Unrepresentable
+	if errors.As(err, &u) && cp.null && (u.NaN || r.opts.NullUnrepresentable) {
+		dst = append(dst[:mark], "null"...)
+		if r.opts.OnNull != nil {
+			r.opts.OnNull(r.Target.Qualified(), cp.Name, err)
+		}
+		return dst, nil
+	}
+	reason := err.Error()
+	if u != nil && !u.NaN {
+		reason += " (UNREPRESENTABLE_VALUES=null delivers it as NULL into a nullable column)"
+	} else if u != nil {
+		reason += " (Feldera column " + cp.Field + " is NOT NULL)"
+	}
+	return dst, &RefusalError{Table: r.Target.Qualified(), Column: cp.Name, OID: cp.TypeOID, Key: r.keyOf(tup), Reason: reason}
 }
 
 // checkRetraction makes sure an old tuple carries what a retraction needs:

@@ -2,6 +2,8 @@ package decode
 
 import (
 	"fmt"
+
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 )
 
 // Kind is what a decoded message means to the connector.
@@ -74,16 +76,16 @@ func NewDecoder(targets []*Target) *Decoder {
 
 // lookup resolves a type for planning: the catalog first, then the name
 // a TYPE message gave (enough for a refusal to name it).
-func (d *Decoder) lookup(oid uint32) (PGType, bool) {
+func (d *Decoder) lookup(oid uint32) (pgvalue.PGType, bool) {
 	if d.Options.Types != nil {
 		if t, ok := d.Options.Types(oid); ok {
 			return t, true
 		}
 	}
 	if n, ok := d.types[oid]; ok {
-		return PGType{OID: oid, Name: n}, true
+		return pgvalue.PGType{OID: oid, Name: n}, true
 	}
-	return PGType{}, false
+	return pgvalue.PGType{}, false
 }
 
 // Decode decodes one WALData payload. Row events append whole NDJSON lines

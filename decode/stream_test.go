@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 )
@@ -58,7 +59,7 @@ CREATE TABLE loose (a INT, b VARCHAR);`)
 	})
 }
 
-var usersCols = []col{{"id", decode.OIDInt8, true}, {"name", decode.OIDText, false}, {"big", decode.OIDText, false}}
+var usersCols = []col{{"id", pgvalue.OIDInt8, true}, {"name", pgvalue.OIDText, false}, {"big", pgvalue.OIDText, false}}
 
 func run(t *testing.T, d *decode.Decoder, b bufs, msgs ...[]byte) error {
 	t.Helper()
@@ -98,7 +99,7 @@ func TestDecoder_InsertUpdateDelete(t *testing.T) {
 func TestDecoder_CompositeKeyFullIdentity(t *testing.T) {
 	d := newDecoder(t)
 	b := bufs{}
-	cols := []col{{"sku", decode.OIDInt4, true}, {"region", decode.OIDText, true}, {"price", decode.OIDNumeric, true}, {"extra", decode.OIDText, true}}
+	cols := []col{{"sku", pgvalue.OIDInt4, true}, {"region", pgvalue.OIDText, true}, {"price", pgvalue.OIDNumeric, true}, {"extra", pgvalue.OIDText, true}}
 	err := run(t, d, b,
 		relationMsg(11, "public", "items", 'f', cols...),
 		updateMsg(11, 'O', []string{"1", "eu", "9.99", "x"}, "1", "us", "9.99", "x"),
@@ -150,16 +151,16 @@ func TestDecoder_Refusals(t *testing.T) {
 		"unmappedTruncate": {[][]byte{relationMsg(5, "public", "typed", 'd', col{"id", 23, true}), msg{'T'}.U32(1).U8(0).U32(5)}, "public.typed"},
 		"enum": {[][]byte{
 			msg{'Y'}.U32(16500).Str("public").Str("mood"),
-			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", 16500, false}),
+			relationMsg(10, "public", "users", 'd', col{"id", pgvalue.OIDInt8, true}, col{"name", 16500, false}),
 		}, "public.mood"},
 		// A Feldera key outside the replica identity is refused at the
 		// RELATION, before any change: an UPDATE of it would send no old
 		// row.
 		"keyGap": {[][]byte{
-			relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, false}, col{"name", decode.OIDText, true}),
+			relationMsg(10, "public", "users", 'd', col{"id", pgvalue.OIDInt8, false}, col{"name", pgvalue.OIDText, true}),
 		}, "replica identity of public.users (DEFAULT: name) does not carry id"},
 		"keylessRefusedByDefault": {[][]byte{relationMsg(12, "public", "loose", 'f', col{"a", 23, true}, col{"b", 25, true})}, "no PRIMARY KEY"},
-		"badPair":                 {[][]byte{relationMsg(10, "public", "users", 'd', col{"id", decode.OIDInt8, true}, col{"name", decode.OIDBytea, false})}, "no faithful encoding"},
+		"badPair":                 {[][]byte{relationMsg(10, "public", "users", 'd', col{"id", pgvalue.OIDInt8, true}, col{"name", pgvalue.OIDBytea, false})}, "no faithful encoding"},
 		"notNullMissing":          {[][]byte{relationMsg(11, "public", "items", 'd', col{"sku", 23, true})}, "region"},
 		"beforeRelation":          {[][]byte{insertMsg(77, "1")}, "OID 77"},
 		"columnCount":             {[][]byte{relationMsg(10, "public", "users", 'd', usersCols...), insertMsg(10, "1", "a", "b", "c")}, "4 columns"},

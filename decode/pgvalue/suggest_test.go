@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 import (
 	"strconv"
@@ -30,7 +30,7 @@ func TestSuggest_AcceptedByPlan(t *testing.T) {
 				continue
 			}
 			if _, err := Plan(oid, typmod, ct, nil); err != nil {
-				t.Errorf("%s (typmod %d): Suggest says %s, Plan refuses: %v", TypeName(oid), typmod, describeType(ct), err)
+				t.Errorf("%s (typmod %d): Suggest says %s, Plan refuses: %v", TypeName(oid), typmod, DescribeType(ct), err)
 			}
 		}
 	}
@@ -50,7 +50,7 @@ func TestSuggest_AcceptedByPlan(t *testing.T) {
 	}
 	for _, c := range cases {
 		ct, err := Suggest(c.oid, c.typmod, c.dims, nil)
-		got := describeType(ct)
+		got := DescribeType(ct)
 		if ct.Type == "DECIMAL" {
 			got = "DECIMAL(" + strconv.Itoa(*ct.Precision) + "," + strconv.Itoa(*ct.Scale) + ")"
 		}

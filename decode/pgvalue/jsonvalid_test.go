@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 import (
 	"encoding/json"

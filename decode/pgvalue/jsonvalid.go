@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 // validJSON reports whether s is one JSON value (RFC 8259) with optional
 // surrounding whitespace: what encoding/json.Valid reports, which
@@ -36,31 +36,10 @@ func validJSON(s []byte) bool {
 				}
 			}
 			continue
-		case c == '"':
-			if i = endOfString(s, i); i < 0 {
-				return false
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			if i = endOfNumber(s, i); i < 0 {
-				return false
-			}
-		case c == 't':
-			if !hasLiteral(s, i, "true") {
-				return false
-			}
-			i += 4
-		case c == 'f':
-			if !hasLiteral(s, i, "false") {
-				return false
-			}
-			i += 5
-		case c == 'n':
-			if !hasLiteral(s, i, "null") {
-				return false
-			}
-			i += 4
 		default:
-			return false
+			if i = endOfScalar(s, i); i < 0 {
+				return false
+			}
 		}
 		// A value ended before i: what follows it in its container.
 		for {
@@ -89,6 +68,33 @@ func validJSON(s []byte) bool {
 			break
 		}
 	}
+}
+
+// endOfScalar returns the index after the string, number, true, false or
+// null that starts at s[i], or -1.
+func endOfScalar(s []byte, i int) int {
+	switch c := s[i]; {
+	case c == '"':
+		return endOfString(s, i)
+	case c == '-' || c >= '0' && c <= '9':
+		return endOfNumber(s, i)
+	case c == 't':
+		if !hasLiteral(s, i, "true") {
+			return -1
+		}
+		return i + 4
+	case c == 'f':
+		if !hasLiteral(s, i, "false") {
+			return -1
+		}
+		return i + 5
+	case c == 'n':
+		if !hasLiteral(s, i, "null") {
+			return -1
+		}
+		return i + 4
+	}
+	return -1
 }
 
 // maxJSONDepth is encoding/json's nesting limit, which Valid enforces too.

@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 import (
 	"errors"
@@ -106,7 +106,7 @@ func plan(oid uint32, typmod int32, ft feldera.ColumnType, types Types, depth in
 	}
 	name := lookupName(oid, types)
 	noEnc := func(why string) error {
-		r := fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s", name, describeType(ft))
+		r := fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s", name, DescribeType(ft))
 		if why != "" {
 			r += ": " + why
 		}
@@ -119,24 +119,7 @@ func plan(oid uint32, typmod int32, ft feldera.ColumnType, types Types, depth in
 		return planArray(oid, elem, typmod, ft, types, depth)
 	}
 	if _, ok := typeNames[oid]; ok {
-		if n, ok := stringTypes[oid]; ok {
-			switch ft.Type {
-			case "VARCHAR", "CHAR":
-				return encString, nil
-			}
-			if oid == OIDInterval {
-				return nil, noEnc("Feldera tables cannot hold INTERVAL; deliver it into a VARCHAR column, as ISO 8601 (P1Y2M3DT4H5M6S)")
-			}
-			return nil, noEnc(n + " goes only into VARCHAR or CHAR, as its text form")
-		}
-		enc, err := builtinEncoder(oid, typmod, ft)
-		if errors.Is(err, ErrNoEncoding) {
-			return nil, noEnc("")
-		}
-		if err != nil {
-			return nil, &TypeError{Type: name, OID: oid, Reason: err.Error()}
-		}
-		return enc, nil
+		return planBuiltin(oid, typmod, ft, name, noEnc)
 	}
 	var t PGType
 	ok := false
@@ -146,6 +129,37 @@ func plan(oid uint32, typmod int32, ft feldera.ColumnType, types Types, depth in
 	if !ok {
 		return nil, &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("type %s (OID %d) is not in the catalog the connector read", name, oid)}
 	}
+	return planCatalog(oid, typmod, ft, t, types, depth, noEnc)
+}
+
+// planBuiltin plans a built-in scalar type, named name. noEnc makes the
+// refusal of the pair with a reason.
+func planBuiltin(oid uint32, typmod int32, ft feldera.ColumnType, name string, noEnc func(why string) error) (Encoder, error) {
+	if n, ok := stringTypes[oid]; ok {
+		switch ft.Type {
+		case "VARCHAR", "CHAR":
+			return encString, nil
+		}
+		if oid == OIDInterval {
+			return nil, noEnc("Feldera tables cannot hold INTERVAL; deliver it into a VARCHAR column, as ISO 8601 (P1Y2M3DT4H5M6S)")
+		}
+		return nil, noEnc(n + " goes only into VARCHAR or CHAR, as its text form")
+	}
+	enc, err := builtinEncoder(oid, typmod, ft)
+	if errors.Is(err, ErrNoEncoding) {
+		return nil, noEnc("")
+	}
+	if err != nil {
+		return nil, &TypeError{Type: name, OID: oid, Reason: err.Error()}
+	}
+	return enc, nil
+}
+
+// planCatalog plans a type the catalog describes as t: a domain by its
+// base type, an enum, range or citext as its text form, an array by its
+// element; other kinds are refused. noEnc makes the refusal of the pair
+// with a reason.
+func planCatalog(oid uint32, typmod int32, ft feldera.ColumnType, t PGType, types Types, depth int, noEnc func(why string) error) (Encoder, error) {
 	switch {
 	case t.Kind == 'd':
 		enc, err := plan(t.Base, t.BaseMod, ft, types, depth+1)
@@ -198,7 +212,7 @@ func planArray(oid, elem uint32, typmod int32, ft feldera.ColumnType, types Type
 	}
 	if dims == 0 {
 		name := lookupName(oid, types)
-		return nil, &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s: an array goes into an ARRAY or VARIANT column", name, describeType(ft))}
+		return nil, &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("Postgres type %s has no faithful encoding into Feldera type %s: an array goes into an ARRAY or VARIANT column", name, DescribeType(ft))}
 	}
 	inner, err := plan(elem, typmod, leaf, types, depth+1)
 	if err != nil {
@@ -224,4 +238,12 @@ func arrayError(oid uint32, types Types, err error) error {
 	}
 	name := lookupName(oid, types)
 	return &TypeError{Type: name, OID: oid, Reason: fmt.Sprintf("array type %s: %s", name, te.Reason)}
+}
+
+// DescribeType names a Feldera column type for messages: INTEGER ARRAY.
+func DescribeType(ct feldera.ColumnType) string {
+	if ct.Type == "ARRAY" && ct.Component != nil {
+		return DescribeType(*ct.Component) + " ARRAY"
+	}
+	return ct.Type
 }

@@ -1,4 +1,4 @@
-package decode
+package pgvalue
 
 import (
 	"fmt"
@@ -36,19 +36,7 @@ func suggest(oid uint32, typmod int32, dims int, types Types, depth int) (felder
 		}
 	}
 	if isArray {
-		inner, err := suggest(elem, typmod, 0, types, depth+1)
-		if err != nil {
-			return inner, arrayError(oid, types, err)
-		}
-		if dims < 1 {
-			dims = 1
-		}
-		for i := 0; i < dims; i++ {
-			c := inner
-			c.Nullable = true
-			inner = feldera.ColumnType{Type: "ARRAY", Component: &c}
-		}
-		return inner, nil
+		return suggestArray(oid, elem, typmod, dims, types, depth)
 	}
 	switch oid {
 	case OIDBool:
@@ -64,15 +52,7 @@ func suggest(oid uint32, typmod int32, dims int, types Types, depth int) (felder
 	case OIDFloat8:
 		return ct("DOUBLE")
 	case OIDNumeric:
-		P, S := UnconstrainedDecimal[0], UnconstrainedDecimal[1]
-		if p, s, ok := numericTypmod(typmod); ok {
-			S = max(s, 0)
-			P = max(p-s, 0) + S
-			if P > MaxDecimalPrecision {
-				return feldera.ColumnType{}, &TypeError{Type: "numeric", OID: oid, Reason: fmt.Sprintf("numeric(%d,%d) needs DECIMAL(%d,%d), wider than Feldera's %d digits: declare it VARCHAR (exact) or DOUBLE in Feldera", p, s, P, S, MaxDecimalPrecision)}
-			}
-		}
-		return feldera.ColumnType{Type: "DECIMAL", Precision: &P, Scale: &S}, nil
+		return suggestNumeric(oid, typmod)
 	case OIDText, OIDVarchar, OIDBpchar, OIDName, OIDChar:
 		return ct("VARCHAR")
 	case OIDUUID:
@@ -91,6 +71,46 @@ func suggest(oid uint32, typmod int32, dims int, types Types, depth int) (felder
 	if _, ok := stringTypes[oid]; ok {
 		return ct("VARCHAR")
 	}
+	return suggestCatalog(oid, typmod, dims, types, depth)
+}
+
+// suggestArray proposes the type of an array of elem with dims dimensions
+// (0 is taken as one): the element's type, ARRAY once per dimension.
+func suggestArray(oid, elem uint32, typmod int32, dims int, types Types, depth int) (feldera.ColumnType, error) {
+	inner, err := suggest(elem, typmod, 0, types, depth+1)
+	if err != nil {
+		return inner, arrayError(oid, types, err)
+	}
+	if dims < 1 {
+		dims = 1
+	}
+	for i := 0; i < dims; i++ {
+		c := inner
+		c.Nullable = true
+		inner = feldera.ColumnType{Type: "ARRAY", Component: &c}
+	}
+	return inner, nil
+}
+
+// suggestNumeric proposes the DECIMAL for numeric with typmod: its own
+// precision and scale (a negative scale as whole digits), or
+// UnconstrainedDecimal without one; wider than Feldera's DECIMAL is refused.
+func suggestNumeric(oid uint32, typmod int32) (feldera.ColumnType, error) {
+	P, S := UnconstrainedDecimal[0], UnconstrainedDecimal[1]
+	if p, s, ok := numericTypmod(typmod); ok {
+		S = max(s, 0)
+		P = max(p-s, 0) + S
+		if P > MaxDecimalPrecision {
+			return feldera.ColumnType{}, &TypeError{Type: "numeric", OID: oid, Reason: fmt.Sprintf("numeric(%d,%d) needs DECIMAL(%d,%d), wider than Feldera's %d digits: declare it VARCHAR (exact) or DOUBLE in Feldera", p, s, P, S, MaxDecimalPrecision)}
+		}
+	}
+	return feldera.ColumnType{Type: "DECIMAL", Precision: &P, Scale: &S}, nil
+}
+
+// suggestCatalog proposes the type of what the catalog knows: a domain's
+// base type, VARCHAR for an enum, range or citext. Anything else gets
+// Plan's refusal.
+func suggestCatalog(oid uint32, typmod int32, dims int, types Types, depth int) (feldera.ColumnType, error) {
 	var t PGType
 	ok := false
 	if types != nil {
@@ -105,7 +125,7 @@ func suggest(oid uint32, typmod int32, dims int, types Types, depth int) (felder
 			}
 			return c, nil
 		case t.Kind == 'e', t.Kind == 'r', t.Kind == 'm', t.Kind == 'b' && t.TypName == "citext":
-			return ct("VARCHAR")
+			return feldera.ColumnType{Type: "VARCHAR"}, nil
 		}
 	}
 	// Plan says why it refuses (money, composites, other types).
