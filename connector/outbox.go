@@ -22,7 +22,7 @@ type batch struct {
 	// multi: the batch holds a whole source transaction of more than one
 	// record (a key-changing UPDATE is two), which Feldera may feed to
 	// its views over several steps unless it is inside a Feldera
-	// transaction (txn.go).
+	// transaction (delivery/txn.go).
 	multi bool
 	// sealNow: a table's (or a lane's) last chunk is in the batch. No
 	// more rows of the read are coming to fill it, and the read is done

@@ -15,8 +15,9 @@ package connector
 // stays open across the flushes until the one that ends at a source
 // COMMIT. A flush of single-record transactions of one table needs none:
 // a record is never split, and any prefix of them is a state the source
-// had.
-//
+// had. The protocol that holds a Feldera transaction open and commits it
+// is delivery.Transactions.
+
 // FELDERA_TRANSACTIONS values.
 const (
 	TxnAuto   = "auto"

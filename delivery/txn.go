@@ -168,7 +168,7 @@ func (x *Transactions) Begin(ctx context.Context) error {
 		if !feldera.IsTransactionInProgress(err) {
 			x.clearRecord()
 			// An unclear answer may have opened one: the next session
-			// looks at /stats (settleTransaction).
+			// looks at /stats (Settle).
 			if feldera.IsOutcomeUnknown(err) {
 				x.cur = &openTxn{incarnation: x.Incarnation, tables: map[string]bool{}} // ID unknown
 			}
