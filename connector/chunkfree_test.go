@@ -7,19 +7,19 @@ import "testing"
 // dropped once the worker has no table left, so a finished snapshot holds
 // no chunk memory.
 func TestChunkFreeList(t *testing.T) {
-	inc := &incremental{free: make(chan *chunk, 2), running: true}
+	inc := &incSession{free: make(chan *Chunk, 2), running: true}
 	for i := 0; i < 3; i++ {
-		inc.recycle(&chunk{buf: make([]byte, 10, 1<<20), ends: []int{10}, keyBuf: []byte("k"), keyEnds: []int{1}})
+		inc.recycle(&Chunk{Buf: make([]byte, 10, 1<<20), Ends: []int{10}, keyBuf: []byte("k"), keyEnds: []int{1}})
 	}
 	if len(inc.free) != 2 {
 		t.Fatalf("the free list holds %d chunks, want its capacity, 2", len(inc.free))
 	}
 	ch := inc.newChunk()
-	if cap(ch.buf) != 1<<20 || len(ch.buf) != 0 || len(ch.ends) != 0 || len(ch.keyBuf) != 0 || len(ch.keyEnds) != 0 {
+	if cap(ch.Buf) != 1<<20 || len(ch.Buf) != 0 || len(ch.Ends) != 0 || len(ch.keyBuf) != 0 || len(ch.keyEnds) != 0 {
 		t.Fatalf("a reused chunk has buf %d/%d, %d ends, %d key bytes, %d keys: want empty buffers of the old capacity",
-			len(ch.buf), cap(ch.buf), len(ch.ends), len(ch.keyBuf), len(ch.keyEnds))
+			len(ch.Buf), cap(ch.Buf), len(ch.Ends), len(ch.keyBuf), len(ch.keyEnds))
 	}
-	if ch.seq != 0 || ch.table != nil || ch.done || ch.discard || ch.last != nil {
+	if ch.Seq != 0 || ch.Table != nil || ch.Done || ch.Discard || ch.last != nil {
 		t.Fatalf("a reused chunk kept the old chunk's fields: %+v", ch)
 	}
 	if inc.take() != nil {
@@ -28,11 +28,11 @@ func TestChunkFreeList(t *testing.T) {
 	if len(inc.free) != 0 {
 		t.Fatalf("the free list still holds %d chunks after the worker's last table", len(inc.free))
 	}
-	inc.recycle(&chunk{buf: make([]byte, 0, 1<<20)})
+	inc.recycle(&Chunk{Buf: make([]byte, 0, 1<<20)})
 	if len(inc.free) != 0 {
 		t.Fatal("a chunk recycled with no worker reading was kept")
 	}
-	if ch := inc.newChunk(); cap(ch.buf) != 0 {
+	if ch := inc.newChunk(); cap(ch.Buf) != 0 {
 		t.Fatal("newChunk with an empty free list reused a buffer")
 	}
 }
@@ -40,20 +40,20 @@ func TestChunkFreeList(t *testing.T) {
 // reserve sizes an empty chunk's buffers for the rows it expects, with a
 // little headroom, and leaves buffers that are large enough alone.
 func TestChunkReserve(t *testing.T) {
-	ch := &chunk{}
+	ch := &Chunk{}
 	ch.reserve(1000, 100, 8)
-	if cap(ch.buf) < 100000 || cap(ch.buf) > 110000 || cap(ch.ends) < 1000 || cap(ch.keyBuf) < 8000 || cap(ch.keyEnds) < 1000 {
-		t.Fatalf("reserve(1000 rows, 100 B, 8 B): buf %d, ends %d, keys %d, key ends %d", cap(ch.buf), cap(ch.ends), cap(ch.keyBuf), cap(ch.keyEnds))
+	if cap(ch.Buf) < 100000 || cap(ch.Buf) > 110000 || cap(ch.Ends) < 1000 || cap(ch.keyBuf) < 8000 || cap(ch.keyEnds) < 1000 {
+		t.Fatalf("reserve(1000 rows, 100 B, 8 B): buf %d, ends %d, keys %d, key ends %d", cap(ch.Buf), cap(ch.Ends), cap(ch.keyBuf), cap(ch.keyEnds))
 	}
 	big := make([]byte, 0, 1<<20)
-	ch = &chunk{buf: big}
+	ch = &Chunk{Buf: big}
 	ch.reserve(1000, 100, 8)
-	if cap(ch.buf) != 1<<20 || &ch.buf[:1][0] != &big[:1][0] {
+	if cap(ch.Buf) != 1<<20 || &ch.Buf[:1][0] != &big[:1][0] {
 		t.Fatal("reserve replaced a buffer that was large enough")
 	}
-	ch = &chunk{}
+	ch = &Chunk{}
 	ch.reserve(1000, 0, 0) // a lane's first chunk: no width known yet
-	if cap(ch.buf) != 0 {
+	if cap(ch.Buf) != 0 {
 		t.Fatal("reserve without a known width allocated")
 	}
 }

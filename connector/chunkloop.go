@@ -8,7 +8,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
-// chunkLoop is the stream loop's rule for an incremental snapshot, as a
+// Loop is the stream loop's rule for an incremental snapshot, as a
 // pure type fed the stream's events in order: which transactions changed
 // a table still to read (the xip rule), the window between a chunk's
 // watermarks, what a chunk keeps at its high watermark, and when each
@@ -21,7 +21,7 @@ import (
 // own window, and the argument holds for each on its own: a chunk's rows
 // enter the outbox at its own high watermark, reconciled with the changes
 // between its own watermarks.
-type chunkLoop struct {
+type Loop struct {
 	wins map[uint64]*chunkWin // open between a chunk's watermarks, by chunk
 
 	recent  snapshot.Recent
@@ -29,9 +29,9 @@ type chunkLoop struct {
 	final   pglogrepl.LSN // its commit position, from its BEGIN
 	touched bool          // it changed a mapped table
 
-	holding *chunk     // kept rows of the chunk whose high watermark's transaction is being read
-	pending *chunkSave // that chunk's record, waiting for the transaction's end
-	saves   []chunkSave
+	holding *Chunk     // kept rows of the chunk whose high watermark's transaction is being read
+	pending *Save // that chunk's record, waiting for the transaction's end
+	saves   []Save
 }
 
 // chunkWin is one open chunk's window.
@@ -41,11 +41,20 @@ type chunkWin struct {
 	low   pglogrepl.LSN // the commit position of the low watermark's transaction
 }
 
-func newChunkLoop() *chunkLoop { return &chunkLoop{wins: map[uint64]*chunkWin{}} }
+// NewLoop is the rule with nothing open.
+func NewLoop() *Loop { return &Loop{wins: map[uint64]*chunkWin{}} }
 
-// watching reports whether a window is open on route (the stream must
+// RouteOf is the route of chunk seq's open window; -1 when none is open.
+func (l *Loop) RouteOf(seq uint64) int {
+	if w := l.wins[seq]; w != nil {
+		return w.route
+	}
+	return -1
+}
+
+// Watching reports whether a window is open on route (the stream must
 // then carry its changes' keys).
-func (l *chunkLoop) watching(route int) bool {
+func (l *Loop) Watching(route int) bool {
 	for _, w := range l.wins {
 		if w.route == route {
 			return true
@@ -54,14 +63,14 @@ func (l *chunkLoop) watching(route int) bool {
 	return false
 }
 
-// begin is a source transaction's BEGIN.
-func (l *chunkLoop) begin(xid uint32, final pglogrepl.LSN) {
+// Begin is a source transaction's BEGIN.
+func (l *Loop) Begin(xid uint32, final pglogrepl.LSN) {
 	l.xid, l.final, l.touched = xid, final, false
 }
 
-// rows is a change to route: the keys it touched, and whether one could
+// Rows is a change to route: the keys it touched, and whether one could
 // not be known.
-func (l *chunkLoop) rows(route int, keys []string, unknown bool) {
+func (l *Loop) Rows(route int, keys []string, unknown bool) {
 	l.touched = true
 	for _, w := range l.wins {
 		if w.route != route {
@@ -76,8 +85,8 @@ func (l *chunkLoop) rows(route int, keys []string, unknown bool) {
 	}
 }
 
-// truncated is a TRUNCATE of route.
-func (l *chunkLoop) truncated(route int) {
+// Truncated is a TRUNCATE of route.
+func (l *Loop) Truncated(route int) {
 	l.touched = true
 	for _, w := range l.wins {
 		if w.route == route {
@@ -86,17 +95,17 @@ func (l *chunkLoop) truncated(route int) {
 	}
 }
 
-// commit is the transaction's COMMIT. It returns the kept rows of a chunk
+// Commit is the transaction's COMMIT. It returns the kept rows of a chunk
 // whose high watermark this transaction carried (nil for none): they
 // enter the outbox now, and the chunk may be recorded once the
 // acknowledged position reaches end.
-func (l *chunkLoop) commit(commit, end pglogrepl.LSN) *chunk {
+func (l *Loop) Commit(commit, end pglogrepl.LSN) *Chunk {
 	if l.touched {
 		l.recent.Add(l.xid, uint64(commit))
 	}
 	l.touched = false
 	if l.pending != nil {
-		l.pending.lsn = end
+		l.pending.LSN = end
 		l.saves = append(l.saves, *l.pending)
 		l.pending = nil
 	}
@@ -105,9 +114,9 @@ func (l *chunkLoop) commit(commit, end pglogrepl.LSN) *chunk {
 	return h
 }
 
-// low opens the window of chunk seq on route, at the low watermark of the
+// Low opens the window of chunk seq on route, at the Low watermark of the
 // transaction being read.
-func (l *chunkLoop) low(seq uint64, route int) error {
+func (l *Loop) Low(seq uint64, route int) error {
 	if l.wins[seq] != nil {
 		return fmt.Errorf("incremental snapshot: a second low watermark of chunk %d", seq)
 	}
@@ -117,12 +126,12 @@ func (l *chunkLoop) low(seq uint64, route int) error {
 	return nil
 }
 
-// high closes the window at chunk seq's high watermark with ch, the rows
+// High closes the window at chunk seq's High watermark with ch, the rows
 // the worker read. why says why the chunk must be read again ("" when it
 // need not); otherwise the rows the stream did not change between the
 // watermarks are held for the transaction's commit. keepAll keeps every
 // row (the unsafe variant the tests show losing).
-func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err error) {
+func (l *Loop) High(seq uint64, ch *Chunk, keepAll bool) (why string, err error) {
 	w := l.wins[seq]
 	if w == nil {
 		return "", fmt.Errorf("incremental snapshot: high watermark of chunk %d without its low watermark", seq)
@@ -132,10 +141,10 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 	if ch == nil {
 		return "", fmt.Errorf("incremental snapshot: high watermark of chunk %d before its rows", seq)
 	}
-	if ch.seq != seq {
-		return "", fmt.Errorf("incremental snapshot: the rows of chunk %d arrived at the high watermark of chunk %d", ch.seq, seq)
+	if ch.Seq != seq {
+		return "", fmt.Errorf("incremental snapshot: the rows of chunk %d arrived at the high watermark of chunk %d", ch.Seq, seq)
 	}
-	if ch.discard {
+	if ch.Discard {
 		return "read ahead of a chunk that is read again", nil
 	}
 	if why = w.win.Poisoned(); why != "" {
@@ -147,31 +156,31 @@ func (l *chunkLoop) high(seq uint64, ch *chunk, keepAll bool) (why string, err e
 	if l.holding != nil {
 		// One transaction carries at most one high watermark whose rows
 		// are kept (the others it carries are of discarded chunks).
-		return "", fmt.Errorf("incremental snapshot: high watermarks of chunks %d and %d in one transaction", l.holding.seq, seq)
+		return "", fmt.Errorf("incremental snapshot: high watermarks of chunks %d and %d in one transaction", l.holding.Seq, seq)
 	}
 	kept := ch
 	if w.win.Touched() > 0 && !keepAll {
-		kept = &chunk{seq: ch.seq, table: ch.table, last: ch.last, done: ch.done, retract: ch.retract}
+		kept = &Chunk{Seq: ch.Seq, Table: ch.Table, last: ch.last, Done: ch.Done, Retract: ch.Retract}
 		start := 0
-		for i, end := range ch.ends {
+		for i, end := range ch.Ends {
 			if w.win.KeepBytes(ch.key(i)) {
-				kept.buf = append(kept.buf, ch.buf[start:end]...)
-				kept.ends = append(kept.ends, len(kept.buf))
+				kept.Buf = append(kept.Buf, ch.Buf[start:end]...)
+				kept.Ends = append(kept.Ends, len(kept.Buf))
 				kept.addKey(ch.key(i))
 			}
 			start = end
 		}
 	}
 	l.holding = kept
-	l.pending = &chunkSave{lane: ch.lane, table: ch.table, rows: int64(len(kept.ends)), last: ch.last, done: ch.done, retract: ch.retract}
+	l.pending = &Save{Lane: ch.lane, Table: ch.Table, Rows: int64(len(kept.Ends)), Last: ch.last, Done: ch.Done, Retract: ch.Retract}
 	return "", nil
 }
 
-// due pops the chunks whose high watermark's transaction ended at or
+// Due pops the chunks whose high watermark's transaction ended at or
 // before acked, in order.
-func (l *chunkLoop) due(acked pglogrepl.LSN) []chunkSave {
+func (l *Loop) Due(acked pglogrepl.LSN) []Save {
 	n := 0
-	for n < len(l.saves) && l.saves[n].lsn <= acked {
+	for n < len(l.saves) && l.saves[n].LSN <= acked {
 		n++
 	}
 	out := l.saves[:n:n]

@@ -10,21 +10,21 @@ import (
 )
 
 // testChunk is chunk seq of route 0 with one NDJSON line per key.
-func testChunk(seq uint64, xip []uint32, keys ...string) *chunk {
+func testChunk(seq uint64, xip []uint32, keys ...string) *Chunk {
 	return testChunkSnap(seq, snapshot.TxSnapshot{Xmax: 1000, Xip: xip}, keys...)
 }
 
-func testChunkSnap(seq uint64, snap snapshot.TxSnapshot, keys ...string) *chunk {
-	ch := &chunk{seq: seq, table: &chunkTable{idx: 0}, snap: snap, last: []string{keys[len(keys)-1]}}
+func testChunkSnap(seq uint64, snap snapshot.TxSnapshot, keys ...string) *Chunk {
+	ch := &Chunk{Seq: seq, Table: &Table{Idx: 0}, snap: snap, last: []string{keys[len(keys)-1]}}
 	for _, k := range keys {
-		ch.buf = append(ch.buf, `{"insert":{"id":`+k+`}}`+"\n"...)
-		ch.ends = append(ch.ends, len(ch.buf))
+		ch.Buf = append(ch.Buf, `{"insert":{"id":`+k+`}}`+"\n"...)
+		ch.Ends = append(ch.Ends, len(ch.Buf))
 		ch.addKey([]byte(k))
 	}
 	return ch
 }
 
-func keptKeys(ch *chunk) string {
+func keptKeys(ch *Chunk) string {
 	if ch == nil {
 		return "<none>"
 	}
@@ -33,52 +33,52 @@ func keptKeys(ch *chunk) string {
 
 // txn feeds one source transaction: BEGIN at final, changes to route 0
 // with keys, COMMIT; it returns what the commit released.
-func txn(l *chunkLoop, xid uint32, final pglogrepl.LSN, keys ...string) *chunk {
-	l.begin(xid, final)
+func txn(l *Loop, xid uint32, final pglogrepl.LSN, keys ...string) *Chunk {
+	l.Begin(xid, final)
 	for _, k := range keys {
-		l.rows(0, []string{k}, false)
+		l.Rows(0, []string{k}, false)
 	}
-	return l.commit(final, final+8)
+	return l.Commit(final, final+8)
 }
 
 // The window keeps the chunk rows the stream did not change between the
 // watermarks; the kept rows come out at the high watermark's commit, and
 // the chunk is due once the acknowledged position reaches its end.
 func TestChunkLoop_Window(t *testing.T) {
-	l := newChunkLoop()
+	l := NewLoop()
 	txn(l, 10, 100, "2") // before L: the chunk read after it is newer
-	l.begin(11, 200)
-	if err := l.low(1, 0); err != nil {
+	l.Begin(11, 200)
+	if err := l.Low(1, 0); err != nil {
 		t.Fatal(err)
 	}
-	if l.commit(200, 208) != nil {
+	if l.Commit(200, 208) != nil {
 		t.Fatal("the low watermark released rows")
 	}
 	txn(l, 12, 300, "3") // in the window: the stream wins
-	l.begin(13, 350)     // a change to another table's route
-	l.rows(1, []string{"4"}, false)
-	l.commit(350, 358)
-	l.begin(14, 400)
-	why, err := l.high(1, testChunk(1, nil, "1", "2", "3", "4"), false)
+	l.Begin(13, 350)     // a change to another table's route
+	l.Rows(1, []string{"4"}, false)
+	l.Commit(350, 358)
+	l.Begin(14, 400)
+	why, err := l.High(1, testChunk(1, nil, "1", "2", "3", "4"), false)
 	if err != nil || why != "" {
 		t.Fatalf("high = %q, %v", why, err)
 	}
-	if got := l.due(1 << 40); len(got) != 0 {
+	if got := l.Due(1 << 40); len(got) != 0 {
 		t.Fatalf("due before the watermark's commit: %+v", got)
 	}
-	kept := l.commit(400, 408)
-	if keptKeys(kept) != "1,2,4" || string(kept.buf) != `{"insert":{"id":1}}`+"\n"+`{"insert":{"id":2}}`+"\n"+`{"insert":{"id":4}}`+"\n" {
-		t.Fatalf("kept %q (%q), want 1,2,4", keptKeys(kept), kept.buf)
+	kept := l.Commit(400, 408)
+	if keptKeys(kept) != "1,2,4" || string(kept.Buf) != `{"insert":{"id":1}}`+"\n"+`{"insert":{"id":2}}`+"\n"+`{"insert":{"id":4}}`+"\n" {
+		t.Fatalf("kept %q (%q), want 1,2,4", keptKeys(kept), kept.Buf)
 	}
 	txn(l, 15, 500, "1") // after H: it follows the chunk's rows
-	if got := l.due(407); len(got) != 0 {
+	if got := l.Due(407); len(got) != 0 {
 		t.Fatalf("due before the end of the watermark's transaction: %+v", got)
 	}
-	got := l.due(408)
-	if len(got) != 1 || got[0].rows != 3 || got[0].lsn != 408 || got[0].last[0] != "4" {
+	got := l.Due(408)
+	if len(got) != 1 || got[0].Rows != 3 || got[0].LSN != 408 || got[0].Last[0] != "4" {
 		t.Fatalf("due = %+v", got)
 	}
-	if len(l.due(1<<40)) != 0 {
+	if len(l.Due(1<<40)) != 0 {
 		t.Fatal("a chunk is due twice")
 	}
 }
@@ -87,20 +87,20 @@ func TestChunkLoop_Window(t *testing.T) {
 // unsafe variant) keeps touched rows too.
 func TestChunkLoop_KeepWholeAndKeepAll(t *testing.T) {
 	for _, keepAll := range []bool{false, true} {
-		l := newChunkLoop()
-		l.begin(1, 100)
-		l.low(1, 0)
-		l.commit(100, 108)
+		l := NewLoop()
+		l.Begin(1, 100)
+		l.Low(1, 0)
+		l.Commit(100, 108)
 		want := "1,2"
 		if keepAll {
 			txn(l, 2, 150, "2")
 		}
 		ch := testChunk(1, nil, "1", "2")
-		l.begin(3, 200)
-		if why, err := l.high(1, ch, keepAll); why != "" || err != nil {
+		l.Begin(3, 200)
+		if why, err := l.High(1, ch, keepAll); why != "" || err != nil {
 			t.Fatalf("high = %q, %v", why, err)
 		}
-		kept := l.commit(200, 208)
+		kept := l.Commit(200, 208)
 		if keptKeys(kept) != want || !keepAll && kept != ch {
 			t.Fatalf("keepAll=%v: kept %s (same chunk: %v)", keepAll, keptKeys(kept), kept == ch)
 		}
@@ -114,57 +114,57 @@ func TestChunkLoop_KeepWholeAndKeepAll(t *testing.T) {
 func TestChunkLoop_ReadAgain(t *testing.T) {
 	cases := []struct {
 		name    string
-		between func(l *chunkLoop)
+		between func(l *Loop)
 		xip     []uint32
 		want    string // in why; "" for no retry
 		kept    string
 		xmax    uint32 // the chunk snapshot's xmax (0: 1000)
 	}{
-		{"truncate", func(l *chunkLoop) { l.begin(20, 300); l.truncated(0); l.commit(300, 308) }, nil, "TRUNCATE", "", 0},
-		{"truncateOtherTable", func(l *chunkLoop) { l.begin(20, 300); l.truncated(1); l.commit(300, 308) }, nil, "", "1,2", 0},
-		{"unknownKey", func(l *chunkLoop) { l.begin(20, 300); l.rows(0, nil, true); l.commit(300, 308) }, nil, "key", "", 0},
-		{"xipCommittedBeforeLow", func(l *chunkLoop) {}, []uint32{10}, "transaction 10 committed before the low watermark", "", 0},
-		{"xipCommittedAfterLow", func(l *chunkLoop) { txn(l, 30, 300, "2") }, []uint32{30}, "", "1", 0},
-		{"xipUnknown", func(l *chunkLoop) {}, []uint32{99}, "", "1,2", 0},
+		{"truncate", func(l *Loop) { l.Begin(20, 300); l.Truncated(0); l.Commit(300, 308) }, nil, "TRUNCATE", "", 0},
+		{"truncateOtherTable", func(l *Loop) { l.Begin(20, 300); l.Truncated(1); l.Commit(300, 308) }, nil, "", "1,2", 0},
+		{"unknownKey", func(l *Loop) { l.Begin(20, 300); l.Rows(0, nil, true); l.Commit(300, 308) }, nil, "key", "", 0},
+		{"xipCommittedBeforeLow", func(l *Loop) {}, []uint32{10}, "transaction 10 committed before the low watermark", "", 0},
+		{"xipCommittedAfterLow", func(l *Loop) { txn(l, 30, 300, "2") }, []uint32{30}, "", "1", 0},
+		{"xipUnknown", func(l *Loop) {}, []uint32{99}, "", "1,2", 0},
 		// Transaction 10 committed before L and is at the snapshot's
 		// xmax: newer than every xid that had completed, so invisible
 		// though not in xip (L's own xid was older). Read again.
-		{"pastXmax", func(l *chunkLoop) {}, nil, "transaction 10 committed before the low watermark", "", 10},
-		{"belowXmax", func(l *chunkLoop) {}, nil, "", "1,2", 11},
+		{"pastXmax", func(l *Loop) {}, nil, "transaction 10 committed before the low watermark", "", 10},
+		{"belowXmax", func(l *Loop) {}, nil, "", "1,2", 11},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			l := newChunkLoop()
+			l := NewLoop()
 			txn(l, 10, 100, "7") // committed before L
-			l.begin(11, 200)
-			l.low(1, 0)
-			l.commit(200, 208)
+			l.Begin(11, 200)
+			l.Low(1, 0)
+			l.Commit(200, 208)
 			c.between(l)
-			l.begin(12, 400)
+			l.Begin(12, 400)
 			xmax := c.xmax
 			if xmax == 0 {
 				xmax = 1000
 			}
-			why, err := l.high(1, testChunkSnap(1, snapshot.TxSnapshot{Xmax: xmax, Xip: c.xip}, "1", "2"), false)
+			why, err := l.High(1, testChunkSnap(1, snapshot.TxSnapshot{Xmax: xmax, Xip: c.xip}, "1", "2"), false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			kept := l.commit(400, 408)
+			kept := l.Commit(400, 408)
 			if c.want == "" {
 				if why != "" || keptKeys(kept) != c.kept {
 					t.Fatalf("why %q, kept %s; want no retry, kept %s", why, keptKeys(kept), c.kept)
 				}
 				return
 			}
-			if !strings.Contains(why, c.want) || kept != nil || len(l.due(1<<40)) != 0 {
+			if !strings.Contains(why, c.want) || kept != nil || len(l.Due(1<<40)) != 0 {
 				t.Fatalf("why %q (want %q), kept %s, due %v", why, c.want, keptKeys(kept), l.saves)
 			}
 			// The next window starts clean.
-			l.begin(13, 500)
-			l.low(2, 0)
-			l.commit(500, 508)
-			l.begin(14, 600)
-			if why, _ := l.high(2, testChunk(2, nil, "1", "2"), false); why != "" {
+			l.Begin(13, 500)
+			l.Low(2, 0)
+			l.Commit(500, 508)
+			l.Begin(14, 600)
+			if why, _ := l.High(2, testChunk(2, nil, "1", "2"), false); why != "" {
 				t.Fatalf("the next window is still poisoned: %q", why)
 			}
 		})
@@ -175,48 +175,48 @@ func TestChunkLoop_ReadAgain(t *testing.T) {
 // start reading any of them at any moment), and only those: a
 // transaction that changed no table (a watermark's) is not.
 func TestChunkLoop_RecentForEveryTable(t *testing.T) {
-	l := newChunkLoop()
-	l.begin(10, 100)
-	l.rows(1, []string{"x"}, false) // another route than the chunk's
-	l.commit(100, 108)
-	l.begin(9, 150) // changed nothing
-	l.commit(150, 158)
-	l.begin(11, 200)
-	l.low(1, 0)
-	l.commit(200, 208)
-	l.begin(12, 300)
-	if why, _ := l.high(1, testChunk(1, []uint32{9}, "1"), false); why != "" {
+	l := NewLoop()
+	l.Begin(10, 100)
+	l.Rows(1, []string{"x"}, false) // another route than the chunk's
+	l.Commit(100, 108)
+	l.Begin(9, 150) // changed nothing
+	l.Commit(150, 158)
+	l.Begin(11, 200)
+	l.Low(1, 0)
+	l.Commit(200, 208)
+	l.Begin(12, 300)
+	if why, _ := l.High(1, testChunk(1, []uint32{9}, "1"), false); why != "" {
 		t.Fatalf("read again for a transaction that changed no table: %q", why)
 	}
-	l.commit(300, 308)
-	l.begin(13, 400)
-	l.low(2, 0)
-	l.commit(400, 408)
-	l.begin(14, 500)
-	if why, _ := l.high(2, testChunk(2, []uint32{10}, "1"), false); !strings.Contains(why, "transaction 10") {
+	l.Commit(300, 308)
+	l.Begin(13, 400)
+	l.Low(2, 0)
+	l.Commit(400, 408)
+	l.Begin(14, 500)
+	if why, _ := l.High(2, testChunk(2, []uint32{10}, "1"), false); !strings.Contains(why, "transaction 10") {
 		t.Fatalf("a commit to another table before L, in the xip, was not caught: %q", why)
 	}
 }
 
 // Watermarks out of order are errors, never a guess.
 func TestChunkLoop_OutOfOrder(t *testing.T) {
-	l := newChunkLoop()
-	if _, err := l.high(1, testChunk(1, nil, "1"), false); err == nil {
+	l := NewLoop()
+	if _, err := l.High(1, testChunk(1, nil, "1"), false); err == nil {
 		t.Fatal("high without low accepted")
 	}
-	l.low(1, 0)
-	if err := l.low(1, 0); err == nil {
+	l.Low(1, 0)
+	if err := l.Low(1, 0); err == nil {
 		t.Fatal("a second low of the same chunk accepted")
 	}
-	if _, err := l.high(2, testChunk(2, nil, "1"), false); err == nil {
+	if _, err := l.High(2, testChunk(2, nil, "1"), false); err == nil {
 		t.Fatal("high of a chunk never opened accepted")
 	}
-	l.low(3, 0)
-	if _, err := l.high(3, nil, false); err == nil {
+	l.Low(3, 0)
+	if _, err := l.High(3, nil, false); err == nil {
 		t.Fatal("high without the chunk's rows accepted")
 	}
-	l.low(4, 0)
-	if _, err := l.high(4, testChunk(5, nil, "1"), false); err == nil {
+	l.Low(4, 0)
+	if _, err := l.High(4, testChunk(5, nil, "1"), false); err == nil {
 		t.Fatal("the rows of another chunk accepted")
 	}
 }
@@ -226,41 +226,41 @@ func TestChunkLoop_OutOfOrder(t *testing.T) {
 // chunk whose window had closed, or not yet opened), and each recorded at
 // its own high watermark's end, in stream order.
 func TestChunkLoop_OverlappingWindows(t *testing.T) {
-	l := newChunkLoop()
+	l := NewLoop()
 	txn := func(xid uint32, at pglogrepl.LSN, keys ...string) {
-		l.begin(xid, at)
-		l.rows(0, keys, false)
-		l.commit(at, at+8)
+		l.Begin(xid, at)
+		l.Rows(0, keys, false)
+		l.Commit(at, at+8)
 	}
-	l.begin(1, 100)
-	l.low(1, 0) // lane A: keys a1, a2
-	l.commit(100, 108)
+	l.Begin(1, 100)
+	l.Low(1, 0) // lane A: keys a1, a2
+	l.Commit(100, 108)
 	txn(2, 200, "a1", "b1") // in A's window only
-	l.begin(3, 300)
-	l.low(2, 0) // lane B: keys b1, b2
-	l.commit(300, 308)
+	l.Begin(3, 300)
+	l.Low(2, 0) // lane B: keys b1, b2
+	l.Commit(300, 308)
 	txn(4, 400, "a2", "b2") // in both windows
-	l.begin(5, 500)
-	why, err := l.high(1, testChunk(1, nil, "a1", "a2"), false)
+	l.Begin(5, 500)
+	why, err := l.High(1, testChunk(1, nil, "a1", "a2"), false)
 	if err != nil || why != "" {
 		t.Fatal(why, err)
 	}
-	if k := keptKeys(l.commit(500, 508)); k != "" {
+	if k := keptKeys(l.Commit(500, 508)); k != "" {
 		t.Fatalf("lane A kept %s; both its keys changed in its window", k)
 	}
 	txn(6, 600, "b1") // after A closed, in B's window
-	l.begin(7, 700)
-	if why, err := l.high(2, testChunk(2, nil, "b1", "b2", "b3"), false); err != nil || why != "" {
+	l.Begin(7, 700)
+	if why, err := l.High(2, testChunk(2, nil, "b1", "b2", "b3"), false); err != nil || why != "" {
 		t.Fatal(why, err)
 	}
-	if k := keptKeys(l.commit(700, 708)); k != "b3" {
+	if k := keptKeys(l.Commit(700, 708)); k != "b3" {
 		t.Fatalf("lane B kept %s, want b3", k)
 	}
-	if l.watching(0) {
+	if l.Watching(0) {
 		t.Fatal("a window is still open")
 	}
-	due := l.due(1 << 40)
-	if len(due) != 2 || due[0].lsn != 508 || due[1].lsn != 708 {
+	due := l.Due(1 << 40)
+	if len(due) != 2 || due[0].LSN != 508 || due[1].LSN != 708 {
 		t.Fatalf("due %+v", due)
 	}
 }
@@ -268,18 +268,18 @@ func TestChunkLoop_OverlappingWindows(t *testing.T) {
 // A chunk read ahead of one that is read again is dropped whole: nothing
 // held, nothing recorded.
 func TestChunkLoop_Discard(t *testing.T) {
-	l := newChunkLoop()
-	l.begin(1, 100)
-	l.low(1, 0)
-	l.commit(100, 108)
+	l := NewLoop()
+	l.Begin(1, 100)
+	l.Low(1, 0)
+	l.Commit(100, 108)
 	ch := testChunk(1, nil, "1")
-	ch.discard = true
-	l.begin(2, 200)
-	why, err := l.high(1, ch, false)
+	ch.Discard = true
+	l.Begin(2, 200)
+	why, err := l.High(1, ch, false)
 	if err != nil || why == "" {
 		t.Fatalf("high = %q, %v; want a reason", why, err)
 	}
-	if kept := l.commit(200, 208); kept != nil || len(l.due(1<<40)) != 0 {
+	if kept := l.Commit(200, 208); kept != nil || len(l.Due(1<<40)) != 0 {
 		t.Fatalf("a discarded chunk was kept (%s) or recorded", keptKeys(kept))
 	}
 }

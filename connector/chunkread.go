@@ -18,8 +18,8 @@ import (
 // in the query that writes marks (the watermarks before it, its own low
 // one last): its snapshot (for the xip rule), then the rows, encoded as
 // they arrive, as the initial snapshot encodes them, with their keys.
-func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun, seq uint64, after []string, marks []watermark) (*chunk, error) {
-	rel := t.rel
+func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *Table, r *laneRun, seq uint64, after []string, marks []Watermark) (*Chunk, error) {
+	rel := t.Rel
 	q, err := s.chunkQuery(t, r, seq, after)
 	if err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 		expect = int(float64(q.to-q.from) * r.rowsPerBlock)
 	}
 	ch.reserve(expect, r.lineBytes, r.keyBytes)
-	ch.seq, ch.table, ch.from, ch.lane, ch.reply = seq, t, after, r.idx, r.reply
+	ch.Seq, ch.Table, ch.from, ch.lane, ch.reply = seq, t, after, r.idx, r.reply
 	// The whole chunk is one query, one round trip: the watermarks
 	// (committed first), the chunk's transaction, its snapshot (and, in
 	// block ranges, the relfilenode its COPY scans) as the first COPY
@@ -93,8 +93,8 @@ type chunkRead struct {
 // SNAPSHOT_CHUNK_ROWS and by BATCH_MAX_BYTES at the width the lane's rows
 // had so far (a chunk is held in memory whole, and TOASTed values make
 // rows of any width).
-func (s *stream) chunkQuery(t *chunkTable, r *laneRun, seq uint64, after []string) (*chunkRead, error) {
-	rel := t.rel
+func (s *stream) chunkQuery(t *Table, r *laneRun, seq uint64, after []string) (*chunkRead, error) {
+	rel := t.Rel
 	cols := make([]string, len(rel.Cols))
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
@@ -127,14 +127,14 @@ func (s *stream) chunkQuery(t *chunkTable, r *laneRun, seq uint64, after []strin
 // finish records what the chunk's read taught the lane (rows per block,
 // bytes per row, line and key widths), where the next chunk starts, and
 // whether the lane is done.
-func (q *chunkRead) finish(ch *chunk, t *chunkTable, r *laneRun, what string) error {
-	rel := t.rel
+func (q *chunkRead) finish(ch *Chunk, t *Table, r *laneRun, what string) error {
+	rel := t.Rel
 	n := q.rows
 	if !r.blocks && n > 0 {
 		r.bytesPerRow = float64(q.size) / float64(n)
 	}
 	if n > 0 {
-		r.lineBytes, r.keyBytes = float64(len(ch.buf))/float64(n), float64(len(ch.keyBuf))/float64(n)
+		r.lineBytes, r.keyBytes = float64(len(ch.Buf))/float64(n), float64(len(ch.keyBuf))/float64(n)
 	}
 	if r.blocks {
 		if q.to > q.from && n > 0 {
@@ -142,10 +142,10 @@ func (q *chunkRead) finish(ch *chunk, t *chunkTable, r *laneRun, what string) er
 			r.bytesPerBlock = float64(q.size) / float64(q.to-q.from)
 		}
 		ch.last = []string{strconv.FormatUint(uint64(q.to), 10)}
-		ch.done = q.to >= r.to
+		ch.Done = q.to >= r.to
 		return nil
 	}
-	ch.done = n < int64(q.limit)
+	ch.Done = n < int64(q.limit)
 	if n == 0 {
 		return nil
 	}
@@ -177,8 +177,8 @@ func (q *chunkRead) finish(ch *chunk, t *chunkTable, r *laneRun, what string) er
 // takes anyway) before the relfilenode is read: the lock holds to the
 // COMMIT, so no rewrite commits between the read and the COPY's scan,
 // and the COPY scans the relfilenode read.
-func chunkSQL(marks []watermark, table string, blocks bool, copy string) string {
-	q := watermarkSQL(marks)
+func chunkSQL(marks []Watermark, table string, blocks bool, copy string) string {
+	q := WatermarkSQL(marks)
 	if q != "" {
 		q += "COMMIT;"
 	}
@@ -198,7 +198,7 @@ func chunkSQL(marks []watermark, table string, blocks bool, copy string) string 
 // yet may have moved into blocks read already: the chunk fails, the
 // session ends, and the next one finds the state's plan stale and reads
 // the table again from its first block (planBlocks).
-func (s *stream) chunkHead(t *chunkTable, blocks bool, what string, head []byte) (snapshot.TxSnapshot, error) {
+func (s *stream) chunkHead(t *Table, blocks bool, what string, head []byte) (snapshot.TxSnapshot, error) {
 	if head == nil {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: no snapshot line", what)
 	}
@@ -214,24 +214,24 @@ func (s *stream) chunkHead(t *chunkTable, blocks bool, what string, head []byte)
 	if err != nil {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: relfilenode %q: %w", what, node, err)
 	}
-	if uint32(filenode) != t.blocks.Filenode && !s.c.test.noFilenode {
+	if uint32(filenode) != t.Blocks.Filenode && !s.c.test.noFilenode {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
-			what, filenode, t.blocks.Filenode)
+			what, filenode, t.Blocks.Filenode)
 	}
 	return snap, nil
 }
 
 // encodeLine appends one COPY line to the chunk as an NDJSON insert line
 // and its key.
-func (ch *chunk) encodeLine(cr *decode.CopyRow, line []byte) error {
+func (ch *Chunk) encodeLine(cr *decode.CopyRow, line []byte) error {
 	var err error
-	if ch.buf, err = cr.AppendInsert(ch.buf, line); err != nil {
+	if ch.Buf, err = cr.AppendInsert(ch.Buf, line); err != nil {
 		return err
 	}
-	ch.ends = append(ch.ends, len(ch.buf))
+	ch.Ends = append(ch.Ends, len(ch.Buf))
 	var ok bool
 	if ch.keyBuf, ok = cr.AppendKeyText(ch.keyBuf); !ok {
-		return &decode.RefusalError{Table: ch.table.rel.Target.Qualified(), Reason: "a row of the chunk has a NULL key column"}
+		return &decode.RefusalError{Table: ch.Table.Rel.Target.Qualified(), Reason: "a row of the chunk has a NULL key column"}
 	}
 	ch.keyEnds = append(ch.keyEnds, len(ch.keyBuf))
 	return nil
@@ -249,9 +249,9 @@ type chunkTx struct {
 // opens the transaction and reads its snapshot's in-progress
 // transactions (the xip rule), all in one query. end rolls it back unless
 // it was committed.
-func beginChunk(ctx context.Context, conn *pgx.Conn, what string, marks []watermark) (*chunkTx, snapshot.TxSnapshot, error) {
+func beginChunk(ctx context.Context, conn *pgx.Conn, what string, marks []Watermark) (*chunkTx, snapshot.TxSnapshot, error) {
 	tx := &chunkTx{conn: conn, what: what}
-	q := watermarkSQL(marks)
+	q := WatermarkSQL(marks)
 	if q != "" {
 		// A COMMIT in a multi-statement query commits the statements
 		// before it; the BEGIN after it starts a transaction block that
@@ -295,46 +295,49 @@ func (tx *chunkTx) end(ctx context.Context) {
 	}
 }
 
-// chunk is what the worker read between two watermarks.
-type chunk struct {
-	seq   uint64
-	table *chunkTable
-	buf   []byte // NDJSON insert lines
-	ends  []int  // end offset of each line in buf
+// Chunk is what the worker read between two watermarks.
+type Chunk struct {
+	Seq   uint64
+	Table *Table
+	Buf   []byte // NDJSON insert lines
+	Ends  []int  // end offset of each line in buf
 	// each line's Feldera key (decode.KeyText), concatenated: key i ends at keyEnds[i]
 	keyBuf  []byte
 	keyEnds []int
 	from    []string            // chunk key it was read after (nil: the table's beginning)
 	last    []string            // chunk key of the last row; nil when the chunk is empty
-	done    bool                // fewer rows than the limit: the table's last chunk
+	Done    bool                // fewer rows than the limit: the table's last chunk
 	snap    snapshot.TxSnapshot // what the chunk's snapshot did not see
-	// discard: read ahead of a chunk that is read again; the loop drops it.
-	discard bool
+	// Discard: read ahead of a chunk that is read again; the loop drops it.
+	Discard bool
 	lane    int       // the lane it belongs to
 	reply   chan bool // where the loop answers: true reads it again
 	// handedAt: when the worker put it for the loop (see watermarkNudge)
 	handedAt time.Time
-	// retract: a batch of a resnapshot's retraction. Its lines are
+	// Retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
 	// keys their Postgres text; done marks the last batch.
-	retract bool
+	Retract bool
 }
+
+// Answer is the loop's verdict on a handed chunk: again reads it again.
+func (ch *Chunk) Answer(again bool) { ch.reply <- again }
 
 // reserve sizes a new chunk's buffers for rows rows of the given bytes per
 // row (NDJSON, key), when they hold less: appended to from empty, a
 // buffer of megabytes is copied dozens of times as it grows (by a quarter
 // at a time), which measured 7 % of an incremental snapshot's CPU over a
 // lane's first chunks.
-func (ch *chunk) reserve(rows int, lineBytes, keyBytes float64) {
+func (ch *Chunk) reserve(rows int, lineBytes, keyBytes float64) {
 	if rows <= 0 || lineBytes <= 0 {
 		return
 	}
 	rows += rows / 16
-	if n := int(float64(rows) * lineBytes); cap(ch.buf) < n {
-		ch.buf = make([]byte, 0, n)
+	if n := int(float64(rows) * lineBytes); cap(ch.Buf) < n {
+		ch.Buf = make([]byte, 0, n)
 	}
-	if cap(ch.ends) < rows {
-		ch.ends = make([]int, 0, rows)
+	if cap(ch.Ends) < rows {
+		ch.Ends = make([]int, 0, rows)
 	}
 	if n := int(float64(rows) * keyBytes); cap(ch.keyBuf) < n {
 		ch.keyBuf = make([]byte, 0, n)
@@ -345,7 +348,7 @@ func (ch *chunk) reserve(rows int, lineBytes, keyBytes float64) {
 }
 
 // key is line i's key.
-func (ch *chunk) key(i int) []byte {
+func (ch *Chunk) key(i int) []byte {
 	start := 0
 	if i > 0 {
 		start = ch.keyEnds[i-1]
@@ -353,13 +356,13 @@ func (ch *chunk) key(i int) []byte {
 	return ch.keyBuf[start:ch.keyEnds[i]]
 }
 
-func (ch *chunk) addKey(k []byte) {
+func (ch *Chunk) addKey(k []byte) {
 	ch.keyBuf = append(ch.keyBuf, k...)
 	ch.keyEnds = append(ch.keyEnds, len(ch.keyBuf))
 }
 
 // keyList is the keys as strings (for the test hooks).
-func (ch *chunk) keyList() []string {
+func (ch *Chunk) keyList() []string {
 	out := make([]string, len(ch.keyEnds))
 	for i := range out {
 		out[i] = string(ch.key(i))
@@ -373,19 +376,19 @@ func (ch *chunk) keyList() []string {
 // the garbage collector does not run for them (a sync.Pool, which each
 // collection empties, kept few: a snapshot of 1,000,000 rows ran the
 // collector 31 times, against 5 for the initial snapshot).
-func (inc *incremental) newChunk() *chunk {
+func (inc *incSession) newChunk() *Chunk {
 	select {
 	case b := <-inc.free:
 		return b
 	default:
-		return &chunk{}
+		return &Chunk{}
 	}
 }
 
 // recycle gives a chunk's buffers back once nothing reads them. They are
 // kept while a worker reads chunks, and dropped once none does.
-func (inc *incremental) recycle(ch *chunk) {
-	b := &chunk{buf: ch.buf[:0], ends: ch.ends[:0], keyBuf: ch.keyBuf[:0], keyEnds: ch.keyEnds[:0]}
+func (inc *incSession) recycle(ch *Chunk) {
+	b := &Chunk{Buf: ch.Buf[:0], Ends: ch.Ends[:0], keyBuf: ch.keyBuf[:0], keyEnds: ch.keyEnds[:0]}
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	if !inc.running {

@@ -22,11 +22,11 @@ const chunkSaveEvery = 200 * time.Millisecond
 // otherwise at most every chunkSaveEvery.
 func (s *stream) saveChunks(force bool) error {
 	inc := s.inc
-	for _, sv := range inc.loop.due(s.c.acked) {
-		t := &inc.st.Tables[sv.table.idx]
-		if sv.retract {
-			t.Retracted += sv.rows
-			if !sv.done {
+	for _, sv := range inc.loop.Due(s.c.acked) {
+		t := &inc.st.Tables[sv.Table.Idx]
+		if sv.Retract {
+			t.Retracted += sv.Rows
+			if !sv.Done {
 				continue
 			}
 			t.Retract = false
@@ -37,13 +37,13 @@ func (s *stream) saveChunks(force bool) error {
 			continue
 		}
 		done := recordChunk(t, sv)
-		ts := s.c.tableStats[sv.table.rel.Target.Route]
+		ts := s.c.tableStats[sv.Table.Rel.Target.Route]
 		if ts.ChunksDone.Add(1) >= ts.ChunksTotal.Load() && !done {
 			ts.ChunksTotal.Add(1) // more rows than the estimate
 		}
 		inc.unsaved++
 		if done {
-			s.tableRead(t, sv.table)
+			s.tableRead(t, sv.Table)
 			if err := s.writeChunks(); err != nil {
 				return err
 			}
@@ -59,37 +59,37 @@ func (s *stream) saveChunks(force bool) error {
 // recordChunk records a chunk the acknowledged position passed in its
 // table's state: the rows, the block plan when it is new, where its lane
 // goes on. It reports whether the table is read whole.
-func recordChunk(t *state.Table, sv chunkSave) bool {
+func recordChunk(t *state.Table, sv Save) bool {
 	t.Chunks++
-	t.Copied += sv.rows
-	done := sv.done
-	if b := sv.table.blocks; b != nil && (t.Blocks == nil || *t.Blocks != *b) {
+	t.Copied += sv.Rows
+	done := sv.Done
+	if b := sv.Table.Blocks; b != nil && (t.Blocks == nil || *t.Blocks != *b) {
 		// The worker's block plan is new (the first, or after a
 		// rewrite): it replaces the state's, with its lanes.
 		t.Blocks, t.After, t.Lanes = &state.Blocks{Filenode: b.Filenode, End: b.End}, nil, nil
 	}
-	if len(t.Lanes) == 0 && len(sv.table.plan) > 1 {
-		t.Lanes = slices.Clone(sv.table.plan)
+	if len(t.Lanes) == 0 && len(sv.Table.Plan) > 1 {
+		t.Lanes = slices.Clone(sv.Table.Plan)
 	}
 	if len(t.Lanes) > 0 {
-		l := &t.Lanes[sv.lane]
-		if sv.last != nil {
-			l.After = sv.last
+		l := &t.Lanes[sv.Lane]
+		if sv.Last != nil {
+			l.After = sv.Last
 		}
-		l.Done = l.Done || sv.done
+		l.Done = l.Done || sv.Done
 		done = !slices.ContainsFunc(t.Lanes, func(l state.Lane) bool { return !l.Done })
-	} else if sv.last != nil {
-		t.After = sv.last
+	} else if sv.Last != nil {
+		t.After = sv.Last
 	}
 	return done
 }
 
 // tableRead marks a table read whole in the state, and settles the
 // resnapshot requests it finishes.
-func (s *stream) tableRead(t *state.Table, ct *chunkTable) {
+func (s *stream) tableRead(t *state.Table, ct *Table) {
 	inc := s.inc
 	t.Status, t.After, t.Lanes, t.Blocks, t.Rows = state.Complete, nil, nil, nil, t.Copied
-	inc.tables = slices.DeleteFunc(inc.tables, func(x *chunkTable) bool { return x == ct })
+	inc.tables = slices.DeleteFunc(inc.tables, func(x *Table) bool { return x == ct })
 	before := doneRequests(inc.st)
 	inc.st.SettleRequests()
 	for _, r := range inc.st.Requests {
@@ -123,9 +123,9 @@ func doneRequests(st *state.State) map[string]bool {
 	return m
 }
 
-func (s *stream) progress(sv chunkSave, t *state.Table, done bool) {
+func (s *stream) progress(sv Save, t *state.Table, done bool) {
 	inc := s.inc
-	route := sv.table.rel.Target.Route
+	route := sv.Table.Rel.Target.Route
 	if done {
 		s.logger.Info("snapshot: incremental: table read", "table", t.Source, "chunks", t.Chunks, "rows", t.Copied, "chunks_read_again", inc.retries)
 		if !inc.st.Incremental() {
@@ -138,7 +138,7 @@ func (s *stream) progress(sv chunkSave, t *state.Table, done bool) {
 	}
 	inc.lastLog = time.Now()
 	estimate := s.c.tableStats[route].Estimate.Load()
-	rate := float64(sv.table.copied) / time.Since(inc.started).Seconds()
+	rate := float64(sv.Table.Copied) / time.Since(inc.started).Seconds()
 	args := []any{"table", t.Source, "chunks", t.Chunks, "rows", t.Copied, "estimate", estimate, "rows_per_sec", int64(rate)}
 	if rate > 0 && estimate > t.Copied {
 		args = append(args, "eta", (time.Duration(float64(estimate-t.Copied)/rate) * time.Second).Round(time.Second).String())

@@ -11,7 +11,7 @@ import (
 // before its relfilenode is read and before the rows' COPY, so no rewrite
 // commits between the read and the scan.
 func TestChunkSQL(t *testing.T) {
-	marks := []watermark{{Slot: "s", Run: "r", Chunk: 1, W: "high"}, {Slot: "s", Run: "r", Chunk: 3, W: "low"}}
+	marks := []Watermark{{Slot: "s", Run: "r", Chunk: 1, W: "high"}, {Slot: "s", Run: "r", Chunk: 3, W: "low"}}
 	rows := `COPY (SELECT "id" FROM "public"."t" WHERE ctid >= '(0,0)'::tid AND ctid < '(8,0)'::tid) TO STDOUT`
 	for _, tc := range []struct {
 		blocks bool

@@ -16,19 +16,19 @@ func (s *stream) incEvent(ev *decode.Event) error {
 	l := s.inc.loop
 	switch ev.Kind {
 	case decode.KindBegin:
-		l.begin(ev.Begin.Xid, ev.Begin.FinalLSN)
+		l.Begin(ev.Begin.Xid, ev.Begin.FinalLSN)
 	case decode.KindRows:
-		l.rows(ev.Route, ev.Keys, ev.KeyUnknown)
+		l.Rows(ev.Route, ev.Keys, ev.KeyUnknown)
 	case decode.KindTruncate:
 		for _, r := range ev.Truncated {
-			l.truncated(r.Target.Route)
+			l.Truncated(r.Target.Route)
 		}
 	case decode.KindCommit:
-		if ch := l.commit(ev.Commit.CommitLSN, ev.Commit.EndLSN); ch != nil {
+		if ch := l.Commit(ev.Commit.CommitLSN, ev.Commit.EndLSN); ch != nil {
 			return s.appendChunk(ch)
 		}
 	case decode.KindMessage:
-		if ev.Message.Prefix == watermarkPrefix {
+		if ev.Message.Prefix == WatermarkPrefix {
 			return s.message(ev.Message)
 		}
 	}
@@ -37,9 +37,9 @@ func (s *stream) incEvent(ev *decode.Event) error {
 
 func (s *stream) message(m decode.Message) error {
 	inc := s.inc
-	var w watermark
+	var w Watermark
 	if err := json.Unmarshal(m.Content, &w); err != nil {
-		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+watermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
+		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+WatermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
 		return nil
 	}
 	if w.Slot != s.c.cfg.Slot {
@@ -57,10 +57,10 @@ func (s *stream) message(m decode.Message) error {
 		if t == nil {
 			return fmt.Errorf("incremental snapshot: low watermark of chunk %d names table %d, which this snapshot does not read", w.Chunk, w.Table)
 		}
-		if err := inc.loop.low(w.Chunk, t.rel.Target.Route); err != nil {
+		if err := inc.loop.Low(w.Chunk, t.Rel.Target.Route); err != nil {
 			return err
 		}
-		s.dec.WantKeys[t.rel.Target.Route] = true
+		s.dec.WantKeys[t.Rel.Target.Route] = true
 	case "high":
 		return s.highWatermark(w.Chunk)
 	}
@@ -78,24 +78,21 @@ func (s *stream) highWatermark(seq uint64) error {
 	delete(inc.handed, seq)
 	inc.nHanded.Store(int32(len(inc.handed)))
 	inc.mu.Unlock()
-	route := -1
-	if w := inc.loop.wins[seq]; w != nil {
-		route = w.route
-	}
-	why, err := inc.loop.high(seq, ch, s.c.test.noWindow)
+	route := inc.loop.RouteOf(seq)
+	why, err := inc.loop.High(seq, ch, s.c.test.noWindow)
 	if err != nil {
 		return err
 	}
-	s.dec.WantKeys[route] = inc.loop.watching(route)
-	if why != "" && !ch.discard {
+	s.dec.WantKeys[route] = inc.loop.Watching(route)
+	if why != "" && !ch.Discard {
 		inc.retries++
 		what := "chunk"
-		if ch.retract {
+		if ch.Retract {
 			what = "retraction batch"
 		}
-		s.logger.Info("snapshot: incremental: reading a "+what+" again", "table", ch.table.rel.Target.Qualified(), "chunk", ch.seq, "why", why)
+		s.logger.Info("snapshot: incremental: reading a "+what+" again", "table", ch.Table.Rel.Target.Qualified(), "chunk", ch.Seq, "why", why)
 	}
-	ch.reply <- why != ""
+	ch.Answer(why != "")
 	if why != "" {
 		s.inc.recycle(ch) // the lane reads it again, or drops it
 	}
@@ -107,19 +104,19 @@ func (s *stream) highWatermark(seq uint64) error {
 // transaction holds nothing else, so the batches the rows fill are sealed
 // at the usual bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES) as between source
 // transactions; only the last one carries the COMMIT's position.
-func (s *stream) appendChunk(ch *chunk) error {
+func (s *stream) appendChunk(ch *Chunk) error {
 	s.open = false
-	route := ch.table.rel.Target.Route
+	route := ch.Table.Rel.Target.Route
 	now := time.Now()
-	if s.filling.total == 0 && len(ch.ends) > 0 && len(ch.ends) <= s.c.cfg.BatchMaxRows && len(ch.buf) <= s.c.cfg.BatchMaxBytes {
+	if s.filling.total == 0 && len(ch.Ends) > 0 && len(ch.Ends) <= s.c.cfg.BatchMaxRows && len(ch.Buf) <= s.c.cfg.BatchMaxBytes {
 		// The chunk is one batch: its buffer becomes the batch's (no copy),
 		// and the batch's empty one goes back to the pool with the chunk.
-		s.filling.bufs[route], ch.buf = ch.buf, s.filling.bufs[route][:0]
-		s.filling.added(route, len(ch.ends), now)
+		s.filling.bufs[route], ch.Buf = ch.Buf, s.filling.bufs[route][:0]
+		s.filling.added(route, len(ch.Ends), now)
 	} else if err := s.copyChunk(ch, route, now); err != nil {
 		return err
 	}
-	if ch.done && s.filling.total > 0 {
+	if ch.Done && s.filling.total > 0 {
 		s.filling.sealNow = true
 	}
 	return s.chunkAppended(ch)
@@ -129,9 +126,9 @@ func (s *stream) appendChunk(ch *chunk) error {
 // their bounds: each batch takes, in one copy, the lines up to the one
 // that reaches BATCH_MAX_ROWS or BATCH_MAX_BYTES (as the stream seals a
 // batch after the change that reached a bound).
-func (s *stream) copyChunk(ch *chunk, route int, now time.Time) error {
+func (s *stream) copyChunk(ch *Chunk, route int, now time.Time) error {
 	maxRows, maxBytes := s.c.cfg.BatchMaxRows, s.c.cfg.BatchMaxBytes
-	for i, start := 0, 0; i < len(ch.ends); {
+	for i, start := 0, 0; i < len(ch.Ends); {
 		if s.c.full(s.filling) {
 			for !s.canPost() {
 				if err := s.waitEvent(); err != nil {
@@ -143,11 +140,11 @@ func (s *stream) copyChunk(ch *chunk, route int, now time.Time) error {
 		b := s.filling
 		rows, size := b.total, b.size()
 		j := i
-		for j < len(ch.ends)-1 && rows+j-i+1 < maxRows && size+ch.ends[j]-start < maxBytes {
+		for j < len(ch.Ends)-1 && rows+j-i+1 < maxRows && size+ch.Ends[j]-start < maxBytes {
 			j++
 		}
-		end := ch.ends[j]
-		b.bufs[route] = append(b.bufs[route], ch.buf[start:end]...)
+		end := ch.Ends[j]
+		b.bufs[route] = append(b.bufs[route], ch.Buf[start:end]...)
 		b.added(route, j-i+1, now)
 		i, start = j+1, end
 	}
@@ -155,16 +152,16 @@ func (s *stream) copyChunk(ch *chunk, route int, now time.Time) error {
 }
 
 // chunkAppended counts a chunk the outbox took and frees its buffers.
-func (s *stream) chunkAppended(ch *chunk) error {
-	route := ch.table.rel.Target.Route
-	kept := int64(len(ch.ends))
+func (s *stream) chunkAppended(ch *Chunk) error {
+	route := ch.Table.Rel.Target.Route
+	kept := int64(len(ch.Ends))
 	s.inc.recycle(ch)
-	if ch.retract {
+	if ch.Retract {
 		s.c.stats.Retracted.Add(kept)
 		return nil
 	}
 	s.c.stats.SnapshotRows.Add(kept)
 	s.c.tableStats[route].Copied.Add(kept)
-	ch.table.copied += kept
+	ch.Table.Copied += kept
 	return nil
 }

@@ -36,14 +36,14 @@ import (
 // that is once Feldera made the chunk durable. A crash resumes at the next
 // chunk. No backend holds a snapshot for longer than one chunk's COPY.
 
-// watermarkPrefix is the logical message prefix of the watermarks.
-const watermarkPrefix = "pgfeldera"
+// WatermarkPrefix is the logical message prefix of the watermarks.
+const WatermarkPrefix = "pgfeldera"
 
-// watermark is a logical message's content: a chunk's watermark, or a
+// Watermark is a logical message's content: a chunk's Watermark, or a
 // resnapshot request (Resnapshot set). Slot and Run tell this session's
 // watermarks from another connector's on the same database and from an
 // earlier session's, which a replay sends again.
-type watermark struct {
+type Watermark struct {
 	Slot  string `json:"slot"`
 	Run   string `json:"run,omitempty"`
 	Chunk uint64 `json:"chunk,omitempty"`
@@ -55,26 +55,26 @@ type watermark struct {
 	Tables     []string `json:"tables,omitempty"`
 }
 
-// chunkTable is one table an incremental snapshot reads.
-type chunkTable struct {
-	idx    int // into the plan's targets and the state's tables
-	rel    *decode.Rel
+// Table is one table an incremental snapshot reads.
+type Table struct {
+	Idx    int // into the plan's targets and the state's tables
+	Rel    *decode.Rel
 	key    []snapshot.KeyCol // the primary key, in its order
 	keyAt  []int             // per key column: its index in rel.Cols
-	copied int64             // rows this session put in the outbox, for the rate; the loop's
-	// start is the state's entry when the table was queued (the worker's
+	Copied int64             // rows this session put in the outbox, for the rate; the loop's
+	// Start is the state's entry when the table was queued (the worker's
 	// copy): where its chunks resume (After, Lanes), and whether a
 	// resnapshot's retraction comes first (Retract).
-	start state.Table
-	// plan is the table's lanes when it is read in more than one and the
+	Start state.Table
+	// Plan is the table's lanes when it is read in more than one and the
 	// state does not list them yet: the first chunk recorded records
 	// them. The worker sets it before its first chunk is handed.
-	plan []state.Lane
-	// blocks is the block plan the worker reads the table by (nil: key
+	Plan []state.Lane
+	// Blocks is the block plan the worker reads the table by (nil: key
 	// ranges); when the state's differs (none yet, or the table was
 	// rewritten), the first chunk recorded replaces the state's plan,
 	// its lanes and its position. Set with plan.
-	blocks *state.Blocks
+	Blocks *state.Blocks
 }
 
 // laneRun is one lane being read: its range, where it resumes, and the
@@ -104,55 +104,55 @@ type laneRun struct {
 // before it knows how wide its rows are.
 const firstKeyChunk = 16
 
-// keyInfo is what chunkKey found for one table: its primary key, or why
+// Key is what chunkKey found for one table: its primary key, or why
 // it cannot be read in chunks.
-type keyInfo struct {
-	key []snapshot.KeyCol
-	at  []int
-	err error
+type Key struct {
+	Cols []snapshot.KeyCol
+	At  []int
+	Err error
 }
 
-// chunkSave is a chunk in the outbox: the state records it once the
+// Save is a chunk in the outbox: the state records it once the
 // acknowledged position reaches lsn (the end of its high watermark's
 // transaction).
-type chunkSave struct {
-	lane    int
-	lsn     pglogrepl.LSN
-	table   *chunkTable
-	rows    int64
-	last    []string
-	done    bool
-	retract bool
+type Save struct {
+	Lane    int
+	LSN     pglogrepl.LSN
+	Table   *Table
+	Rows    int64
+	Last    []string
+	Done    bool
+	Retract bool
 }
 
-// incremental is a session's incremental snapshots: the tables the state
-// leaves incremental, and those resnapshot requests add while it streams.
+// incSession is a session's incSession snapshots: the tables the state
+// leaves incSession, and those resnapshot requests add while it streams.
 // The worker's side is handed, the queue and seq; the stream loop's
 // is everything else, which only the loop touches.
-type incremental struct {
+type incSession struct {
 	run    string
 	st     *state.State
 	never  bool // SNAPSHOT_MODE=never: requests are refused
 	rels   []*decode.Rel
 	groups [][]int       // per route: the indexes of its sources
-	keys   []keyInfo     // per table in TABLES
-	tables []*chunkTable // being read, or queued; the loop's
+	keys   []Key     // per table in TABLES
+	tables []*Table // being read, or queued; the loop's
 	limit  int
 	lanes  int // SNAPSHOT_PARALLELISM
 
 	mu      sync.Mutex
 	conn    *pgx.Conn         // a connection for the first worker, opened at the session's start
-	free    chan *chunk       // chunk buffers to reuse (newChunk, recycle)
-	queue   []*chunkTable     // for the worker
+	free    chan *Chunk       // chunk buffers to reuse (newChunk, recycle)
+	queue   []*Table     // for the worker
 	running bool              // a worker runs (it exits when the queue is empty)
-	handed  map[uint64]*chunk // worker → loop: put before the chunk's high watermark is written
+	handed  map[uint64]*Chunk // worker → loop: put before the chunk's high watermark is written
 	// nHanded is len(handed), kept beside it under mu, so that the loop
 	// asks awaited on every message without taking mu once no chunk is
 	// handed (the whole session after the snapshot, with a state file).
 	nHanded atomic.Int32
 	seq     atomic.Uint64 // the last chunk's number
 
-	loop    *chunkLoop // the rule, fed by the stream loop; only the loop touches the rest
+	loop    *Loop // the rule, fed by the stream loop; only the loop touches the rest
 	retries int
 	lastLog time.Time
 	// unsaved is how many chunks the state records in memory and not yet
@@ -239,8 +239,8 @@ func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn
 	}
 	c.keepChunkConn(conn)
 	for _, k := range keys {
-		if k.err != nil {
-			return k.err
+		if k.Err != nil {
+			return k.Err
 		}
 	}
 	// Requests carried from old settle as the tables complete (saveChunks).
@@ -293,7 +293,7 @@ func (c *Connector) chunkRows() int {
 // file: the tables it leaves incremental are queued for the worker.
 // It is nil only without a state file (a first run under
 // SNAPSHOT_MODE=never, which no request can change).
-func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, error) {
+func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incSession, error) {
 	st, err := state.Load(c.cfg.StateFile)
 	if errors.Is(err, state.ErrNotExist) {
 		return nil, nil
@@ -304,12 +304,12 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 	if len(st.Tables) != len(p.rels) {
 		return nil, fatal(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.rels)))
 	}
-	inc := &incremental{
+	inc := &incSession{
 		run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()), st: st, limit: c.chunkRows(),
 		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.rels, groups: p.groups,
-		lanes: max(c.cfg.SnapshotParallelism, 1), handed: map[uint64]*chunk{}, loop: newChunkLoop(),
+		lanes: max(c.cfg.SnapshotParallelism, 1), handed: map[uint64]*Chunk{}, loop: NewLoop(),
 		// each lane holds two chunks, and the loop one it appends
-		free:    make(chan *chunk, 2*max(c.cfg.SnapshotParallelism, 1)+1),
+		free:    make(chan *Chunk, 2*max(c.cfg.SnapshotParallelism, 1)+1),
 		started: time.Now(), lastLog: time.Now(),
 	}
 	// Every table's key is read now, so that a resnapshot request is
@@ -338,11 +338,11 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 			continue
 		}
 		k := inc.keys[i]
-		if k.err != nil {
-			return nil, k.err
+		if k.Err != nil {
+			return nil, k.Err
 		}
-		if t.Blocks == nil && t.After != nil && len(t.After) != len(k.key) {
-			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.key)))
+		if t.Blocks == nil && t.After != nil && len(t.After) != len(k.Cols) {
+			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.Cols)))
 		}
 		inc.add(i)
 	}
@@ -354,12 +354,12 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incremental, 
 
 // add queues table i of TABLES for the worker, as the state now records
 // it (the loop's call).
-func (inc *incremental) add(i int) {
+func (inc *incSession) add(i int) {
 	k := inc.keys[i]
-	t := &chunkTable{idx: i, rel: inc.rels[i], key: k.key, keyAt: k.at, start: inc.st.Tables[i]}
+	t := &Table{Idx: i, Rel: inc.rels[i], key: k.Cols, keyAt: k.At, Start: inc.st.Tables[i]}
 	// The loop goes on writing its own entry; the worker's copy shares nothing.
-	t.start.After = slices.Clone(t.start.After)
-	t.start.Lanes = slices.Clone(t.start.Lanes)
+	t.Start.After = slices.Clone(t.Start.After)
+	t.Start.Lanes = slices.Clone(t.Start.Lanes)
 	inc.tables = append(inc.tables, t)
 	inc.mu.Lock()
 	inc.queue = append(inc.queue, t)
@@ -368,7 +368,7 @@ func (inc *incremental) add(i int) {
 
 // take is the worker's next table; nil (and the worker stops) when the
 // queue is empty.
-func (inc *incremental) take() *chunkTable {
+func (inc *incSession) take() *Table {
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	if len(inc.queue) == 0 {
@@ -385,7 +385,7 @@ func (inc *incremental) take() *chunkTable {
 
 // awaited is when the oldest chunk still waiting for its high watermark
 // was handed; zero when none waits.
-func (inc *incremental) awaited() time.Time {
+func (inc *incSession) awaited() time.Time {
 	if inc.nHanded.Load() == 0 {
 		return time.Time{}
 	}
@@ -428,9 +428,9 @@ func nudgeAt(handed, lastStatus time.Time) (at time.Time, ok bool) {
 }
 
 // table is the table TABLES lists at idx, if this snapshot reads it.
-func (inc *incremental) table(idx int) *chunkTable {
+func (inc *incSession) table(idx int) *Table {
 	for _, t := range inc.tables {
-		if t.idx == idx {
+		if t.Idx == idx {
 			return t
 		}
 	}

@@ -52,12 +52,12 @@ func (s *stream) readChunks(ctx context.Context) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	for t := inc.take(); t != nil; t = inc.take() {
 		s.tableStarts(ctx, conn, t)
-		if t.start.Retract {
+		if t.Start.Retract {
 			if err := s.retractTable(ctx, conn, t); err != nil {
 				return err
 			}
 		}
-		if t.start.Retract && s.c.test.retractOnly {
+		if t.Start.Retract && s.c.test.retractOnly {
 			continue
 		}
 		lanes, err := s.planLanes(ctx, conn, t)
@@ -118,7 +118,7 @@ func (c *Connector) closeChunkConn() {
 
 // takeConn is the connection newIncremental kept for the first worker, or
 // nil.
-func (inc *incremental) takeConn() *pgx.Conn {
+func (inc *incSession) takeConn() *pgx.Conn {
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	conn := inc.conn
@@ -139,44 +139,44 @@ func (s *stream) answer(ctx context.Context, reply chan bool) (bool, error) {
 
 // hand gives the loop a chunk, then writes its high watermark: the loop
 // takes the chunk there.
-func (s *stream) hand(ctx context.Context, conn *pgx.Conn, ch *chunk) error {
+func (s *stream) hand(ctx context.Context, conn *pgx.Conn, ch *Chunk) error {
 	s.put(ch)
-	return s.emitWatermarks(ctx, conn, s.mark(ch.table, ch.seq, "high"))
+	return s.emitWatermarks(ctx, conn, s.mark(ch.Table, ch.Seq, "high"))
 }
 
 // put leaves a chunk for the loop, which takes it at its high watermark,
 // and wakes the loop, which then bounds its receive by the chunk's nudge
 // (watermarkNudge).
-func (s *stream) put(ch *chunk) {
+func (s *stream) put(ch *Chunk) {
 	ch.handedAt = time.Now()
 	s.inc.mu.Lock()
-	s.inc.handed[ch.seq] = ch
+	s.inc.handed[ch.Seq] = ch
 	s.inc.nHanded.Store(int32(len(s.inc.handed)))
 	s.inc.mu.Unlock()
 	s.wake.fire() // a receive under way has no nudge deadline yet
 }
 
 // mark is a watermark of chunk seq of t.
-func (s *stream) mark(t *chunkTable, seq uint64, w string) watermark {
-	return watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, Table: t.idx, W: w}
+func (s *stream) mark(t *Table, seq uint64, w string) Watermark {
+	return Watermark{Slot: s.c.cfg.Slot, Run: s.inc.run, Chunk: seq, Table: t.Idx, W: w}
 }
 
 // emitWatermarks writes watermarks into the stream, in order, in one
 // transaction (one simple query of several statements is one implicit
 // transaction).
-func (s *stream) emitWatermarks(ctx context.Context, conn *pgx.Conn, ws ...watermark) error {
-	if _, err := conn.Exec(ctx, watermarkSQL(ws)); err != nil {
+func (s *stream) emitWatermarks(ctx context.Context, conn *pgx.Conn, ws ...Watermark) error {
+	if _, err := conn.Exec(ctx, WatermarkSQL(ws)); err != nil {
 		return fmt.Errorf("write the %s watermark of chunk %d: %w", ws[0].W, ws[0].Chunk, err)
 	}
 	return nil
 }
 
-// watermarkSQL is the statements that write ws, in order.
-func watermarkSQL(ws []watermark) string {
+// WatermarkSQL is the statements that write ws, in order.
+func WatermarkSQL(ws []Watermark) string {
 	var q strings.Builder
 	for _, w := range ws {
 		b, _ := json.Marshal(w)
-		q.WriteString("SELECT pg_logical_emit_message(true, '" + watermarkPrefix + "', " + replconn.QuoteLiteral(string(b)) + "::text);")
+		q.WriteString("SELECT pg_logical_emit_message(true, '" + WatermarkPrefix + "', " + replconn.QuoteLiteral(string(b)) + "::text);")
 	}
 	return q.String()
 }

@@ -18,16 +18,16 @@ import (
 
 // chunkKeys is every table's key (chunkKey), read once per session: a
 // refusal is the table's err; a failed query is returned.
-func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]keyInfo, error) {
+func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]Key, error) {
 	if p.keys != nil {
 		return p.keys, nil
 	}
-	keys := make([]keyInfo, len(p.rels))
+	keys := make([]Key, len(p.rels))
 	for i, rel := range p.rels {
 		k := &keys[i]
-		k.key, k.at, k.err = chunkKey(ctx, conn, rel)
-		if k.err != nil && !isFatal(k.err) {
-			return nil, k.err
+		k.Cols, k.At, k.Err = chunkKey(ctx, conn, rel)
+		if k.Err != nil && !isFatal(k.Err) {
+			return nil, k.Err
 		}
 	}
 	p.keys = keys
@@ -39,7 +39,7 @@ func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]keyInfo, error)
 // not done), else, for a table not begun and SNAPSHOT_PARALLELISM above 1,
 // lanes cut at the histogram of its first key column, else one lane from
 // its After.
-func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
+func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, error) {
 	runs, ok, err := s.planBlocks(ctx, conn, t)
 	if err != nil || ok {
 		return runs, err
@@ -78,8 +78,8 @@ func (s *stream) resumeBlocks(st *state.Table) ([]*laneRun, error) {
 // false for a table read in key ranges: a partitioned one (its leaves
 // have block numbers of their own), or one whose key-range read the state
 // records as begun.
-func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, bool, error) {
-	st := t.start
+func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, bool, error) {
+	st := t.Start
 	if s.c.test.chunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
 		return nil, false, nil
 	}
@@ -90,40 +90,40 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *chunkTable) 
 	)
 	err := conn.QueryRow(ctx, `SELECT c.relkind::text, coalesce(pg_relation_filenode(c.oid), 0::oid),
 		pg_relation_size(c.oid) / current_setting('block_size')::int8
-		FROM pg_class c WHERE c.oid = $1::regclass`, t.rel.Target.Source()).Scan(&kind, &filenode, &end)
+		FROM pg_class c WHERE c.oid = $1::regclass`, t.Rel.Target.Source()).Scan(&kind, &filenode, &end)
 	if err != nil {
-		return nil, false, fmt.Errorf("read the size of %s: %w", t.rel.Target.Qualified(), err)
+		return nil, false, fmt.Errorf("read the size of %s: %w", t.Rel.Target.Qualified(), err)
 	}
 	if kind != "r" {
 		return nil, false, nil
 	}
 	if st.Blocks != nil && st.Blocks.Filenode == filenode {
-		t.blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
+		t.Blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
 		runs, err := s.resumeBlocks(&st)
 		return runs, err == nil, err
 	}
 	if st.Blocks != nil {
 		s.logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",
-			"table", t.rel.Target.Qualified(), "relfilenode", filenode, "planned_relfilenode", st.Blocks.Filenode)
+			"table", t.Rel.Target.Qualified(), "relfilenode", filenode, "planned_relfilenode", st.Blocks.Filenode)
 	}
 	if end > math.MaxUint32 {
-		return nil, false, fmt.Errorf("%s has %d blocks: more than a block number holds", t.rel.Target.Qualified(), end)
+		return nil, false, fmt.Errorf("%s has %d blocks: more than a block number holds", t.Rel.Target.Qualified(), end)
 	}
-	t.blocks = &state.Blocks{Filenode: filenode, End: uint32(end)}
-	t.plan = nil
+	t.Blocks = &state.Blocks{Filenode: filenode, End: uint32(end)}
+	t.Plan = nil
 	cuts := snapshot.BlockLanes(uint32(end), s.inc.lanes)
 	runs := make([]*laneRun, len(cuts))
 	for i, c := range cuts {
 		runs[i] = &laneRun{idx: i, reply: make(chan bool, 4), blocks: true, from: c[0], to: c[1]}
 		if len(cuts) > 1 {
 			lo, hi := strconv.FormatUint(uint64(c[0]), 10), strconv.FormatUint(uint64(c[1]), 10)
-			t.plan = append(t.plan, state.Lane{Lo: &lo, Hi: &hi})
+			t.Plan = append(t.Plan, state.Lane{Lo: &lo, Hi: &hi})
 		}
 	}
 	if len(runs) > 1 {
-		s.logger.Info("snapshot: incremental: reading the table in lanes of block ranges", "table", t.rel.Target.Qualified(), "blocks", end, "lanes", len(runs), "parallelism", s.inc.lanes)
+		s.logger.Info("snapshot: incremental: reading the table in lanes of block ranges", "table", t.Rel.Target.Qualified(), "blocks", end, "lanes", len(runs), "parallelism", s.inc.lanes)
 	} else {
-		s.logger.Info("snapshot: incremental: reading the table in block ranges", "table", t.rel.Target.Qualified(), "blocks", end)
+		s.logger.Info("snapshot: incremental: reading the table in block ranges", "table", t.Rel.Target.Qualified(), "blocks", end)
 	}
 	return runs, true, nil
 }
@@ -141,44 +141,44 @@ func parseBlock(v *string) (uint32, error) {
 }
 
 // planKeyLanes plans a table's read in primary-key ranges.
-func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable) ([]*laneRun, error) {
+func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, error) {
 	inc := s.inc
 	var runs []*laneRun
-	if len(t.start.Lanes) > 0 {
-		for i, l := range t.start.Lanes {
+	if len(t.Start.Lanes) > 0 {
+		for i, l := range t.Start.Lanes {
 			if !l.Done {
 				runs = append(runs, &laneRun{idx: i, lane: snapshot.Lane{Lo: l.Lo, Hi: l.Hi}, after: l.After, reply: make(chan bool, 4)})
 			}
 		}
 		return runs, nil
 	}
-	if inc.lanes > 1 && t.start.After == nil && t.start.Chunks == 0 {
+	if inc.lanes > 1 && t.Start.After == nil && t.Start.Chunks == 0 {
 		var bounds []string
 		err := conn.QueryRow(ctx, `SELECT histogram_bounds::text::text[] FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename
 			JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname
-			WHERE c.oid = $1::regclass AND s.attname = $2 AND NOT s.inherited`, t.rel.Target.Source(), t.key[0].Name).Scan(&bounds)
+			WHERE c.oid = $1::regclass AND s.attname = $2 AND NOT s.inherited`, t.Rel.Target.Source(), t.key[0].Name).Scan(&bounds)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("read the histogram of %s.%s: %w", t.rel.Target.Qualified(), t.key[0].Name, err)
+			return nil, fmt.Errorf("read the histogram of %s.%s: %w", t.Rel.Target.Qualified(), t.key[0].Name, err)
 		}
 		lanes := snapshot.Lanes(bounds, inc.lanes)
 		if len(lanes) == 1 {
 			s.logger.Info("snapshot: incremental: reading the table in one lane: pg_stats has no histogram of its first key column (ANALYZE it to read it in parallel)",
-				"table", t.rel.Target.Qualified(), "column", t.key[0].Name)
+				"table", t.Rel.Target.Qualified(), "column", t.key[0].Name)
 		} else {
 			for i, l := range lanes {
-				t.plan = append(t.plan, state.Lane{Lo: l.Lo, Hi: l.Hi})
+				t.Plan = append(t.Plan, state.Lane{Lo: l.Lo, Hi: l.Hi})
 				runs = append(runs, &laneRun{idx: i, lane: l, reply: make(chan bool, 4)})
 			}
-			s.logger.Info("snapshot: incremental: reading the table in lanes", "table", t.rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
+			s.logger.Info("snapshot: incremental: reading the table in lanes", "table", t.Rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
 			return runs, nil
 		}
 	}
-	return []*laneRun{{after: t.start.After, reply: make(chan bool, 4)}}, nil
+	return []*laneRun{{after: t.Start.After, reply: make(chan bool, 4)}}, nil
 }
 
 // readLanes reads the lanes, up to SNAPSHOT_PARALLELISM at once, each on
 // its own connection (the first on conn).
-func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable, runs []*laneRun) error {
+func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *Table, runs []*laneRun) error {
 	n := min(s.inc.lanes, len(runs))
 	if n <= 1 {
 		for _, r := range runs {
@@ -233,12 +233,12 @@ func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *chunkTable, r
 }
 
 // tableStarts sets a table's progress metrics from the state and logs it.
-func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable) {
+func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *Table) {
 	inc := s.inc
-	st := t.start
+	st := t.Start
 	var estimate float64
-	_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", t.rel.Target.Source()).Scan(&estimate)
-	ts := s.c.tableStats[t.rel.Target.Route]
+	_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", t.Rel.Target.Source()).Scan(&estimate)
+	ts := s.c.tableStats[t.Rel.Target.Route]
 	ts.Estimate.Store(int64(estimate))
 	left := (int64(estimate) - st.Copied + int64(inc.limit) - 1) / int64(inc.limit)
 	ts.ChunksDone.Store(st.Chunks)
@@ -269,13 +269,13 @@ func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *chunkTable)
 // chunk began. So a lane's chunks stay one contiguous sequence of
 // ranges, and the state never records a range past one still to be
 // read. The lane's last chunk is answered before it returns.
-func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r *laneRun) error {
+func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *Table, r *laneRun) error {
 	lr := &laneReader{s: s, ctx: ctx, conn: conn, t: t, r: r}
 	after := r.after
 	for {
 		// The chunk read last is handed, its high watermark written
 		// before the next chunk's low one.
-		var marks []watermark
+		var marks []Watermark
 		if !lr.handed && len(lr.open) > 0 {
 			marks = lr.handOut(lr.open[:1])
 			lr.handed = true
@@ -286,7 +286,7 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 		if err != nil {
 			return err
 		}
-		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.ends), "took", time.Since(t0))
+		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.Ends), "took", time.Since(t0))
 		lr.open = append(lr.open, ch)
 		if lr.handed {
 			again, redo, err := lr.answer()
@@ -298,7 +298,7 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *chunkTable, r 
 				continue
 			}
 		}
-		if !ch.done {
+		if !ch.Done {
 			after = ch.last
 			continue
 		}
@@ -317,23 +317,23 @@ type laneReader struct {
 	s      *stream
 	ctx    context.Context
 	conn   *pgx.Conn
-	t      *chunkTable
+	t      *Table
 	r      *laneRun
-	open   []*chunk
+	open   []*Chunk
 	handed bool
 }
 
 // handOut hands chunks to the loop and returns their high watermarks, to
 // be written.
-func (lr *laneReader) handOut(chs []*chunk) []watermark {
+func (lr *laneReader) handOut(chs []*Chunk) []Watermark {
 	s, t := lr.s, lr.t
-	var marks []watermark
+	var marks []Watermark
 	for _, ch := range chs {
 		s.put(ch)
-		if s.c.test.chunkRead != nil && !ch.discard {
-			s.c.test.chunkRead(t.rel.Target.Qualified(), ch.keyList())
+		if s.c.test.chunkRead != nil && !ch.Discard {
+			s.c.test.chunkRead(t.Rel.Target.Qualified(), ch.keyList())
 		}
-		marks = append(marks, s.mark(t, ch.seq, "high"))
+		marks = append(marks, s.mark(t, ch.Seq, "high"))
 	}
 	return marks
 }
@@ -347,11 +347,11 @@ func (lr *laneReader) answer() (again bool, redo []string, err error) {
 		return false, nil, err
 	}
 	lr.open, lr.handed = lr.open[1:], false
-	if !again || first.discard {
+	if !again || first.Discard {
 		return false, nil, nil
 	}
 	for _, ch := range lr.open {
-		ch.discard = true
+		ch.Discard = true
 	}
 	if marks := lr.handOut(lr.open); len(marks) > 0 {
 		if err := s.emitWatermarks(lr.ctx, lr.conn, marks...); err != nil {

@@ -237,7 +237,7 @@ func (s *stream) event(ev *decode.Event) error {
 		if err := s.incEvent(ev); err != nil {
 			return err
 		}
-	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == watermarkPrefix {
+	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == WatermarkPrefix {
 		s.logger.Warn("resnapshot: ignoring a request: there is no state file yet (SNAPSHOT_MODE=never, first run), so nothing could record it", "lsn", ev.Message.LSN)
 	}
 	switch ev.Kind {

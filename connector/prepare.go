@@ -29,7 +29,7 @@ var pinnedGUCs = []string{
 
 // plan is what a session learned before streaming.
 type plan struct {
-	keys           []keyInfo // per target: its primary key for an incremental snapshot (chunkKeys), read once
+	keys           []Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
 	targets        []*decode.Target
 	rels           []*decode.Rel    // per target: the catalog's columns, for COPY
 	leaves         [][]string       // per target: a partitioned table's leaves (nil for any other table)

@@ -48,12 +48,12 @@ import (
 // request of tables (schema.table, as the state file names them) for the
 // connector streaming from slot.
 func ResnapshotMessage(slot, id string, tables []string) (prefix, content string) {
-	b, _ := json.Marshal(watermark{Slot: slot, Resnapshot: id, Tables: tables})
-	return watermarkPrefix, string(b)
+	b, _ := json.Marshal(Watermark{Slot: slot, Resnapshot: id, Tables: tables})
+	return WatermarkPrefix, string(b)
 }
 
 // request is a resnapshot request at lsn, read from the stream.
-func (s *stream) request(w watermark, lsn pglogrepl.LSN) error {
+func (s *stream) request(w Watermark, lsn pglogrepl.LSN) error {
 	inc := s.inc
 	st := inc.st
 	if st.Request(w.Resnapshot) != nil {
@@ -89,7 +89,7 @@ func (s *stream) request(w watermark, lsn pglogrepl.LSN) error {
 			}
 			return refuse(fmt.Sprintf("table %s is not one this connector streams (%s)", name, strings.Join(known, ", ")))
 		}
-		if err := inc.keys[i].err; err != nil {
+		if err := inc.keys[i].Err; err != nil {
 			return refuse(err.Error())
 		}
 		if !slices.Contains(idx, i) {
@@ -122,9 +122,9 @@ func (s *stream) request(w watermark, lsn pglogrepl.LSN) error {
 
 // retractTable deletes, batch by batch, the keys Feldera holds for t's
 // table that Postgres does not.
-func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable) error {
+func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *Table) error {
 	inc := s.inc
-	rel := t.rel
+	rel := t.Rel
 	dest := rel.Target.Dest
 	var rels []*decode.Rel // the table's sources: a key is absent when none has it
 	for _, i := range inc.groups[rel.Target.Route] {
@@ -150,7 +150,7 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 				return err
 			}
 			if s.c.test.retractRead != nil && len(ch.keyEnds) > 0 {
-				s.c.test.retractRead(t.rel.Target.Qualified(), ch.keyList())
+				s.c.test.retractRead(t.Rel.Target.Qualified(), ch.keyList())
 			}
 			ch.reply = reply
 			if err := s.hand(ctx, conn, ch); err != nil {
@@ -194,14 +194,14 @@ func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *chunkTable
 // values as text) in its own REPEATABLE READ transaction between
 // watermarks: the chunk it returns holds a delete line per key the
 // snapshot lacks.
-func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable, check string, rows [][]byte, vals [][]string, last bool) (*chunk, error) {
-	ch := &chunk{seq: s.inc.seq.Add(1), table: t, retract: true, done: last}
-	low := s.mark(t, ch.seq, "low")
+func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *Table, check string, rows [][]byte, vals [][]string, last bool) (*Chunk, error) {
+	ch := &Chunk{Seq: s.inc.seq.Add(1), Table: t, Retract: true, Done: last}
+	low := s.mark(t, ch.Seq, "low")
 	if len(rows) == 0 {
 		return ch, s.emitWatermarks(ctx, conn, low)
 	}
-	name := t.rel.Target.Qualified()
-	tx, snap, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.seq, name), []watermark{low})
+	name := t.Rel.Target.Qualified()
+	tx, snap, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.Seq, name), []Watermark{low})
 	if err != nil {
 		return nil, err
 	}
@@ -215,19 +215,19 @@ func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable,
 	}
 	res, err := conn.Query(ctx, check, args...)
 	if err != nil {
-		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.seq, name, err)
+		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.Seq, name, err)
 	}
 	for res.Next() {
 		raw := res.RawValues()
 		i, err := strconv.Atoi(string(raw[0]))
 		if err != nil || i < 1 || i > len(rows) {
 			res.Close()
-			return nil, fmt.Errorf("retraction batch %d of %s: bad ordinal %q", ch.seq, name, raw[0])
+			return nil, fmt.Errorf("retraction batch %d of %s: bad ordinal %q", ch.Seq, name, raw[0])
 		}
-		ch.buf = append(ch.buf, `{"delete":`...)
-		ch.buf = append(ch.buf, rows[i-1]...)
-		ch.buf = append(ch.buf, "}\n"...)
-		ch.ends = append(ch.ends, len(ch.buf))
+		ch.Buf = append(ch.Buf, `{"delete":`...)
+		ch.Buf = append(ch.Buf, rows[i-1]...)
+		ch.Buf = append(ch.Buf, "}\n"...)
+		ch.Ends = append(ch.Ends, len(ch.Buf))
 		var k []byte
 		for j, v := range raw[1:] {
 			if j > 0 {
@@ -239,7 +239,7 @@ func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *chunkTable,
 	}
 	res.Close()
 	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.seq, name, err)
+		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.Seq, name, err)
 	}
 	if err := tx.commit(ctx); err != nil {
 		return nil, err

@@ -66,7 +66,7 @@ type stream struct {
 	alertCtx   context.Context  // canceled when lost has something: ends a receive
 	led        *delivery.Ledger // the acknowledgement rule: the only writer of the acknowledged position
 	live       liveness         // the replication connection's heartbeat
-	inc        *incremental     // the incremental snapshot under way, nil when none
+	inc        *incSession     // the incremental snapshot under way, nil when none
 	clock      stageClock       // times each source transaction to each stage
 }
 
@@ -202,7 +202,7 @@ func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) e
 }
 
 // newStream is the session's loop state, starting at the slot's position.
-func (c *Connector) newStream(p *plan, src replSource, inc *incremental) *stream {
+func (c *Connector) newStream(p *plan, src replSource, inc *incSession) *stream {
 	dec := decode.NewDecoder(p.targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.types)

@@ -83,12 +83,12 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 	switch {
 	case s.inc.never:
 		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; SNAPSHOT_MODE=never reads no table again: remove the state file and the slot, and start with another SNAPSHOT_MODE"}
-	case s.inc.keys[i].err != nil:
-		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; it cannot be read again while streaming (" + s.inc.keys[i].err.Error() + "): remove the state file and the slot to read every table again"}
+	case s.inc.keys[i].Err != nil:
+		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; it cannot be read again while streaming (" + s.inc.keys[i].Err.Error() + "): remove the state file and the slot to read every table again"}
 	}
 	s.logger.Warn("stream: "+why+"; reading the table again while streaming", "table", source, "columns", strings.Join(changed, ","), "lsn", s.received)
 	t.Columns = now
-	if err := s.request(watermark{Resnapshot: "columns-" + s.received.String(), Tables: []string{source}}, s.received); err != nil {
+	if err := s.request(Watermark{Resnapshot: "columns-" + s.received.String(), Tables: []string{source}}, s.received); err != nil {
 		return err
 	}
 	// The session's plan reads the columns the catalog had when it began:
