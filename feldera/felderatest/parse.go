@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
 	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
@@ -221,7 +222,7 @@ func envelope(v json.RawMessage) (map[string]json.RawMessage, error) {
 	}
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(v, &env); err != nil {
-		return nil, fmt.Errorf("invalid type: %s, expected an insert/delete/update object", describe(bytes.TrimSpace(v)))
+		return nil, fmt.Errorf("invalid type: %s, expected an insert/delete/update object", sqlvalue.Describe(bytes.TrimSpace(v)))
 	}
 	return env, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
 )
 
 // ---- ad-hoc query ----
@@ -121,13 +122,13 @@ func queryValue(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
 		for i, n := range ns {
 			b[i] = byte(n)
 		}
-		return mustJSON(hex.EncodeToString(b)) // LargeBinary: lowercase hex
+		return sqlvalue.MustJSON(hex.EncodeToString(b)) // LargeBinary: lowercase hex
 	case "TIMESTAMP", "TIMESTAMP_TZ":
 		var s string
 		if json.Unmarshal(v, &s) != nil {
 			return v
 		}
-		t, err := parseTimestamp(s)
+		t, err := sqlvalue.ParseTimestamp(s)
 		if err != nil {
 			return v
 		}
@@ -137,7 +138,7 @@ func queryValue(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
 		if ct.Type == "TIMESTAMP_TZ" {
 			out += "Z"
 		}
-		return mustJSON(out)
+		return sqlvalue.MustJSON(out)
 	case "TIME":
 		var s string
 		if json.Unmarshal(v, &s) != nil {
@@ -147,7 +148,7 @@ func queryValue(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
 		if err != nil {
 			return v
 		}
-		return mustJSON(t.Format("15:04:05") + chronoFraction(t.Nanosecond(), 9)) // Time64(ns)
+		return sqlvalue.MustJSON(t.Format("15:04:05") + chronoFraction(t.Nanosecond(), 9)) // Time64(ns)
 	case "VARIANT":
 		return queryString(string(v)) // Utf8: the value's JSON text
 	case "ARRAY":

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
 	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
@@ -161,7 +162,7 @@ func (r Row) String() string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.Write(mustJSON(k))
+		b.Write(sqlvalue.MustJSON(k))
 		b.WriteByte(':')
 		b.Write(r[k])
 	}
@@ -227,7 +228,7 @@ func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 			}
 		}
 	default:
-		return nil, nil, fmt.Errorf("invalid type: %s, expected a record", describe(raw))
+		return nil, nil, fmt.Errorf("invalid type: %s, expected a record", sqlvalue.Describe(raw))
 	}
 	keyOnly := kind == 'd' && t.keyed()
 	for i, f := range fields {
@@ -251,7 +252,7 @@ func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 				return nil, nil, fmt.Errorf("missing field `%s`", f.Name)
 			}
 		}
-		n, err := normalize(f.ColumnType, vals[i])
+		n, err := sqlvalue.Normalize(f.ColumnType, vals[i])
 		if err != nil {
 			return nil, nil, &fieldError{field: f.Name, err: err}
 		}
@@ -323,7 +324,7 @@ func (t *table) fieldIndex(key string) (int, error) {
 func defaultJSON(sql string) json.RawMessage {
 	sql = strings.TrimSpace(sql)
 	if strings.HasPrefix(sql, "'") && strings.HasSuffix(sql, "'") && len(sql) >= 2 {
-		return mustJSON(strings.ReplaceAll(sql[1:len(sql)-1], "''", "'"))
+		return sqlvalue.MustJSON(strings.ReplaceAll(sql[1:len(sql)-1], "''", "'"))
 	}
 	if strings.EqualFold(sql, "null") {
 		return json.RawMessage("null")

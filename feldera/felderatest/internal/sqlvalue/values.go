@@ -1,4 +1,4 @@
-package felderatest
+package sqlvalue
 
 import (
 	"bytes"
@@ -23,11 +23,11 @@ var (
 	reDec  = regexp.MustCompile(`^[+-]?(\d+)(\.(\d*))?([eE][+-]?\d+)?$|^[+-]?\.(\d+)$`)
 )
 
-// normalize checks a JSON value against a Feldera column type, as Feldera's
+// Normalize checks a JSON value against a Feldera column type, as Feldera's
 // JSON input does in the default flavor, and returns its canonical JSON form
 // (what the double stores and /query prints). The error text imitates
 // Feldera's "invalid type: ..." descriptions.
-func normalize(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
+func Normalize(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
 	if v, ok := normPlain(ct, raw); ok {
 		return v, nil
 	}
@@ -38,9 +38,9 @@ func normalize(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, err
 var intBits = map[string]int{"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64,
 	"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64}
 
-// normPlain is normalize for the values nearly every record holds, an
+// normPlain is Normalize for the values nearly every record holds, an
 // integer in range written canonically and a string encoding/json writes
-// back as it is, which normalize returns unchanged; found without
+// back as it is, which Normalize returns unchanged; found without
 // decoding them. ok false: normalizeAny decides (FuzzNormalize checks
 // that both agree).
 func normPlain(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, bool) {
@@ -57,7 +57,7 @@ func normPlain(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, boo
 	return nil, false
 }
 
-// normalizeAny is normalize for any value.
+// normalizeAny is Normalize for any value.
 func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -69,14 +69,14 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 	switch ct.Type {
 	case "BOOLEAN":
 		if string(raw) != "true" && string(raw) != "false" {
-			return nil, fmt.Errorf("invalid type: %s, expected a boolean", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a boolean", Describe(raw))
 		}
 		return raw, nil
 	case "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT":
 		return normInt(ct.Type, raw)
 	case "REAL", "DOUBLE":
 		if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
-			return nil, fmt.Errorf("invalid type: %s, expected a number", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a number", Describe(raw))
 		}
 		f, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
@@ -87,17 +87,17 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 		return normDecimal(ct, raw)
 	case "VARCHAR", "CHAR":
 		if raw[0] != '"' {
-			return nil, fmt.Errorf("invalid type: %s, expected a string", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a string", Describe(raw))
 		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, err
 		}
-		return mustJSON(s), nil
+		return MustJSON(s), nil
 	case "BINARY", "VARBINARY":
 		var arr []json.Number
 		if raw[0] != '[' || decodeNumbers(raw, &arr) != nil {
-			return nil, fmt.Errorf("invalid type: %s, expected a byte array", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a byte array", Describe(raw))
 		}
 		out := make([]int, len(arr))
 		for i, n := range arr {
@@ -107,7 +107,7 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 			}
 			out[i] = v
 		}
-		return mustJSON(out), nil
+		return MustJSON(out), nil
 	case "DATE":
 		s, err := str(raw, "a date")
 		if err != nil {
@@ -124,7 +124,7 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 		if t.Year() != y || int(t.Month()) != mo || t.Day() != d {
 			return nil, fmt.Errorf("invalid date %q", s)
 		}
-		return mustJSON(t.Format("2006-01-02")), nil
+		return MustJSON(t.Format("2006-01-02")), nil
 	case "TIME":
 		s, err := str(raw, "a time")
 		if err != nil {
@@ -146,17 +146,17 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 		if frac != "" {
 			out += "." + frac
 		}
-		return mustJSON(out), nil
+		return MustJSON(out), nil
 	case "TIMESTAMP", "TIMESTAMP_TZ":
 		s, err := str(raw, "a timestamp")
 		if err != nil {
 			return nil, err
 		}
-		t, err := parseTimestamp(s)
+		t, err := ParseTimestamp(s)
 		if err != nil {
 			return nil, err
 		}
-		return mustJSON(formatTimestamp(t)), nil
+		return MustJSON(formatTimestamp(t)), nil
 	case "UUID":
 		s, err := str(raw, "a UUID")
 		if err != nil {
@@ -166,12 +166,12 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 			return nil, fmt.Errorf("invalid UUID %q", s)
 		}
 		h := strings.ToLower(strings.ReplaceAll(s, "-", ""))
-		return mustJSON(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]), nil
+		return MustJSON(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]), nil
 	case "VARIANT":
 		return canonicalJSON(raw)
 	case "ARRAY":
 		if raw[0] != '[' {
-			return nil, fmt.Errorf("invalid type: %s, expected an array", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected an array", Describe(raw))
 		}
 		var elems []json.RawMessage
 		if err := json.Unmarshal(raw, &elems); err != nil {
@@ -184,7 +184,7 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 		var b bytes.Buffer
 		b.WriteByte('[')
 		for i, e := range elems {
-			n, err := normalize(comp, e)
+			n, err := Normalize(comp, e)
 			if err != nil {
 				return nil, fmt.Errorf("array element %d: %w", i, err)
 			}
@@ -197,7 +197,7 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 		return b.Bytes(), nil
 	case "MAP":
 		if raw[0] != '{' {
-			return nil, fmt.Errorf("invalid type: %s, expected a map", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a map", Describe(raw))
 		}
 		return canonicalJSON(raw)
 	}
@@ -210,7 +210,7 @@ func normInt(typ string, raw json.RawMessage) (json.RawMessage, error) {
 	}
 	n, ok := new(big.Int).SetString(string(raw), 10)
 	if !ok {
-		return nil, fmt.Errorf("invalid type: %s, expected an integer", describe(raw))
+		return nil, fmt.Errorf("invalid type: %s, expected an integer", Describe(raw))
 	}
 	bits := uint(intBits[typ])
 	var lo, hi *big.Int
@@ -233,7 +233,7 @@ func normDecimal(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, e
 			return nil, err
 		}
 	} else if raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
-		return nil, fmt.Errorf("invalid type: %s, expected a decimal", describe(raw))
+		return nil, fmt.Errorf("invalid type: %s, expected a decimal", Describe(raw))
 	}
 	if !reDec.MatchString(strings.TrimSpace(s)) {
 		return nil, fmt.Errorf("invalid decimal %q", s)
@@ -269,7 +269,9 @@ func normDecimal(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, e
 	return json.RawMessage(out), nil
 }
 
-func parseTimestamp(s string) (time.Time, error) {
+// ParseTimestamp reads a TIMESTAMP or TIMESTAMP_TZ text as Feldera's JSON
+// input takes it, truncated to microseconds, in UTC.
+func ParseTimestamp(s string) (time.Time, error) {
 	m := reTS.FindStringSubmatch(s)
 	if m == nil {
 		return time.Time{}, fmt.Errorf("invalid timestamp %q: expected YYYY-MM-DD HH:MM:SS[.f][Z|±HH:MM]", s)
@@ -309,14 +311,16 @@ func formatTimestamp(t time.Time) string {
 
 func str(raw json.RawMessage, what string) (string, error) {
 	if raw[0] != '"' {
-		return "", fmt.Errorf("invalid type: %s, expected %s string", describe(raw), what)
+		return "", fmt.Errorf("invalid type: %s, expected %s string", Describe(raw), what)
 	}
 	var s string
 	err := json.Unmarshal(raw, &s)
 	return s, err
 }
 
-func describe(raw json.RawMessage) string {
+// Describe names a JSON value's kind the way Feldera's "invalid type"
+// errors do.
+func Describe(raw json.RawMessage) string {
 	switch raw[0] {
 	case '"':
 		return "string " + string(raw)
@@ -350,7 +354,8 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-func mustJSON(v any) json.RawMessage {
+// MustJSON is json.Marshal for values that cannot fail to encode.
+func MustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
