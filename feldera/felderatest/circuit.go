@@ -3,6 +3,8 @@ package felderatest
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // ---- the circuit: steps, the input they take, and when results show ----
@@ -66,7 +68,7 @@ const (
 type buffer struct {
 	ep      *endpoint
 	req     int // the request it came in (PeakQueued)
-	ops     []op
+	ops     []table.Op
 	records int       // records it carries
 	bytes   int       // of body text
 	readyAt time.Time // when a step may take it: its arrival (+ SetCompletionDelay)
@@ -305,10 +307,10 @@ func (s *Server) endStep() {
 func (s *Server) publish(fed []*buffer, api bool) {
 	for _, b := range fed {
 		for _, o := range b.ops {
-			if !b.ep.table.inOrder(o) {
+			if !b.ep.table.InOrder(o) {
 				s.orderViolations++
 			}
-			if b.ep.table.apply(o) {
+			if b.ep.table.Apply(o) {
 				s.missedDeletes++
 			}
 		}

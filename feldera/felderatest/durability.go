@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // Durability: the step counter, checkpoints, /stats, and restarts in place
@@ -29,28 +30,8 @@ const keptCheckpoints = 2
 // checkpoint is one checkpoint the double took: the tables as they were.
 type checkpoint struct {
 	meta   feldera.Checkpoint
-	tables map[string]tableState
+	tables map[string]table.State
 	rels   map[string]feldera.Relation // the definitions they were taken under
-}
-
-type tableState struct {
-	rows  map[string][]json.RawMessage
-	count map[string]int
-}
-
-func (t *table) save() tableState {
-	st := tableState{rows: make(map[string][]json.RawMessage, len(t.rows)), count: make(map[string]int, len(t.count))}
-	for k, v := range t.rows { // stored rows are never mutated in place
-		st.rows[k] = v
-	}
-	for k, v := range t.count {
-		st.count[k] = v
-	}
-	return st
-}
-
-func (t *table) restore(st tableState) {
-	t.rows, t.count = st.rows, st.count
 }
 
 // model is the fault-tolerance model the double runs with, read with its
@@ -104,10 +85,10 @@ func (s *Server) checkpointLocked(now time.Time) {
 		done--
 	}
 	cp := checkpoint{meta: feldera.Checkpoint{UUID: newUUID(), Fingerprint: uint64(s.ckptSeq), Steps: done, ProcessedRecords: s.processed},
-		tables: map[string]tableState{}, rels: map[string]feldera.Relation{}}
+		tables: map[string]table.State{}, rels: map[string]feldera.Relation{}}
 	for name, t := range s.tables {
-		cp.tables[name] = t.save()
-		cp.rels[name] = t.rel
+		cp.tables[name] = t.Save()
+		cp.rels[name] = t.Rel
 	}
 	s.checkpoints = append(s.checkpoints, cp)
 	if len(s.checkpoints) > keptCheckpoints {
@@ -200,7 +181,7 @@ func (s *Server) restartInPlace() {
 // empty: the pipeline bootstraps it again.
 func (s *Server) restore(i int) {
 	for _, t := range s.tables {
-		t.clear()
+		t.Clear()
 	}
 	s.steps, s.processed = 0, 0
 	if i < 0 || i >= len(s.checkpoints) {
@@ -208,8 +189,8 @@ func (s *Server) restore(i int) {
 	}
 	cp := s.checkpoints[i]
 	for name, st := range cp.tables {
-		if t, ok := s.tables[name]; ok && sameDefinition(cp.rels[name], t.rel) {
-			t.restore(st)
+		if t, ok := s.tables[name]; ok && sameDefinition(cp.rels[name], t.Rel) {
+			t.Restore(st)
 		}
 	}
 	s.steps, s.processed = cp.meta.Steps, cp.meta.ProcessedRecords
@@ -284,18 +265,18 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 		s.checkpointLocked(time.Now()) // the stop's checkpoint
 	}
 	old := s.tables
-	s.tables, s.order = map[string]*table{}, nil
+	s.tables, s.order = map[string]*table.Table{}, nil
 	var cleared []string
 	for _, rel := range rels {
-		t, err := newTable(rel)
+		t, err := table.New(rel)
 		if err != nil {
 			s.tables = old
 			return nil, err
 		}
-		t.watchOrder(s.cfg.OrderColumn)
+		t.WatchOrder(s.cfg.OrderColumn)
 		name := rel.CanonicalName()
-		if prev, ok := old[name]; ok && ft && sameDefinition(prev.rel, rel) {
-			t.restore(prev.save())
+		if prev, ok := old[name]; ok && ft && sameDefinition(prev.Rel, rel) {
+			t.Restore(prev.Save())
 		} else {
 			cleared = append(cleared, name)
 		}

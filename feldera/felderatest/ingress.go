@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // ---- ingress ----
@@ -17,7 +18,7 @@ import (
 // lookupTable finds the table a path segment names; raw is the segment
 // as sent, unescaped: Feldera names the endpoint after it, quotes and all
 // (server.rs, input_endpoint).
-func (s *Server) lookupTable(w http.ResponseWriter, escaped string) (t *table, canon, raw string, ok bool) {
+func (s *Server) lookupTable(w http.ResponseWriter, escaped string) (t *table.Table, canon, raw string, ok bool) {
 	raw, err := url.PathUnescape(escaped)
 	if err != nil {
 		writeError(w, 400, "InvalidParam", "bad table name", nil)
@@ -77,7 +78,7 @@ func (s *Server) ingressPartial(w http.ResponseWriter, r *http.Request, escaped 
 
 // intake is one ingress request as it is read.
 type intake struct {
-	t      *table
+	t      *table.Table
 	canon  string
 	args   ingressArgs
 	ep     *endpoint
@@ -199,28 +200,28 @@ func (s *Server) take(in *intake, chunk []byte) {
 
 // noteOps counts a chunk's commands into its request's log entry and,
 // for a keyed table, its inserts per key.
-func (s *Server) noteOps(in *intake, ops []op) {
+func (s *Server) noteOps(in *intake, ops []table.Op) {
 	t := in.t
 	var ki map[string]int
-	if t.keyed() && len(ops) > 0 {
+	if t.Keyed() && len(ops) > 0 {
 		if ki = s.keyInserts[in.canon]; ki == nil {
 			ki = map[string]int{}
 			s.keyInserts[in.canon] = ki
 		}
 	}
 	for _, o := range ops {
-		switch o.kind {
+		switch o.Kind {
 		case 'i':
 			in.req.Inserts++
 			if ki != nil {
-				k := keyText(o.row, t.pk)
+				k := t.KeyText(o.Row)
 				ki[k]++
 				in.req.InsertKeys = append(in.req.InsertKeys, k)
 			}
 		case 'd':
 			in.req.Deletes++
 			if ki != nil {
-				in.req.DeleteKeys = append(in.req.DeleteKeys, keyText(o.row, t.pk))
+				in.req.DeleteKeys = append(in.req.DeleteKeys, t.KeyText(o.Row))
 			}
 		case 'u':
 			in.req.Updates++

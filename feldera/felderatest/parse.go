@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
@@ -75,7 +76,7 @@ type parseError struct {
 
 // firstHalf keeps the lines of body that hold the first half of its good
 // events (PartialThen503).
-func firstHalf(t *table, body []byte, args ingressArgs) []byte {
+func firstHalf(t *table.Table, body []byte, args ingressArgs) []byte {
 	ops, _, _ := parseBody(t, body, args, 0)
 	keep := len(ops) / 2
 	var out []byte
@@ -128,8 +129,8 @@ func countLines(r io.Reader) (int, error) {
 //
 // event is how many events came before body (a request parsed chunk by
 // chunk numbers its events across chunks); the count after it returns.
-func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseError, int) {
-	var ops []op
+func parseBody(t *table.Table, body []byte, a ingressArgs, event int) ([]table.Op, []parseError, int) {
+	var ops []table.Op
 	var errs []parseError
 	if !a.formatIsJSON {
 		// format defaults to csv: a JSON body is not CSV the double can read.
@@ -154,8 +155,8 @@ func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseEr
 
 // parseStream is parseBody through encoding/json's stream decoder: the
 // reference the line-by-line path agrees with (FuzzParseBody).
-func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parseError, int) {
-	var ops []op
+func parseStream(t *table.Table, body []byte, a ingressArgs, event int) ([]table.Op, []parseError, int) {
+	var ops []table.Op
 	var errs []parseError
 	dec := json.NewDecoder(bytes.NewReader(body))
 	for {
@@ -174,7 +175,7 @@ func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parse
 				errs = append(errs, parseError{Description: "expected an array: " + err.Error(), EventNumber: event})
 				continue
 			}
-			var arrOps []op
+			var arrOps []table.Op
 			bad := false
 			for _, e := range elems {
 				event++
@@ -201,7 +202,7 @@ func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parse
 // error: a bad event is reported and skipped, as Feldera's JSON parser
 // does (crates/adapters/src/format/json/input.rs: a ParseError per bad
 // record, and the next record is parsed).
-func addEvent(t *table, v json.RawMessage, raw bool, event int, ops []op, errs []parseError) ([]op, []parseError) {
+func addEvent(t *table.Table, v json.RawMessage, raw bool, event int, ops []table.Op, errs []parseError) ([]table.Op, []parseError) {
 	o, err := parseEvent(t, v, raw)
 	if err != nil {
 		return ops, append(errs, toParseError(err, event))
@@ -258,8 +259,8 @@ func ndjsonLines(body []byte, a ingressArgs) ([]json.RawMessage, bool) {
 
 func toParseError(err error, event int) parseError {
 	pe := parseError{Description: err.Error(), EventNumber: event}
-	if fe, ok := err.(*fieldError); ok {
-		f := fe.field
+	if fe, ok := err.(*table.FieldError); ok {
+		f := fe.Field
 		pe.Field = &f
 	}
 	return pe
@@ -267,13 +268,13 @@ func toParseError(err error, event int) parseError {
 
 // parseEvent reads one {"insert"|"delete"|"update": R} envelope (or, with
 // raw, one record to insert). Commands run delete, insert, update.
-func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
+func parseEvent(t *table.Table, v json.RawMessage, raw bool) ([]table.Op, error) {
 	if raw {
-		vals, set, err := t.parseRecord(v, 'i')
+		vals, set, err := t.ParseRecord(v, 'i')
 		if err != nil {
 			return nil, err
 		}
-		return []op{{kind: 'i', row: vals, set: set}}, nil
+		return []table.Op{{Kind: 'i', Row: vals, Set: set}}, nil
 	}
 	env, err := envelope(v)
 	if err != nil {
@@ -291,7 +292,7 @@ func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
 		sort.Strings(unknown)
 		return nil, fmt.Errorf("unknown field `%s`, expected one of `table`, `insert`, `delete`, `update`", unknown[0])
 	}
-	var out []op
+	var out []table.Op
 	for _, kind := range []struct {
 		name string
 		k    byte
@@ -300,14 +301,14 @@ func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
 		if !ok {
 			continue
 		}
-		if kind.k == 'u' && !t.keyed() {
+		if kind.k == 'u' && !t.Keyed() {
 			return nil, fmt.Errorf("update operation is not supported on this stream")
 		}
-		vals, set, err := t.parseRecord(rec, kind.k)
+		vals, set, err := t.ParseRecord(rec, kind.k)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, op{kind: kind.k, row: vals, set: set})
+		out = append(out, table.Op{Kind: kind.k, Row: vals, Set: set})
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // The fast paths of the double's parser answer exactly as encoding/json's
@@ -36,7 +37,7 @@ func FuzzParseBody(f *testing.F) {
 		{Name: "name", ColumnType: feldera.ColumnType{Type: "VARCHAR", Nullable: true}, Default: &name},
 		{Name: "score", ColumnType: feldera.ColumnType{Type: "INTEGER", Nullable: true}},
 	}}
-	tb, err := newTable(rel)
+	tb, err := table.New(rel)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -50,11 +51,11 @@ func FuzzParseBody(f *testing.F) {
 	})
 }
 
-func describeOps(ops []op) []string {
+func describeOps(ops []table.Op) []string {
 	var out []string
 	for _, o := range ops {
-		row, _ := json.Marshal(o.row)
-		out = append(out, fmt.Sprintf("%c %s %v", o.kind, row, o.set))
+		row, _ := json.Marshal(o.Row)
+		out = append(out, fmt.Sprintf("%c %s %v", o.Kind, row, o.Set))
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // ---- ad-hoc query ----
@@ -44,7 +45,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 		writeError(w, 400, feldera.CodeAdHocQueryError, fmt.Sprintf("Error during query processing: Error during planning: table '%s' not found", canon), map[string]any{"error": "table not found"})
 		return
 	}
-	if !t.queryable() {
+	if !t.Queryable() {
 		writeError(w, 400, feldera.CodeAdHocQueryError,
 			fmt.Sprintf("Error during query processing: Tried to SELECT from a non-materialized source. Make sure `%s` is configured as materialized: use `with ('materialized' = 'true')` for tables, or `create materialized view` for views", canon),
 			map[string]any{"error": "non-materialized source"})
@@ -52,7 +53,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 	}
 	cols := strings.TrimSpace(m[1])
 	w.Header().Set("Content-Type", "application/json")
-	rows := t.snapshot()
+	rows := table.Snapshot[Row](t)
 	if reCount.MatchString(cols) {
 		n := len(rows)
 		if s.cfg.CountOnly {
@@ -63,11 +64,11 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 	}
 	var fields []feldera.Field
 	if cols == "*" {
-		fields = t.rel.Fields
+		fields = t.Rel.Fields
 	} else {
 		for _, c := range strings.Split(cols, ",") {
 			n := feldera.TableIdent(strings.TrimSpace(c))
-			f, ok := t.rel.Field(n)
+			f, ok := t.Rel.Field(n)
 			if !ok {
 				w.Header().Del("Content-Type")
 				writeError(w, 400, feldera.CodeAdHocQueryError, fmt.Sprintf("Error during query processing: Schema error: No field named %s", n), map[string]any{"error": "no field"})

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // Request is one ingress request as the double saw it.
@@ -83,7 +84,7 @@ const (
 type endpoint struct {
 	id        uint64
 	name      string // <path segment as sent>.api-ingress-<16 hex>, as /stats lists it
-	table     *table
+	table     *table.Table
 	queued    uint64 // records queued so far
 	completed uint64 // records processed and visible so far
 	step      uint64 // the step that completed the endpoint's last records
@@ -97,7 +98,7 @@ type Server struct {
 	cfg Config
 
 	mu            sync.Mutex
-	tables        map[string]*table
+	tables        map[string]*table.Table
 	order         []string
 	incarnation   string
 	deploymentID  string
@@ -175,13 +176,13 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("felderatest: FaultTolerance %q is not JSON", cfg.FaultTolerance)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, rng: newRNG(cfg.Seed), tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
+	s := &Server{cfg: cfg, rng: newRNG(cfg.Seed), tables: map[string]*table.Table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
 	for _, rel := range cfg.Tables {
-		t, err := newTable(rel)
+		t, err := table.New(rel)
 		if err != nil {
 			return nil, err
 		}
-		t.watchOrder(cfg.OrderColumn)
+		t.WatchOrder(cfg.OrderColumn)
 		name := rel.CanonicalName()
 		if _, dup := s.tables[name]; dup {
 			return nil, fmt.Errorf("felderatest: table %s declared twice", name)
@@ -277,7 +278,7 @@ func (s *Server) Restart() {
 	s.newIncarnation()
 	if !s.faultTolerant() {
 		for _, t := range s.tables {
-			t.clear()
+			t.Clear()
 		}
 	}
 }
@@ -433,7 +434,7 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
 	if sel == "" || sel == "all" {
 		inputs := make([]feldera.Relation, 0, len(s.order))
 		for _, n := range s.order {
-			inputs = append(inputs, s.tables[n].rel)
+			inputs = append(inputs, s.tables[n].Rel)
 		}
 		doc["program_info"] = map[string]any{"schema": map[string]any{
 			"inputs":  inputs,

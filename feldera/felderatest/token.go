@@ -4,12 +4,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // endpointFor finds or creates the endpoint of a path segment (as sent)
 // and query: Feldera hashes the two into the endpoint's name, so `users`,
 // `USERS` and `"users"` are three endpoints of one table.
-func (s *Server) endpointFor(raw string, t *table, key string) *endpoint {
+func (s *Server) endpointFor(raw string, t *table.Table, key string) *endpoint {
 	k := raw + "?" + key
 	ep, ok := s.endpoints[k]
 	if !ok {

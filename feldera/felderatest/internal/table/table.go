@@ -1,10 +1,11 @@
-package felderatest
+package table
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -12,10 +13,10 @@ import (
 	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
-// table holds the state of one Feldera table: by key for a PRIMARY KEY
+// Table holds the state of one Feldera table: by key for a PRIMARY KEY
 // table, as a multiset of whole rows otherwise.
-type table struct {
-	rel   feldera.Relation
+type Table struct {
+	Rel   feldera.Relation
 	pk    []int                        // field indexes of the key, nil when keyless
 	rows  map[string][]json.RawMessage // key → row (PK) or row → row (keyless)
 	count map[string]int               // keyless: row → multiplicity
@@ -24,8 +25,9 @@ type table struct {
 	highest  map[string]float64 // key → the highest OrderColumn value applied
 }
 
-func newTable(rel feldera.Relation) (*table, error) {
-	t := &table{rel: rel, rows: map[string][]json.RawMessage{}, count: map[string]int{}}
+// New makes an empty table of rel.
+func New(rel feldera.Relation) (*Table, error) {
+	t := &Table{Rel: rel, rows: map[string][]json.RawMessage{}, count: map[string]int{}}
 	for _, k := range rel.PrimaryKey {
 		idx := -1
 		for i, f := range rel.Fields {
@@ -41,12 +43,14 @@ func newTable(rel feldera.Relation) (*table, error) {
 	return t, nil
 }
 
-func (t *table) watchOrder(column string) {
+// WatchOrder makes InOrder watch column (Config.OrderColumn), if the
+// table has a key and that column.
+func (t *Table) WatchOrder(column string) {
 	t.orderIdx = -1
-	if column == "" || !t.keyed() {
+	if column == "" || !t.Keyed() {
 		return
 	}
-	for i, f := range t.rel.Fields {
+	for i, f := range t.Rel.Fields {
 		if f.CanonicalName() == feldera.TableIdent(column) {
 			t.orderIdx = i
 			t.highest = map[string]float64{}
@@ -54,18 +58,18 @@ func (t *table) watchOrder(column string) {
 	}
 }
 
-// inOrder records an insert's OrderColumn value and reports whether it is
+// InOrder records an insert's OrderColumn value and reports whether it is
 // at least every value applied before for its key.
-func (t *table) inOrder(o op) bool {
-	if t.orderIdx < 0 || o.kind != 'i' {
+func (t *Table) InOrder(o Op) bool {
+	if t.orderIdx < 0 || o.Kind != 'i' {
 		return true
 	}
 	var v float64
-	raw := bytes.Trim(o.row[t.orderIdx], `"`)
+	raw := bytes.Trim(o.Row[t.orderIdx], `"`)
 	if len(raw) == 0 || string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
 		return true // NULL or not a number: nothing to compare
 	}
-	k := rowKey(o.row, t.pk)
+	k := rowKey(o.Row, t.pk)
 	if prev, ok := t.highest[k]; ok && v < prev {
 		return false
 	}
@@ -73,15 +77,17 @@ func (t *table) inOrder(o op) bool {
 	return true
 }
 
-func (t *table) keyed() bool { return len(t.pk) > 0 }
+// Keyed reports whether the table has a PRIMARY KEY.
+func (t *Table) Keyed() bool { return len(t.pk) > 0 }
 
-func (t *table) queryable() bool { return t.keyed() || t.rel.Materialized }
+// Queryable reports whether an ad-hoc query may read the table.
+func (t *Table) Queryable() bool { return t.Keyed() || t.Rel.Materialized }
 
-// op is one parsed command.
-type op struct {
-	kind byte // 'd' delete, 'i' insert, 'u' update
-	row  []json.RawMessage
-	set  []bool // update: which fields were given
+// Op is one parsed command.
+type Op struct {
+	Kind byte // 'd' delete, 'i' insert, 'u' update
+	Row  []json.RawMessage
+	Set  []bool // update: which fields were given
 }
 
 func rowKey(vals []json.RawMessage, idx []int) string {
@@ -95,40 +101,40 @@ func rowKey(vals []json.RawMessage, idx []int) string {
 	return b.String()
 }
 
-func (t *table) allIdx() []int {
-	idx := make([]int, len(t.rel.Fields))
+func (t *Table) allIdx() []int {
+	idx := make([]int, len(t.Rel.Fields))
 	for i := range idx {
 		idx[i] = i
 	}
 	return idx
 }
 
-// apply runs one command and reports whether a keyless delete missed.
-func (t *table) apply(o op) (missed bool) {
+// Apply runs one command and reports whether a keyless delete missed.
+func (t *Table) Apply(o Op) (missed bool) {
 	switch {
-	case t.keyed() && o.kind == 'i':
-		t.rows[rowKey(o.row, t.pk)] = o.row
-	case t.keyed() && o.kind == 'd':
-		delete(t.rows, rowKey(o.row, t.pk))
-	case t.keyed() && o.kind == 'u':
-		k := rowKey(o.row, t.pk)
+	case t.Keyed() && o.Kind == 'i':
+		t.rows[rowKey(o.Row, t.pk)] = o.Row
+	case t.Keyed() && o.Kind == 'd':
+		delete(t.rows, rowKey(o.Row, t.pk))
+	case t.Keyed() && o.Kind == 'u':
+		k := rowKey(o.Row, t.pk)
 		cur, ok := t.rows[k]
 		if !ok {
 			return false // an update to a missing key is ignored
 		}
 		next := append([]json.RawMessage(nil), cur...)
-		for i, given := range o.set {
+		for i, given := range o.Set {
 			if given {
-				next[i] = o.row[i]
+				next[i] = o.Row[i]
 			}
 		}
 		t.rows[k] = next
-	case o.kind == 'i':
-		k := rowKey(o.row, t.allIdx())
-		t.rows[k] = o.row
+	case o.Kind == 'i':
+		k := rowKey(o.Row, t.allIdx())
+		t.rows[k] = o.Row
 		t.count[k]++
-	case o.kind == 'd':
-		k := rowKey(o.row, t.allIdx())
+	case o.Kind == 'd':
+		k := rowKey(o.Row, t.allIdx())
 		if t.count[k] == 0 {
 			return true // undefined in Feldera: flagged by the double
 		}
@@ -140,52 +146,30 @@ func (t *table) apply(o op) (missed bool) {
 	return false
 }
 
-func (t *table) clear() {
+// Clear empties the table.
+func (t *Table) Clear() {
 	t.rows = map[string][]json.RawMessage{}
 	t.count = map[string]int{}
 }
 
-// Row is one row as the double holds it: canonical field name → canonical
-// JSON value.
-type Row map[string]json.RawMessage
-
-// String renders the row as JSON with sorted keys.
-func (r Row) String() string {
-	keys := make([]string, 0, len(r))
-	for k := range r {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(sqlvalue.MustJSON(k))
-		b.WriteByte(':')
-		b.Write(r[k])
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-func (t *table) snapshot() []Row {
+// Snapshot is the table's rows, sorted by key, each as an R: canonical
+// field name → canonical JSON value.
+func Snapshot[R ~map[string]json.RawMessage](t *Table) []R {
 	keys := make([]string, 0, len(t.rows))
 	for k := range t.rows {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var out []Row
+	var out []R
 	for _, k := range keys {
 		vals := t.rows[k]
 		n := 1
-		if !t.keyed() {
+		if !t.Keyed() {
 			n = t.count[k]
 		}
 		for ; n > 0; n-- {
-			r := Row{}
-			for i, f := range t.rel.Fields {
+			r := R{}
+			for i, f := range t.Rel.Fields {
 				r[f.CanonicalName()] = vals[i]
 			}
 			out = append(out, r)
@@ -194,10 +178,10 @@ func (t *table) snapshot() []Row {
 	return out
 }
 
-// parseRecord reads a record (object or positional array) for a command.
+// ParseRecord reads a record (object or positional array) for a command.
 // keyOnly: a delete on a keyed table needs only the key columns.
-func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, []bool, error) {
-	fields := t.rel.Fields
+func (t *Table) ParseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, []bool, error) {
+	fields := t.Rel.Fields
 	vals := make([]json.RawMessage, len(fields))
 	given := make([]bool, len(fields))
 	raw = bytes.TrimSpace(raw)
@@ -230,7 +214,7 @@ func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 	default:
 		return nil, nil, fmt.Errorf("invalid type: %s, expected a record", sqlvalue.Describe(raw))
 	}
-	keyOnly := kind == 'd' && t.keyed()
+	keyOnly := kind == 'd' && t.Keyed()
 	for i, f := range fields {
 		if keyOnly && !t.isKey(i) {
 			vals[i] = json.RawMessage("null")
@@ -254,7 +238,7 @@ func (t *table) parseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 		}
 		n, err := sqlvalue.Normalize(f.ColumnType, vals[i])
 		if err != nil {
-			return nil, nil, &fieldError{field: f.Name, err: err}
+			return nil, nil, &FieldError{Field: f.Name, Err: err}
 		}
 		vals[i] = n
 	}
@@ -282,14 +266,15 @@ func members(raw []byte, n int) ([]jsonscan.Member, error) {
 	return ms, nil
 }
 
-type fieldError struct {
-	field string
-	err   error
+// FieldError is a record's bad value, with the field that holds it.
+type FieldError struct {
+	Field string
+	Err   error
 }
 
-func (e *fieldError) Error() string { return fmt.Sprintf("field %s: %v", e.field, e.err) }
+func (e *FieldError) Error() string { return fmt.Sprintf("field %s: %v", e.Field, e.Err) }
 
-func (t *table) isKey(i int) bool {
+func (t *Table) isKey(i int) bool {
 	for _, k := range t.pk {
 		if k == i {
 			return true
@@ -301,19 +286,19 @@ func (t *table) isKey(i int) bool {
 // fieldIndex matches a JSON key like Feldera does: exact for a quoted
 // (case-sensitive) field, case-insensitive for an unquoted one; an unknown
 // key is ignored (-1).
-func (t *table) fieldIndex(key string) (int, error) {
-	for i, f := range t.rel.Fields {
+func (t *Table) fieldIndex(key string) (int, error) {
+	for i, f := range t.Rel.Fields {
 		if f.CaseSensitive && f.Name == key {
 			return i, nil
 		}
 	}
 	low := strings.ToLower(key)
-	for i, f := range t.rel.Fields {
+	for i, f := range t.Rel.Fields {
 		if !f.CaseSensitive && f.CanonicalName() == low {
 			return i, nil
 		}
 	}
-	for _, f := range t.rel.Fields {
+	for _, f := range t.Rel.Fields {
 		if f.CaseSensitive && strings.EqualFold(f.Name, key) {
 			return -1, fmt.Errorf("incorrect case-sensitive field name: expected: %s, found: %s", f.Name, key)
 		}
@@ -330,4 +315,81 @@ func defaultJSON(sql string) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return json.RawMessage(sql)
+}
+
+// State is a table's rows as a checkpoint keeps them.
+type State struct {
+	rows  map[string][]json.RawMessage
+	count map[string]int
+}
+
+// Save is the table's state now.
+func (t *Table) Save() State {
+	st := State{rows: make(map[string][]json.RawMessage, len(t.rows)), count: make(map[string]int, len(t.count))}
+	for k, v := range t.rows { // stored rows are never mutated in place
+		st.rows[k] = v
+	}
+	for k, v := range t.count {
+		st.count[k] = v
+	}
+	return st
+}
+
+// Restore makes st the table's state.
+func (t *Table) Restore(st State) {
+	t.rows, t.count = st.rows, st.count
+}
+
+// Len is how many rows the table holds.
+func (t *Table) Len() int {
+	if !t.Keyed() {
+		n := 0
+		for _, c := range t.count {
+			n += c
+		}
+		return n
+	}
+	return len(t.rows)
+}
+
+// SumInt adds up an integer column over the table's rows (NULL counts 0);
+// tableName is the table's name as the caller gave it, for the errors.
+func (t *Table) SumInt(tableName, column string) (int64, error) {
+	col := -1
+	for i, f := range t.Rel.Fields {
+		if f.CanonicalName() == feldera.TableIdent(column) {
+			col = i
+		}
+	}
+	if col < 0 {
+		return 0, fmt.Errorf("felderatest: table %s has no column %s", tableName, column)
+	}
+	var sum int64
+	for k, vals := range t.rows {
+		raw := vals[col]
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("felderatest: %s.%s = %s is not an integer", tableName, column, raw)
+		}
+		if !t.Keyed() {
+			n *= int64(t.count[k])
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+// KeyText is a row's key as InsertsByKey renders it: the key columns'
+// JSON values joined by ",".
+func (t *Table) KeyText(row []json.RawMessage) string { return keyText(row, t.pk) }
+
+func keyText(row []json.RawMessage, idx []int) string {
+	parts := make([]string, len(idx))
+	for i, j := range idx {
+		parts[i] = string(row[j])
+	}
+	return strings.Join(parts, ",")
 }
