@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/ingress"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
@@ -80,12 +82,12 @@ func (s *Server) ingressPartial(w http.ResponseWriter, r *http.Request, escaped 
 type intake struct {
 	t      *table.Table
 	canon  string
-	args   ingressArgs
+	args   ingress.Args
 	ep     *endpoint
 	seq    int
 	events int // parsed so far (parse errors number them across chunks)
 	req    Request
-	perrs  []parseError
+	perrs  []ingress.ParseError
 }
 
 // ingressWith reads a request body the way Feldera's HTTP input does
@@ -99,7 +101,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if !ok {
 		return
 	}
-	args, st, code, msg := parseIngressArgs(r.URL.Query())
+	args, st, code, msg := ingress.ParseArgs(r.URL.Query())
 	if st != 0 {
 		writeError(w, st, "ConfigError."+code, msg, nil)
 		return
@@ -109,7 +111,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	}
 	in := &intake{t: t, canon: canon, args: args, req: Request{Time: time.Now(), Table: canon}}
 	s.mu.Lock()
-	in.ep = s.endpointFor(raw, t, args.endpointKey)
+	in.ep = s.endpointFor(raw, t, args.EndpointKey)
 	s.requestSeq++
 	in.seq = s.requestSeq
 	s.mu.Unlock()
@@ -120,7 +122,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 			return // client went away mid-body
 		}
 		if partial {
-			whole = firstHalf(t, whole, args)
+			whole = ingress.FirstHalf(t, whole, args)
 		}
 		if s.cfg.OnIngress != nil {
 			s.cfg.OnIngress(canon, whole, time.Now())
@@ -184,8 +186,8 @@ func (s *Server) take(in *intake, chunk []byte) {
 	if s.cfg.CountOnly {
 		b.records = lines
 	} else {
-		var perrs []parseError
-		b.ops, perrs, in.events = parseBody(in.t, chunk, in.args, in.events)
+		var perrs []ingress.ParseError
+		b.ops, perrs, in.events = ingress.ParseBody(in.t, chunk, in.args, in.events)
 		in.perrs = append(in.perrs, perrs...)
 		b.records = len(b.ops)
 	}
@@ -297,4 +299,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeParseErrors(w http.ResponseWriter, perrs []ingress.ParseError) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Errors parsing input data (%d errors):", len(perrs))
+	for _, e := range perrs {
+		fmt.Fprintf(&b, "\n    Parse error (event #%d): %s", e.EventNumber, e.Description)
+	}
+	listed := perrs
+	if len(listed) > 1000 {
+		listed = listed[:1000]
+	}
+	writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
+}
+
+// countLines counts newlines while streaming the body through a small buffer.
+func countLines(r io.Reader) (int, error) {
+	buf := make([]byte, 32<<10)
+	n := 0
+	for {
+		k, err := r.Read(buf)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }

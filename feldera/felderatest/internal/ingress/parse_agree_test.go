@@ -1,4 +1,4 @@
-package felderatest
+package ingress
 
 import (
 	"encoding/json"
@@ -41,9 +41,9 @@ func FuzzParseBody(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	a := ingressArgs{formatIsJSON: true}
+	a := Args{formatIsJSON: true}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		ops, errs, n := parseBody(tb, body, a, 0)
+		ops, errs, n := ParseBody(tb, body, a, 0)
 		wops, werrs, wn := parseStream(tb, body, a, 0)
 		if n != wn || !reflect.DeepEqual(describeOps(ops), describeOps(wops)) || !reflect.DeepEqual(errs, werrs) {
 			t.Fatalf("%q:\nline by line: %d events %v %v\nstream:       %d events %v %v", body, n, describeOps(ops), errs, wn, describeOps(wops), werrs)
