@@ -35,12 +35,12 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "UnknownEndpointInCompletionToken", "The completion token refers to an unknown input endpoint", nil)
 		return
 	}
-	s.run(time.Now(), true) // a poll may begin a step (Config.StepsOnPoll)
+	s.c.Run(time.Now(), true) // a poll may begin a step (Config.StepsOnPoll)
 	status := "inprogress"
 	var step any
-	if ep.completed >= tok.C {
+	if ep.Completed >= tok.C {
 		status = "complete"
-		step = ep.step // conservative: the step of the endpoint's latest completed records
+		step = ep.Step // conservative: the step of the endpoint's latest completed records
 	} else {
 		s.pending++
 	}

@@ -80,8 +80,8 @@ func (s *Server) checkpointLocked(now time.Time) {
 		s.lastCheckpoint = now
 		return
 	}
-	done := s.steps
-	if s.cur != nil {
+	done := s.c.Steps
+	if s.c.Busy() {
 		done--
 	}
 	cp := checkpoint{meta: feldera.Checkpoint{UUID: newUUID(), Fingerprint: uint64(s.ckptSeq), Steps: done, ProcessedRecords: s.processed},
@@ -107,8 +107,8 @@ func (s *Server) periodic(now time.Time) {
 	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
 		return
 	}
-	s.advance(now)
-	if s.cur != nil || s.state.phase != txnNone {
+	s.c.Advance(now)
+	if s.c.Busy() || s.c.InTransaction() {
 		return // taken between steps, and never inside a transaction
 	}
 	if s.lastCheckpoint.IsZero() {
@@ -183,7 +183,7 @@ func (s *Server) restore(i int) {
 	for _, t := range s.tables {
 		t.Clear()
 	}
-	s.steps, s.processed = 0, 0
+	s.c.Steps, s.processed = 0, 0
 	if i < 0 || i >= len(s.checkpoints) {
 		return
 	}
@@ -193,7 +193,7 @@ func (s *Server) restore(i int) {
 			t.Restore(st)
 		}
 	}
-	s.steps, s.processed = cp.meta.Steps, cp.meta.ProcessedRecords
+	s.c.Steps, s.processed = cp.meta.Steps, cp.meta.ProcessedRecords
 }
 
 // RestartEmptyStore restarts the pipeline in place with its storage gone
@@ -259,7 +259,7 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	ft := s.model() != "none" && !s.cfg.NoCheckpoints
 	if ft {
 		s.checkpointLocked(time.Now()) // the stop's checkpoint
@@ -313,7 +313,7 @@ func (s *Server) FailCheckpoints(msg string) {
 func (s *Server) Steps() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.steps
+	return s.c.Steps
 }
 
 // Incarnation is the current incarnation_uuid.
@@ -339,14 +339,14 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	// A connector waiting for its transaction's input to be taken polls
 	// /stats: under StepsOnPoll that wait runs the steps.
-	s.run(now, !s.cfg.StepsOnPoll || s.init.active() || s.state.phase != txnNone)
+	s.c.Run(now, !s.cfg.StepsOnPoll || s.c.Initiated() || s.c.InTransaction())
 	outputs := make([]map[string]any, 0, len(s.cfg.OutputEndpoints))
 	for _, name := range s.cfg.OutputEndpoints {
 		outputs = append(outputs, map[string]any{"endpoint_name": name, "config": map[string]any{"stream": name}})
 	}
 	activity := map[string]any{"status": "idle"}
-	txnStatus, txnID := s.txnStats()
-	msecs, records, progress := s.txnMetrics(now)
+	txnStatus, txnID := s.c.TxnStats()
+	msecs, records, progress := s.c.TxnMetrics(now)
 	if s.deferredCheckpoint {
 		activity = map[string]any{"status": "delayed", "reasons": []string{"TransactionInProgress"}}
 	}
@@ -360,7 +360,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			"transaction_msecs":       msecs,
 			"transaction_records":     records,
 			"commit_progress":         progress,
-			"transaction_initiators":  s.txnInitiators(),
+			"transaction_initiators":  s.c.TxnInitiators(),
 		},
 		"inputs":              s.inputStats(),
 		"outputs":             outputs,
@@ -376,8 +376,8 @@ func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 			"Cannot invoke checkpoint: this feature is only available in the Enterprise edition of Feldera", map[string]any{"feature": "checkpoint"})
 		return
 	}
-	s.advance(time.Now())
-	if s.cur != nil || s.state.phase != txnNone {
+	s.c.Advance(time.Now())
+	if s.c.Busy() || s.c.InTransaction() {
 		// Taken between steps, after the transaction that runs commits
 		// (the request is answered at once either way).
 		s.deferredCheckpoint = true

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 )
 
 // Fault is an injected failure for requests whose path contains Path
@@ -177,7 +179,7 @@ func (s *Server) Held() int {
 // (crates/adapters/src/controller.rs, CircuitThread::step; see circuit.go),
 // not when the HTTP input queues them (http/input.rs, complete_request).
 type lateMark struct {
-	ep   *endpoint
+	ep   *circuit.Endpoint
 	upTo uint64
 }
 
@@ -188,10 +190,10 @@ type lateMark struct {
 func (s *Server) LateApplied() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	n := 0
 	for _, m := range s.late {
-		if m.ep.completed >= m.upTo {
+		if m.ep.Completed >= m.upTo {
 			n++
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/ingress"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
@@ -83,7 +84,7 @@ type intake struct {
 	t      *table.Table
 	canon  string
 	args   ingress.Args
-	ep     *endpoint
+	ep     *circuit.Endpoint
 	seq    int
 	events int // parsed so far (parse errors number them across chunks)
 	req    Request
@@ -153,7 +154,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		in.req.Status = http.StatusOK
 	}
 	if late, _ := r.Context().Value(lateKey{}).(bool); late {
-		s.late = append(s.late, lateMark{ep: in.ep, upTo: in.ep.queued})
+		s.late = append(s.late, lateMark{ep: in.ep, upTo: in.ep.Queued})
 		in.req.Late = true
 	}
 	if !s.cfg.CountOnly {
@@ -174,7 +175,7 @@ var errFull = fmt.Errorf("felderatest: ingress queue full past the forward timeo
 
 // take parses one chunk of a request and queues it for a step.
 func (s *Server) take(in *intake, chunk []byte) {
-	b := &buffer{ep: in.ep, req: in.seq, bytes: len(chunk)}
+	b := &circuit.Buffer{EP: in.ep, Req: in.seq, Bytes: len(chunk)}
 	lines := 0
 	for _, l := range bytes.Split(chunk, []byte{'\n'}) {
 		if len(bytes.TrimSpace(l)) > 0 {
@@ -184,20 +185,20 @@ func (s *Server) take(in *intake, chunk []byte) {
 	in.req.Lines += lines
 	in.req.Bytes += len(chunk)
 	if s.cfg.CountOnly {
-		b.records = lines
+		b.Records = lines
 	} else {
 		var perrs []ingress.ParseError
-		b.ops, perrs, in.events = ingress.ParseBody(in.t, chunk, in.args, in.events)
+		b.Ops, perrs, in.events = ingress.ParseBody(in.t, chunk, in.args, in.events)
 		in.perrs = append(in.perrs, perrs...)
-		b.records = len(b.ops)
+		b.Records = len(b.Ops)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cfg.CountOnly {
 		s.countOnly[in.canon] += lines
 	}
-	s.noteOps(in, b.ops)
-	s.queueBuffer(b, time.Now())
+	s.noteOps(in, b.Ops)
+	s.c.QueueBuffer(b, time.Now())
 }
 
 // noteOps counts a chunk's commands into its request's log entry and,
@@ -236,20 +237,20 @@ func (s *Server) noteOps(in *intake, ops []table.Op) {
 // §4). It reports false when the wait outlasted IngressTimeout (the
 // manager's forward timeout; what was read stays queued) or the client
 // left.
-func (s *Server) roomFor(r *http.Request, ep *endpoint) bool {
+func (s *Server) roomFor(r *http.Request, ep *circuit.Endpoint) bool {
 	start, full := time.Now(), false
 	for {
 		s.mu.Lock()
 		now := time.Now()
-		s.advance(now)
-		n, _ := s.buffered(ep)
+		s.c.Advance(now)
+		n, _ := s.c.Buffered(ep)
 		if n >= s.cfg.MaxQueuedRecords && !full {
 			full = true
 			s.pushedBack++
 		}
 		wake := now.Add(5 * time.Millisecond)
-		if s.cur != nil && s.cur.end.Before(wake) {
-			wake = s.cur.end
+		if end, ok := s.c.StepEnd(); ok && end.Before(wake) {
+			wake = end
 		}
 		s.mu.Unlock()
 		if n < s.cfg.MaxQueuedRecords {

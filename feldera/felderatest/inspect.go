@@ -38,7 +38,7 @@ func (s *Server) MissedDeletes() int {
 func (s *Server) Rows(tableName string) []Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	t, ok := s.tables[feldera.TableIdent(tableName)]
 	if !ok {
 		return nil
@@ -133,7 +133,7 @@ func (v View) Rows(tableName string) []Row {
 func (s *Server) Len(tableName string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	return View{s}.Len(tableName)
 }
 
@@ -162,7 +162,7 @@ func (v View) SumInt(tableName, column string) (int64, error) {
 func (s *Server) PeakQueued() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.peakQueued
+	return s.c.PeakQueued
 }
 
 // PeakQueuedRecords is the most records that were queued, not yet fed to
@@ -171,7 +171,7 @@ func (s *Server) PeakQueued() int {
 func (s *Server) PeakQueuedRecords() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.peakRows
+	return s.c.PeakRows
 }
 
 // PushedBack counts the ingress requests that found their endpoint's
@@ -182,19 +182,6 @@ func (s *Server) PushedBack() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pushedBack
-}
-
-// notePeak records how many requests and records Feldera buffers: queued,
-// not yet fed to a step (the 100,000 records of its ingress bound).
-func (s *Server) notePeak() {
-	reqs := map[int]bool{}
-	n := 0
-	for _, b := range s.queue {
-		reqs[b.req] = true
-		n += b.records
-	}
-	s.peakQueued = max(s.peakQueued, len(reqs))
-	s.peakRows = max(s.peakRows, n)
 }
 
 // OrderViolations counts inserts applied with a smaller Config.OrderColumn

@@ -28,7 +28,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 	canon := sel.Table
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	t, ok := s.tables[canon]
 	if !ok {
 		writeError(w, 400, feldera.CodeAdHocQueryError, fmt.Sprintf("Error during query processing: Error during planning: table '%s' not found", canon), map[string]any{"error": "table not found"})

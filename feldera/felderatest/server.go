@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -42,6 +41,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
@@ -81,15 +81,6 @@ const (
 	HangThenApply
 )
 
-type endpoint struct {
-	id        uint64
-	name      string // <path segment as sent>.api-ingress-<16 hex>, as /stats lists it
-	table     *table.Table
-	queued    uint64 // records queued so far
-	completed uint64 // records processed and visible so far
-	step      uint64 // the step that completed the endpoint's last records
-}
-
 // Server is a running Feldera double.
 type Server struct {
 	*httptest.Server
@@ -103,16 +94,10 @@ type Server struct {
 	incarnation   string
 	deploymentID  string
 	status        string
-	endpoints     map[string]*endpoint
-	endpointByID  map[uint64]*endpoint
+	endpoints     map[string]*circuit.Endpoint
+	endpointByID  map[uint64]*circuit.Endpoint
 	nextEndpoint  uint64
-	queue         []*buffer // input no step took yet, in arrival order
-	cur           *stepRun  // the step in progress
-	idleAt        time.Time // when the last step ended
-	resumedAt     time.Time // when HoldCompletion(false) let steps run again
-	rng           *mrand.Rand
-	hold          bool
-	delay         time.Duration
+	c             *circuit.Circuit // the steps and transactions
 	faults        []*Fault
 	unblock       chan struct{} // closed by ClearFaults and Resume
 	requests      []Request
@@ -124,22 +109,14 @@ type Server struct {
 	served        map[FaultKind]int
 	late          []lateMark // HangThenApply requests whose client had left
 	pending       int        // completion polls answered "inprogress"
-	peakQueued    int        // the most ingress requests queued and not yet completed at once
-	peakRows      int        // the most records queued and not yet completed at once
 	pushedBack    int        // requests that found their endpoint's buffer full
 
-	lastTID            int64      // per process: last_transaction_id
-	init               initiators // who wants a transaction
-	state              txnState   // the transaction the circuit runs
-	commitDelay        time.Duration
 	txnCommits         int
 	txnConflicts       int
-	txnDropped         int
 	requestSeq         int
 	deferredCheckpoint bool // asked for during a transaction: taken after its commit
 	orderViolations    int
 
-	steps          uint64 // the circuit's step count; carries across restarts
 	processed      uint64 // records processed
 	checkpoints    []checkpoint
 	ckptSeq        int // per process, like Feldera's checkpoint_sequence_number
@@ -176,7 +153,7 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("felderatest: FaultTolerance %q is not JSON", cfg.FaultTolerance)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, rng: newRNG(cfg.Seed), tables: map[string]*table.Table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
+	s := &Server{cfg: cfg, tables: map[string]*table.Table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
 	for _, rel := range cfg.Tables {
 		t, err := table.New(rel)
 		if err != nil {
@@ -190,6 +167,9 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		s.tables[name] = t
 		s.order = append(s.order, name)
 	}
+	s.c = circuit.New(circuit.Config{StepTime: cfg.StepTime, StepJitter: cfg.StepJitter, StepPerRecord: cfg.StepPerRecord,
+		CommitPerRecord: cfg.CommitPerRecord, StepRecords: cfg.StepRecords, NoAutoTransactions: cfg.NoAutoTransactions,
+		StepsOnPoll: cfg.StepsOnPoll, Seed: cfg.Seed}, s.publish)
 	s.newIncarnation()
 	s.programVersion = 1
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
@@ -224,14 +204,10 @@ func newUUID() string {
 func (s *Server) newIncarnation() {
 	s.incarnation = newUUID()
 	s.deploymentID = newUUID()
-	s.endpoints = map[string]*endpoint{}
-	s.endpointByID = map[uint64]*endpoint{}
-	// Input not yet processed, the step in progress and transactions
-	// live in the process's memory only: a restart drops them, their
-	// data, and the transaction id counter.
-	s.queue, s.cur = nil, nil
-	s.idleAt = time.Now()
-	s.lastTID, s.init, s.state, s.deferredCheckpoint = 0, initiators{}, txnState{}, false
+	s.endpoints = map[string]*circuit.Endpoint{}
+	s.endpointByID = map[uint64]*circuit.Endpoint{}
+	s.c.Reset(time.Now()) // a new process: its queues, step and transactions are gone
+	s.deferredCheckpoint = false
 }
 
 // ---- knobs ----
@@ -241,20 +217,14 @@ func (s *Server) newIncarnation() {
 func (s *Server) HoldCompletion(hold bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	s.advance(now)
-	if s.hold && !hold {
-		s.resumedAt = now
-	}
-	s.hold = hold
-	s.advance(now)
+	s.c.SetHold(hold, time.Now())
 }
 
 // SetCompletionDelay makes each push complete d after it arrived.
 func (s *Server) SetCompletionDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.delay = d
+	s.c.Delay = d
 }
 
 // SetStatus sets deployment_status: "Running", "Paused" (ingress blocks,

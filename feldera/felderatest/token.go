@@ -5,20 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // endpointFor finds or creates the endpoint of a path segment (as sent)
 // and query: Feldera hashes the two into the endpoint's name, so `users`,
 // `USERS` and `"users"` are three endpoints of one table.
-func (s *Server) endpointFor(raw string, t *table.Table, key string) *endpoint {
+func (s *Server) endpointFor(raw string, t *table.Table, key string) *circuit.Endpoint {
 	k := raw + "?" + key
 	ep, ok := s.endpoints[k]
 	if !ok {
 		s.nextEndpoint++
-		ep = &endpoint{id: s.nextEndpoint, table: t, name: fmt.Sprintf("%s.api-ingress-%016x", raw, s.nextEndpoint)}
+		ep = &circuit.Endpoint{ID: s.nextEndpoint, Table: t, Name: fmt.Sprintf("%s.api-ingress-%016x", raw, s.nextEndpoint)}
 		s.endpoints[k] = ep
-		s.endpointByID[ep.id] = ep
+		s.endpointByID[ep.ID] = ep
 	}
 	return ep
 }
@@ -29,15 +30,15 @@ type tokenBody struct {
 	C uint64 `json:"c"`
 }
 
-func (s *Server) token(ep *endpoint) string {
-	b, _ := json.Marshal(tokenBody{U: s.incarnation, E: ep.id, C: ep.queued})
+func (s *Server) token(ep *circuit.Endpoint) string {
+	b, _ := json.Marshal(tokenBody{U: s.incarnation, E: ep.ID, C: ep.Queued})
 	if s.cfg.PaddedTokens {
 		// "~~~" and "???" put '+' and '/' in the standard encoding at any
 		// alignment; a length that is not a multiple of 3 adds '='.
 		b, _ = json.Marshal(struct {
 			tokenBody
 			P string `json:"p"`
-		}{tokenBody{U: s.incarnation, E: ep.id, C: ep.queued}, "~~~???"})
+		}{tokenBody{U: s.incarnation, E: ep.ID, C: ep.Queued}, "~~~???"})
 		if len(b)%3 == 0 {
 			b = append(b, ' ')
 		}
