@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 )
 
 // ---- completion ----
@@ -18,7 +19,7 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "Query deserialize error: missing field `token`")
 		return
 	}
-	tok, err := parseToken(q.Get("token"))
+	tok, err := circuit.ParseToken(q.Get("token"))
 	if err != nil {
 		writeError(w, 400, "InvalidParam", "Invalid parameter: invalid completion token: "+err.Error(), map[string]any{"error": err.Error()})
 		return

@@ -1,7 +1,6 @@
 package felderatest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -34,34 +33,13 @@ type checkpoint struct {
 	rels   map[string]feldera.Relation // the definitions they were taken under
 }
 
-// model is the fault-tolerance model the double runs with, read with its
-// own parser (not the client's).
-func (s *Server) model() string {
-	if s.cfg.FaultTolerance == "" {
-		if s.cfg.FaultTolerant {
-			return "at_least_once"
-		}
-		return "none"
-	}
-	if !s.faultTolerant() {
-		return "none"
-	}
-	var v map[string]any
-	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) == nil {
-		if m, _ := v["model"].(string); m == "at_least_once" {
-			return "at_least_once"
-		}
-	}
-	return "exactly_once"
-}
-
 // Checkpoint takes a checkpoint now, as the periodic timer would: it
 // covers every step run so far. It fails without fault tolerance or with
 // Config.NoCheckpoints (Feldera's OSS edition).
 func (s *Server) Checkpoint() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.model() == "none" || s.cfg.NoCheckpoints {
+	if s.ft.Model() == "none" || s.cfg.NoCheckpoints {
 		return fmt.Errorf("felderatest: this pipeline cannot checkpoint")
 	}
 	s.checkpointLocked(time.Now())
@@ -103,8 +81,8 @@ func (s *Server) checkpointLocked(now time.Time) {
 // time has come (looked at whenever a request arrives: a client polling
 // /checkpoints sees them on time).
 func (s *Server) periodic(now time.Time) {
-	every := s.interval()
-	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
+	every := s.ft.Interval()
+	if every <= 0 || s.ft.Model() == "none" || s.cfg.NoCheckpoints {
 		return
 	}
 	s.c.Advance(now)
@@ -120,27 +98,6 @@ func (s *Server) periodic(now time.Time) {
 	}
 }
 
-// interval is Config.CheckpointEvery, else the pipeline's
-// checkpoint_interval_secs as Feldera reads it: default 60, clamped to
-// 1..3600, null for none.
-func (s *Server) interval() time.Duration {
-	if s.cfg.CheckpointEvery > 0 {
-		return s.cfg.CheckpointEvery
-	}
-	secs := 60.0
-	var v map[string]any
-	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) == nil {
-		if raw, ok := v["checkpoint_interval_secs"]; ok {
-			n, isNum := raw.(float64)
-			if !isNum {
-				return 0 // null: no periodic checkpoints
-			}
-			secs = min(max(n, 1), 3600)
-		}
-	}
-	return time.Duration(secs * float64(time.Second))
-}
-
 // RestartInPlace restarts the pipeline process without a new deployment:
 // a new incarnation_uuid, the same deployment_id, old tokens 410, queued
 // data lost, and table state as the model keeps it (see above). A restore
@@ -151,7 +108,7 @@ func (s *Server) RestartInPlace() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.restartInPlace()
-	switch s.model() {
+	switch s.ft.Model() {
 	case "none":
 		s.restore(-1)
 		s.checkpoints = nil
@@ -189,7 +146,7 @@ func (s *Server) restore(i int) {
 	}
 	cp := s.checkpoints[i]
 	for name, st := range cp.tables {
-		if t, ok := s.tables[name]; ok && sameDefinition(cp.rels[name], t.Rel) {
+		if t, ok := s.tables[name]; ok && table.SameDefinition(cp.rels[name], t.Rel) {
 			t.Restore(st)
 		}
 	}
@@ -260,7 +217,7 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.c.Advance(time.Now())
-	ft := s.model() != "none" && !s.cfg.NoCheckpoints
+	ft := s.ft.Model() != "none" && !s.cfg.NoCheckpoints
 	if ft {
 		s.checkpointLocked(time.Now()) // the stop's checkpoint
 	}
@@ -275,7 +232,7 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 		}
 		t.WatchOrder(s.cfg.OrderColumn)
 		name := rel.CanonicalName()
-		if prev, ok := old[name]; ok && ft && sameDefinition(prev.Rel, rel) {
+		if prev, ok := old[name]; ok && ft && table.SameDefinition(prev.Rel, rel) {
 			t.Restore(prev.Save())
 		} else {
 			cleared = append(cleared, name)
@@ -286,16 +243,8 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 	s.programVersion++
 	s.newIncarnation()
 	s.ckptSeq, s.ckptSuccess, s.ckptFailure, s.lastCheckpoint = 0, 0, nil, time.Time{}
-	s.journalGap = s.model() == "exactly_once"
+	s.journalGap = s.ft.Model() == "exactly_once"
 	return cleared, nil
-}
-
-// sameDefinition reports whether a table is unchanged by a program edit:
-// what Feldera's persistent id of a table depends on.
-func sameDefinition(a, b feldera.Relation) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }
 
 // FailCheckpoints makes every checkpoint fail with msg from now on (the
@@ -371,7 +320,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.model() == "none" || s.cfg.NoCheckpoints {
+	if s.ft.Model() == "none" || s.cfg.NoCheckpoints {
 		writeError(w, http.StatusNotImplemented, "EnterpriseFeature",
 			"Cannot invoke checkpoint: this feature is only available in the Enterprise edition of Feldera", map[string]any{"feature": "checkpoint"})
 		return

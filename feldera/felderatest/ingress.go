@@ -131,7 +131,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		body = bytes.NewReader(whole)
 	}
 	full := false
-	err := readChunks(body, s.cfg.ReadBytes, func(chunk []byte) error {
+	err := ingress.ReadChunks(body, s.cfg.ReadBytes, func(chunk []byte) error {
 		if !s.roomFor(r, in.ep) {
 			full = true
 			return errFull
@@ -143,7 +143,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		return // client went away mid-body
 	}
 	s.mu.Lock()
-	tok := s.token(in.ep)
+	tok := circuit.Token(s.incarnation, in.ep, s.cfg.PaddedTokens)
 	in.req.Errors = len(in.perrs)
 	switch {
 	case partial || full:
@@ -267,35 +267,6 @@ func (s *Server) roomFor(r *http.Request, ep *circuit.Endpoint) bool {
 	}
 }
 
-// readChunks reads body size bytes at a time and calls fn with the whole
-// records read so far (up to the last newline; at the end, the rest).
-// fn may keep the chunk.
-func readChunks(body io.Reader, size int, fn func([]byte) error) error {
-	buf := make([]byte, size)
-	var pending []byte
-	for {
-		n, err := io.ReadFull(body, buf)
-		pending = append(pending, buf[:n]...)
-		eof := err == io.EOF || err == io.ErrUnexpectedEOF
-		if err != nil && !eof {
-			return err
-		}
-		cut := len(pending)
-		if !eof {
-			cut = bytes.LastIndexByte(pending, '\n') + 1
-		}
-		if cut > 0 {
-			if err := fn(append([]byte(nil), pending[:cut]...)); err != nil {
-				return err
-			}
-			pending = append(pending[:0], pending[cut:]...)
-		}
-		if eof {
-			return nil
-		}
-	}
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -313,20 +284,4 @@ func writeParseErrors(w http.ResponseWriter, perrs []ingress.ParseError) {
 		listed = listed[:1000]
 	}
 	writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
-}
-
-// countLines counts newlines while streaming the body through a small buffer.
-func countLines(r io.Reader) (int, error) {
-	buf := make([]byte, 32<<10)
-	n := 0
-	for {
-		k, err := r.Read(buf)
-		n += bytes.Count(buf[:k], []byte{'\n'})
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
 }

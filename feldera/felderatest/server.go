@@ -42,6 +42,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/ftconfig"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
@@ -87,6 +88,7 @@ type Server struct {
 	URL string
 
 	cfg Config
+	ft  ftconfig.Setting // cfg's fault tolerance
 
 	mu            sync.Mutex
 	tables        map[string]*table.Table
@@ -167,6 +169,7 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		s.tables[name] = t
 		s.order = append(s.order, name)
 	}
+	s.ft = ftconfig.Setting{FaultTolerance: cfg.FaultTolerance, FaultTolerant: cfg.FaultTolerant, CheckpointEvery: cfg.CheckpointEvery}
 	s.c = circuit.New(circuit.Config{StepTime: cfg.StepTime, StepJitter: cfg.StepJitter, StepPerRecord: cfg.StepPerRecord,
 		CommitPerRecord: cfg.CommitPerRecord, StepRecords: cfg.StepRecords, NoAutoTransactions: cfg.NoAutoTransactions,
 		StepsOnPoll: cfg.StepsOnPoll, Seed: cfg.Seed}, s.publish)
@@ -246,36 +249,11 @@ func (s *Server) Restart() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.newIncarnation()
-	if !s.faultTolerant() {
+	if !s.ft.Tolerant() {
 		for _, t := range s.tables {
 			t.Clear()
 		}
 	}
-}
-
-// faultTolerant reports whether completed state survives Restart.
-func (s *Server) faultTolerant() bool {
-	if s.cfg.FaultTolerance == "" {
-		return s.cfg.FaultTolerant
-	}
-	// Read independently of the client's parser, so that a bug there
-	// cannot hide in the double: Feldera's FtConfig rules.
-	var v any
-	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) != nil {
-		return false
-	}
-	switch x := v.(type) {
-	case string:
-		return x == "initial_state" || x == "latest_checkpoint"
-	case map[string]any:
-		m, ok := x["model"]
-		if !ok {
-			return true
-		}
-		name, _ := m.(string)
-		return name == "at_least_once" || name == "exactly_once"
-	}
-	return false
 }
 
 // DeploymentID returns the current deployment id.

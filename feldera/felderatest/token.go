@@ -1,8 +1,6 @@
 package felderatest
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
@@ -22,40 +20,4 @@ func (s *Server) endpointFor(raw string, t *table.Table, key string) *circuit.En
 		s.endpointByID[ep.ID] = ep
 	}
 	return ep
-}
-
-type tokenBody struct {
-	U string `json:"u"`
-	E uint64 `json:"e"`
-	C uint64 `json:"c"`
-}
-
-func (s *Server) token(ep *circuit.Endpoint) string {
-	b, _ := json.Marshal(tokenBody{U: s.incarnation, E: ep.ID, C: ep.Queued})
-	if s.cfg.PaddedTokens {
-		// "~~~" and "???" put '+' and '/' in the standard encoding at any
-		// alignment; a length that is not a multiple of 3 adds '='.
-		b, _ = json.Marshal(struct {
-			tokenBody
-			P string `json:"p"`
-		}{tokenBody{U: s.incarnation, E: ep.ID, C: ep.Queued}, "~~~???"})
-		if len(b)%3 == 0 {
-			b = append(b, ' ')
-		}
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func parseToken(tok string) (tokenBody, error) {
-	var tb tokenBody
-	raw, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		raw, err = base64.StdEncoding.DecodeString(tok)
-	}
-	if err != nil {
-		return tb, err
-	}
-	err = json.Unmarshal(raw, &tb)
-	return tb, err
 }

@@ -6,7 +6,8 @@
 // Records become visible only when a step ends with no transaction in
 // progress: the circuit then hands them to its publish function, which
 // applies them to the tables. circuit.go names the Feldera functions it
-// follows.
+// follows. It also issues and reads the completion tokens that name an
+// endpoint's records (token.go).
 //
 // It starts no goroutines and keeps no clock: Advance(now) plays the
 // steps that would have run by now, and the caller calls it before it

@@ -393,3 +393,11 @@ func keyText(row []json.RawMessage, idx []int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// SameDefinition reports whether a table is unchanged by a program edit:
+// what Feldera's persistent id of a table depends on.
+func SameDefinition(a, b feldera.Relation) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
