@@ -86,72 +86,17 @@ func value(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
 	}
 	switch ct.Type {
 	case "REAL", "DOUBLE":
-		bits := 64
-		if ct.Type == "REAL" {
-			bits = 32
-		}
-		f, err := strconv.ParseFloat(string(v), bits)
-		if err != nil {
-			return v
-		}
-		return json.RawMessage(lexicalFloat(f, bits))
+		return floatValue(ct, v)
 	case "BINARY", "VARBINARY":
-		var ns []int
-		if json.Unmarshal(v, &ns) != nil {
-			return v
-		}
-		b := make([]byte, len(ns))
-		for i, n := range ns {
-			b[i] = byte(n)
-		}
-		return sqlvalue.MustJSON(hex.EncodeToString(b)) // LargeBinary: lowercase hex
+		return binaryValue(v)
 	case "TIMESTAMP", "TIMESTAMP_TZ":
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			return v
-		}
-		t, err := sqlvalue.ParseTimestamp(s)
-		if err != nil {
-			return v
-		}
-		// Timestamp(µs): chrono's NaiveDateTime Debug, 'T' and no zone,
-		// a fraction of 3 or 6 digits when there is one.
-		out := t.Format("2006-01-02T15:04:05") + chronoFraction(t.Nanosecond(), 6)
-		if ct.Type == "TIMESTAMP_TZ" {
-			out += "Z"
-		}
-		return sqlvalue.MustJSON(out)
+		return timestampValue(ct, v)
 	case "TIME":
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			return v
-		}
-		t, err := time.Parse("15:04:05.999999999", s)
-		if err != nil {
-			return v
-		}
-		return sqlvalue.MustJSON(t.Format("15:04:05") + chronoFraction(t.Nanosecond(), 9)) // Time64(ns)
+		return timeValue(v)
 	case "VARIANT":
 		return jsonString(string(v)) // Utf8: the value's JSON text
 	case "ARRAY":
-		var elems []json.RawMessage
-		if json.Unmarshal(v, &elems) != nil {
-			return v
-		}
-		comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
-		if ct.Component != nil {
-			comp = *ct.Component
-		}
-		var b bytes.Buffer
-		b.WriteByte('[')
-		for i, e := range elems {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(value(comp, e))
-		}
-		b.WriteByte(']')
-		return b.Bytes()
+		return arrayValue(ct, v)
 	case "VARCHAR", "CHAR", "UUID", "DATE":
 		var s string
 		if json.Unmarshal(v, &s) != nil {
@@ -160,6 +105,87 @@ func value(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
 		return jsonString(s)
 	}
 	return v // BOOLEAN, integers, DECIMAL (a bare number at its scale)
+}
+
+// floatValue is value for REAL (Float32) and DOUBLE (Float64).
+func floatValue(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
+	bits := 64
+	if ct.Type == "REAL" {
+		bits = 32
+	}
+	f, err := strconv.ParseFloat(string(v), bits)
+	if err != nil {
+		return v
+	}
+	return json.RawMessage(lexicalFloat(f, bits))
+}
+
+// binaryValue is value for BINARY and VARBINARY.
+func binaryValue(v json.RawMessage) json.RawMessage {
+	var ns []int
+	if json.Unmarshal(v, &ns) != nil {
+		return v
+	}
+	b := make([]byte, len(ns))
+	for i, n := range ns {
+		b[i] = byte(n)
+	}
+	return sqlvalue.MustJSON(hex.EncodeToString(b)) // LargeBinary: lowercase hex
+}
+
+// timestampValue is value for TIMESTAMP and TIMESTAMP_TZ.
+func timestampValue(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return v
+	}
+	t, err := sqlvalue.ParseTimestamp(s)
+	if err != nil {
+		return v
+	}
+	// Timestamp(µs): chrono's NaiveDateTime Debug, 'T' and no zone,
+	// a fraction of 3 or 6 digits when there is one.
+	out := t.Format("2006-01-02T15:04:05") + chronoFraction(t.Nanosecond(), 6)
+	if ct.Type == "TIMESTAMP_TZ" {
+		out += "Z"
+	}
+	return sqlvalue.MustJSON(out)
+}
+
+// timeValue is value for TIME.
+func timeValue(v json.RawMessage) json.RawMessage {
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return v
+	}
+	t, err := time.Parse("15:04:05.999999999", s)
+	if err != nil {
+		return v
+	}
+	return sqlvalue.MustJSON(t.Format("15:04:05") + chronoFraction(t.Nanosecond(), 9)) // Time64(ns)
+}
+
+// arrayValue is value for ARRAY: each element as the component type
+// (VARIANT when the column does not say).
+func arrayValue(ct feldera.ColumnType, v json.RawMessage) json.RawMessage {
+	var elems []json.RawMessage
+	if json.Unmarshal(v, &elems) != nil {
+		return v
+	}
+	comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
+	if ct.Component != nil {
+		comp = *ct.Component
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, e := range elems {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(value(comp, e))
+	}
+	b.WriteByte(']')
+	return b.Bytes()
 }
 
 // chronoFraction is chrono's fraction of a second: none when zero, else

@@ -75,126 +75,25 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 	case "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT":
 		return normInt(ct.Type, raw)
 	case "REAL", "DOUBLE":
-		if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
-			return nil, fmt.Errorf("invalid type: %s, expected a number", Describe(raw))
-		}
-		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, fmt.Errorf("invalid value %s, expected a finite number", raw)
-		}
-		return json.RawMessage(strconv.FormatFloat(f, 'g', -1, 64)), nil
+		return normFloat(raw)
 	case "DECIMAL":
 		return normDecimal(ct, raw)
 	case "VARCHAR", "CHAR":
-		if raw[0] != '"' {
-			return nil, fmt.Errorf("invalid type: %s, expected a string", Describe(raw))
-		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
-		return MustJSON(s), nil
+		return normString(raw)
 	case "BINARY", "VARBINARY":
-		var arr []json.Number
-		if raw[0] != '[' || decodeNumbers(raw, &arr) != nil {
-			return nil, fmt.Errorf("invalid type: %s, expected a byte array", Describe(raw))
-		}
-		out := make([]int, len(arr))
-		for i, n := range arr {
-			v, err := strconv.Atoi(string(n))
-			if err != nil || v < 0 || v > 255 {
-				return nil, fmt.Errorf("invalid value: %s, expected u8", n)
-			}
-			out[i] = v
-		}
-		return MustJSON(out), nil
+		return normBinary(raw)
 	case "DATE":
-		s, err := str(raw, "a date")
-		if err != nil {
-			return nil, err
-		}
-		m := reDate.FindStringSubmatch(s)
-		if m == nil {
-			return nil, fmt.Errorf("invalid date %q: expected YYYY-MM-DD", s)
-		}
-		y, _ := strconv.Atoi(m[1])
-		mo, _ := strconv.Atoi(m[2])
-		d, _ := strconv.Atoi(m[3])
-		t := time.Date(y, time.Month(mo), d, 0, 0, 0, 0, time.UTC)
-		if t.Year() != y || int(t.Month()) != mo || t.Day() != d {
-			return nil, fmt.Errorf("invalid date %q", s)
-		}
-		return MustJSON(t.Format("2006-01-02")), nil
+		return normDate(raw)
 	case "TIME":
-		s, err := str(raw, "a time")
-		if err != nil {
-			return nil, err
-		}
-		s = strings.TrimSpace(s)
-		m := reTime.FindStringSubmatch(s)
-		if m == nil {
-			return nil, fmt.Errorf("invalid time %q: expected HH:MM:SS[.fffffffff]", s)
-		}
-		h, _ := strconv.Atoi(m[1])
-		mi, _ := strconv.Atoi(m[2])
-		se, _ := strconv.Atoi(m[3])
-		if h > 23 || mi > 59 || se > 59 {
-			return nil, fmt.Errorf("invalid time %q", s)
-		}
-		frac := strings.TrimRight(strings.TrimPrefix(m[4], "."), "0")
-		out := m[1] + ":" + m[2] + ":" + m[3]
-		if frac != "" {
-			out += "." + frac
-		}
-		return MustJSON(out), nil
+		return normTime(raw)
 	case "TIMESTAMP", "TIMESTAMP_TZ":
-		s, err := str(raw, "a timestamp")
-		if err != nil {
-			return nil, err
-		}
-		t, err := ParseTimestamp(s)
-		if err != nil {
-			return nil, err
-		}
-		return MustJSON(formatTimestamp(t)), nil
+		return normTimestamp(raw)
 	case "UUID":
-		s, err := str(raw, "a UUID")
-		if err != nil {
-			return nil, err
-		}
-		if !reUUID.MatchString(s) {
-			return nil, fmt.Errorf("invalid UUID %q", s)
-		}
-		h := strings.ToLower(strings.ReplaceAll(s, "-", ""))
-		return MustJSON(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]), nil
+		return normUUID(raw)
 	case "VARIANT":
 		return canonicalJSON(raw)
 	case "ARRAY":
-		if raw[0] != '[' {
-			return nil, fmt.Errorf("invalid type: %s, expected an array", Describe(raw))
-		}
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
-			return nil, err
-		}
-		comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
-		if ct.Component != nil {
-			comp = *ct.Component
-		}
-		var b bytes.Buffer
-		b.WriteByte('[')
-		for i, e := range elems {
-			n, err := Normalize(comp, e)
-			if err != nil {
-				return nil, fmt.Errorf("array element %d: %w", i, err)
-			}
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(n)
-		}
-		b.WriteByte(']')
-		return b.Bytes(), nil
+		return normArray(ct, raw)
 	case "MAP":
 		if raw[0] != '{' {
 			return nil, fmt.Errorf("invalid type: %s, expected a map", Describe(raw))
@@ -202,6 +101,148 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 		return canonicalJSON(raw)
 	}
 	return nil, fmt.Errorf("felderatest: column type %s is not supported by the double", ct.Type)
+}
+
+// normFloat is normalizeAny for REAL and DOUBLE.
+func normFloat(raw json.RawMessage) (json.RawMessage, error) {
+	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
+		return nil, fmt.Errorf("invalid type: %s, expected a number", Describe(raw))
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("invalid value %s, expected a finite number", raw)
+	}
+	return json.RawMessage(strconv.FormatFloat(f, 'g', -1, 64)), nil
+}
+
+// normString is normalizeAny for VARCHAR and CHAR.
+func normString(raw json.RawMessage) (json.RawMessage, error) {
+	if raw[0] != '"' {
+		return nil, fmt.Errorf("invalid type: %s, expected a string", Describe(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	return MustJSON(s), nil
+}
+
+// normBinary is normalizeAny for BINARY and VARBINARY: an array of bytes.
+func normBinary(raw json.RawMessage) (json.RawMessage, error) {
+	var arr []json.Number
+	if raw[0] != '[' || decodeNumbers(raw, &arr) != nil {
+		return nil, fmt.Errorf("invalid type: %s, expected a byte array", Describe(raw))
+	}
+	out := make([]int, len(arr))
+	for i, n := range arr {
+		v, err := strconv.Atoi(string(n))
+		if err != nil || v < 0 || v > 255 {
+			return nil, fmt.Errorf("invalid value: %s, expected u8", n)
+		}
+		out[i] = v
+	}
+	return MustJSON(out), nil
+}
+
+// normDate is normalizeAny for DATE.
+func normDate(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a date")
+	if err != nil {
+		return nil, err
+	}
+	m := reDate.FindStringSubmatch(s)
+	if m == nil {
+		return nil, fmt.Errorf("invalid date %q: expected YYYY-MM-DD", s)
+	}
+	y, _ := strconv.Atoi(m[1])
+	mo, _ := strconv.Atoi(m[2])
+	d, _ := strconv.Atoi(m[3])
+	t := time.Date(y, time.Month(mo), d, 0, 0, 0, 0, time.UTC)
+	if t.Year() != y || int(t.Month()) != mo || t.Day() != d {
+		return nil, fmt.Errorf("invalid date %q", s)
+	}
+	return MustJSON(t.Format("2006-01-02")), nil
+}
+
+// normTime is normalizeAny for TIME.
+func normTime(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a time")
+	if err != nil {
+		return nil, err
+	}
+	s = strings.TrimSpace(s)
+	m := reTime.FindStringSubmatch(s)
+	if m == nil {
+		return nil, fmt.Errorf("invalid time %q: expected HH:MM:SS[.fffffffff]", s)
+	}
+	h, _ := strconv.Atoi(m[1])
+	mi, _ := strconv.Atoi(m[2])
+	se, _ := strconv.Atoi(m[3])
+	if h > 23 || mi > 59 || se > 59 {
+		return nil, fmt.Errorf("invalid time %q", s)
+	}
+	frac := strings.TrimRight(strings.TrimPrefix(m[4], "."), "0")
+	out := m[1] + ":" + m[2] + ":" + m[3]
+	if frac != "" {
+		out += "." + frac
+	}
+	return MustJSON(out), nil
+}
+
+// normTimestamp is normalizeAny for TIMESTAMP and TIMESTAMP_TZ.
+func normTimestamp(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a timestamp")
+	if err != nil {
+		return nil, err
+	}
+	t, err := ParseTimestamp(s)
+	if err != nil {
+		return nil, err
+	}
+	return MustJSON(formatTimestamp(t)), nil
+}
+
+// normUUID is normalizeAny for UUID.
+func normUUID(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a UUID")
+	if err != nil {
+		return nil, err
+	}
+	if !reUUID.MatchString(s) {
+		return nil, fmt.Errorf("invalid UUID %q", s)
+	}
+	h := strings.ToLower(strings.ReplaceAll(s, "-", ""))
+	return MustJSON(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]), nil
+}
+
+// normArray is normalizeAny for ARRAY: each element normalized as the
+// component type (VARIANT when the column does not say).
+func normArray(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
+	if raw[0] != '[' {
+		return nil, fmt.Errorf("invalid type: %s, expected an array", Describe(raw))
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, err
+	}
+	comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
+	if ct.Component != nil {
+		comp = *ct.Component
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, e := range elems {
+		n, err := Normalize(comp, e)
+		if err != nil {
+			return nil, fmt.Errorf("array element %d: %w", i, err)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(n)
+	}
+	b.WriteByte(']')
+	return b.Bytes(), nil
 }
 
 func normInt(typ string, raw json.RawMessage) (json.RawMessage, error) {

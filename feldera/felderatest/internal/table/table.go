@@ -181,6 +181,45 @@ func Snapshot[R ~map[string]json.RawMessage](t *Table) []R {
 // ParseRecord reads a record (object or positional array) for a command.
 // keyOnly: a delete on a keyed table needs only the key columns.
 func (t *Table) ParseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, []bool, error) {
+	vals, given, err := t.recordValues(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	fields := t.Rel.Fields
+	keyOnly := kind == 'd' && t.Keyed()
+	for i, f := range fields {
+		if keyOnly && !t.isKey(i) {
+			vals[i] = json.RawMessage("null")
+			continue
+		}
+		if !given[i] {
+			if kind == 'u' {
+				if t.isKey(i) {
+					return nil, nil, fmt.Errorf("missing field `%s`", f.Name)
+				}
+				continue
+			}
+			switch {
+			case f.Default != nil:
+				vals[i] = defaultJSON(*f.Default)
+			case f.ColumnType.Nullable:
+				vals[i] = json.RawMessage("null")
+			default:
+				return nil, nil, fmt.Errorf("missing field `%s`", f.Name)
+			}
+		}
+		n, err := sqlvalue.Normalize(f.ColumnType, vals[i])
+		if err != nil {
+			return nil, nil, &FieldError{Field: f.Name, Err: err}
+		}
+		vals[i] = n
+	}
+	return vals, given, nil
+}
+
+// recordValues reads a record's values, by position or by name, and which
+// fields it gave.
+func (t *Table) recordValues(raw json.RawMessage) ([]json.RawMessage, []bool, error) {
 	fields := t.Rel.Fields
 	vals := make([]json.RawMessage, len(fields))
 	given := make([]bool, len(fields))
@@ -213,34 +252,6 @@ func (t *Table) ParseRecord(raw json.RawMessage, kind byte) ([]json.RawMessage, 
 		}
 	default:
 		return nil, nil, fmt.Errorf("invalid type: %s, expected a record", sqlvalue.Describe(raw))
-	}
-	keyOnly := kind == 'd' && t.Keyed()
-	for i, f := range fields {
-		if keyOnly && !t.isKey(i) {
-			vals[i] = json.RawMessage("null")
-			continue
-		}
-		if !given[i] {
-			if kind == 'u' {
-				if t.isKey(i) {
-					return nil, nil, fmt.Errorf("missing field `%s`", f.Name)
-				}
-				continue
-			}
-			switch {
-			case f.Default != nil:
-				vals[i] = defaultJSON(*f.Default)
-			case f.ColumnType.Nullable:
-				vals[i] = json.RawMessage("null")
-			default:
-				return nil, nil, fmt.Errorf("missing field `%s`", f.Name)
-			}
-		}
-		n, err := sqlvalue.Normalize(f.ColumnType, vals[i])
-		if err != nil {
-			return nil, nil, &FieldError{Field: f.Name, Err: err}
-		}
-		vals[i] = n
 	}
 	return vals, given, nil
 }
