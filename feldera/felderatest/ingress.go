@@ -142,11 +142,19 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if err != nil && !full {
 		return // client went away mid-body
 	}
+	s.answer(w, r, in, partial || full)
+}
+
+// answer logs an ingress request that was read (unreachable: its body
+// was not all taken, PartialThen503 or a queue full past the forward
+// timeout) and answers it: with a token that covers all of it, its parse
+// errors, or the manager's 503.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, in *intake, unreachable bool) {
 	s.mu.Lock()
 	tok := circuit.Token(s.incarnation, in.ep, s.cfg.PaddedTokens)
 	in.req.Errors = len(in.perrs)
 	switch {
-	case partial || full:
+	case unreachable:
 		in.req.Status = http.StatusServiceUnavailable
 	case len(in.perrs) > 0:
 		in.req.Status = http.StatusBadRequest
@@ -162,7 +170,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	}
 	s.mu.Unlock()
 	switch {
-	case partial || full:
+	case unreachable:
 		s.unreachable(w)
 	case len(in.perrs) > 0:
 		writeParseErrors(w, in.perrs)

@@ -322,6 +322,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			map[string]any{"pipeline_name": name, "status": "Stopped", "desired_status": "Stopped"})
 		return
 	}
+	s.route(w, r, rest)
+}
+
+// route hands a request for the deployed pipeline to its handler.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 	switch {
 	case strings.HasPrefix(rest, "/ingress/") && r.Method == http.MethodPost:
 		s.ingress(w, r, strings.TrimPrefix(rest, "/ingress/"))
