@@ -2,7 +2,7 @@ package felderatest
 
 import (
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/ddl"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlddl"
 )
 
 // ParseDDL reads a small subset of Feldera's SQL into relations:
@@ -15,8 +15,8 @@ import (
 // CHAR, TEXT/STRING, BINARY/VARBINARY/BYTEA, DATE, TIME, TIMESTAMP,
 // TIMESTAMP_TZ, UUID, VARIANT, and T ARRAY / T[]. Line comments (--) are
 // ignored, as Feldera's SQL compiler ignores them.
-func ParseDDL(ddlText string) ([]feldera.Relation, error) {
-	return ddl.Parse(ddlText)
+func ParseDDL(ddl string) ([]feldera.Relation, error) {
+	return sqlddl.Parse(ddl)
 }
 
 // MustParseDDL is ParseDDL that panics on error, for tests.

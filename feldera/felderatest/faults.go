@@ -189,8 +189,9 @@ func (s *Server) Held() int {
 // the endpoint's completed records reach upTo, the rule of its completion
 // token. Feldera shows a request's records, and completes its token, only
 // when a step that fed them ends with no transaction in progress
-// (crates/adapters/src/controller.rs, CircuitThread::step; see circuit.go),
-// not when the HTTP input queues them (http/input.rs, complete_request).
+// (crates/adapters/src/controller.rs, CircuitThread::step; see
+// internal/circuit), not when the HTTP input queues them (http/input.rs,
+// complete_request).
 type lateMark struct {
 	ep   *circuit.Endpoint
 	upTo uint64

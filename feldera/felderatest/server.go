@@ -13,9 +13,9 @@
 // state: checkpoints, restarts by fault-tolerance model, program changes
 // that bootstrap modified tables, restores of older checkpoints.
 //
-// It steps as Feldera does (circuit.go): a request body is read in chunks
-// that are queued as they arrive; a step feeds each endpoint's queue up to
-// a cap, runs as an automatic transaction unless the API or a connector
+// It steps as Feldera does (internal/circuit): a request body is read in
+// chunks that are queued as they arrive; a step feeds each endpoint's
+// queue up to a cap, runs as an automatic transaction unless the API or a connector
 // holds one, takes time, and shows its results only when it ends; API
 // transactions start at the next step and commit over steps that feed no
 // input. The knobs (Config's stepping fields, HoldCompletion,

@@ -1,4 +1,4 @@
-package ddl
+package sqlddl
 
 import (
 	"fmt"
