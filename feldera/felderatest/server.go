@@ -15,10 +15,10 @@
 //
 // It steps as Feldera does (internal/circuit): a request body is read in
 // chunks that are queued as they arrive; a step feeds each endpoint's
-// queue up to a cap, runs as an automatic transaction unless the API or a connector
-// holds one, takes time, and shows its results only when it ends; API
-// transactions start at the next step and commit over steps that feed no
-// input. The knobs (Config's stepping fields, HoldCompletion,
+// queue up to a cap, runs as an automatic transaction unless the API or a
+// connector holds one, takes time, and shows its results only when it
+// ends; API transactions start at the next step and commit over steps that
+// feed no input. The knobs (Config's stepping fields, HoldCompletion,
 // SetCompletionDelay, SetCommitDelay) slow or stop it; faults
 // (InjectFault) make requests fail, hang, or drop their connection.
 //
