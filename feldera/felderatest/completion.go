@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 )
 
 // ---- completion ----
@@ -18,7 +19,7 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "Query deserialize error: missing field `token`")
 		return
 	}
-	tok, err := parseToken(q.Get("token"))
+	tok, err := circuit.ParseToken(q.Get("token"))
 	if err != nil {
 		writeError(w, 400, "InvalidParam", "Invalid parameter: invalid completion token: "+err.Error(), map[string]any{"error": err.Error()})
 		return
@@ -35,12 +36,12 @@ func (s *Server) completionStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "UnknownEndpointInCompletionToken", "The completion token refers to an unknown input endpoint", nil)
 		return
 	}
-	s.run(time.Now(), true) // a poll may begin a step (Config.StepsOnPoll)
+	s.c.Run(time.Now(), true) // a poll may begin a step (Config.StepsOnPoll)
 	status := "inprogress"
 	var step any
-	if ep.completed >= tok.C {
+	if ep.Completed >= tok.C {
 		status = "complete"
-		step = ep.step // conservative: the step of the endpoint's latest completed records
+		step = ep.Step // conservative: the step of the endpoint's latest completed records
 	} else {
 		s.pending++
 	}

@@ -67,7 +67,7 @@ type Config struct {
 	// default (then completion can run ahead of the steps: feldera#7169).
 	OutputEndpoints []string
 
-	// How the pipeline steps (circuit.go). Zero values take the
+	// How the pipeline steps (internal/circuit). Zero values take the
 	// defaults, which follow Feldera's own where it has one.
 	//
 	// A step takes StepTime (DefaultStepTime), plus a random part of

@@ -1,12 +1,12 @@
 package felderatest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // Durability: the step counter, checkpoints, /stats, and restarts in place
@@ -29,49 +29,8 @@ const keptCheckpoints = 2
 // checkpoint is one checkpoint the double took: the tables as they were.
 type checkpoint struct {
 	meta   feldera.Checkpoint
-	tables map[string]tableState
+	tables map[string]table.State
 	rels   map[string]feldera.Relation // the definitions they were taken under
-}
-
-type tableState struct {
-	rows  map[string][]json.RawMessage
-	count map[string]int
-}
-
-func (t *table) save() tableState {
-	st := tableState{rows: make(map[string][]json.RawMessage, len(t.rows)), count: make(map[string]int, len(t.count))}
-	for k, v := range t.rows { // stored rows are never mutated in place
-		st.rows[k] = v
-	}
-	for k, v := range t.count {
-		st.count[k] = v
-	}
-	return st
-}
-
-func (t *table) restore(st tableState) {
-	t.rows, t.count = st.rows, st.count
-}
-
-// model is the fault-tolerance model the double runs with, read with its
-// own parser (not the client's).
-func (s *Server) model() string {
-	if s.cfg.FaultTolerance == "" {
-		if s.cfg.FaultTolerant {
-			return "at_least_once"
-		}
-		return "none"
-	}
-	if !s.faultTolerant() {
-		return "none"
-	}
-	var v map[string]any
-	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) == nil {
-		if m, _ := v["model"].(string); m == "at_least_once" {
-			return "at_least_once"
-		}
-	}
-	return "exactly_once"
 }
 
 // Checkpoint takes a checkpoint now, as the periodic timer would: it
@@ -80,7 +39,7 @@ func (s *Server) model() string {
 func (s *Server) Checkpoint() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.model() == "none" || s.cfg.NoCheckpoints {
+	if s.ft.Model() == "none" || s.cfg.NoCheckpoints {
 		return fmt.Errorf("felderatest: this pipeline cannot checkpoint")
 	}
 	s.checkpointLocked(time.Now())
@@ -99,15 +58,15 @@ func (s *Server) checkpointLocked(now time.Time) {
 		s.lastCheckpoint = now
 		return
 	}
-	done := s.steps
-	if s.cur != nil {
+	done := s.c.Steps
+	if s.c.Busy() {
 		done--
 	}
 	cp := checkpoint{meta: feldera.Checkpoint{UUID: newUUID(), Fingerprint: uint64(s.ckptSeq), Steps: done, ProcessedRecords: s.processed},
-		tables: map[string]tableState{}, rels: map[string]feldera.Relation{}}
+		tables: map[string]table.State{}, rels: map[string]feldera.Relation{}}
 	for name, t := range s.tables {
-		cp.tables[name] = t.save()
-		cp.rels[name] = t.rel
+		cp.tables[name] = t.Save()
+		cp.rels[name] = t.Rel
 	}
 	s.checkpoints = append(s.checkpoints, cp)
 	if len(s.checkpoints) > keptCheckpoints {
@@ -122,12 +81,12 @@ func (s *Server) checkpointLocked(now time.Time) {
 // time has come (looked at whenever a request arrives: a client polling
 // /checkpoints sees them on time).
 func (s *Server) periodic(now time.Time) {
-	every := s.interval()
-	if every <= 0 || s.model() == "none" || s.cfg.NoCheckpoints {
+	every := s.ft.Interval()
+	if every <= 0 || s.ft.Model() == "none" || s.cfg.NoCheckpoints {
 		return
 	}
-	s.advance(now)
-	if s.cur != nil || s.state.phase != txnNone {
+	s.c.Advance(now)
+	if s.c.Busy() || s.c.InTransaction() {
 		return // taken between steps, and never inside a transaction
 	}
 	if s.lastCheckpoint.IsZero() {
@@ -137,27 +96,6 @@ func (s *Server) periodic(now time.Time) {
 	if now.Sub(s.lastCheckpoint) >= every {
 		s.checkpointLocked(now)
 	}
-}
-
-// interval is Config.CheckpointEvery, else the pipeline's
-// checkpoint_interval_secs as Feldera reads it: default 60, clamped to
-// 1..3600, null for none.
-func (s *Server) interval() time.Duration {
-	if s.cfg.CheckpointEvery > 0 {
-		return s.cfg.CheckpointEvery
-	}
-	secs := 60.0
-	var v map[string]any
-	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) == nil {
-		if raw, ok := v["checkpoint_interval_secs"]; ok {
-			n, isNum := raw.(float64)
-			if !isNum {
-				return 0 // null: no periodic checkpoints
-			}
-			secs = min(max(n, 1), 3600)
-		}
-	}
-	return time.Duration(secs * float64(time.Second))
 }
 
 // RestartInPlace restarts the pipeline process without a new deployment:
@@ -170,7 +108,7 @@ func (s *Server) RestartInPlace() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.restartInPlace()
-	switch s.model() {
+	switch s.ft.Model() {
 	case "none":
 		s.restore(-1)
 		s.checkpoints = nil
@@ -200,19 +138,19 @@ func (s *Server) restartInPlace() {
 // empty: the pipeline bootstraps it again.
 func (s *Server) restore(i int) {
 	for _, t := range s.tables {
-		t.clear()
+		t.Clear()
 	}
-	s.steps, s.processed = 0, 0
+	s.c.Steps, s.processed = 0, 0
 	if i < 0 || i >= len(s.checkpoints) {
 		return
 	}
 	cp := s.checkpoints[i]
 	for name, st := range cp.tables {
-		if t, ok := s.tables[name]; ok && sameDefinition(cp.rels[name], t.rel) {
-			t.restore(st)
+		if t, ok := s.tables[name]; ok && table.SameDefinition(cp.rels[name], t.Rel) {
+			t.Restore(st)
 		}
 	}
-	s.steps, s.processed = cp.meta.Steps, cp.meta.ProcessedRecords
+	s.c.Steps, s.processed = cp.meta.Steps, cp.meta.ProcessedRecords
 }
 
 // RestartEmptyStore restarts the pipeline in place with its storage gone
@@ -278,24 +216,24 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
-	ft := s.model() != "none" && !s.cfg.NoCheckpoints
+	s.c.Advance(time.Now())
+	ft := s.ft.Model() != "none" && !s.cfg.NoCheckpoints
 	if ft {
 		s.checkpointLocked(time.Now()) // the stop's checkpoint
 	}
 	old := s.tables
-	s.tables, s.order = map[string]*table{}, nil
+	s.tables, s.order = map[string]*table.Table{}, nil
 	var cleared []string
 	for _, rel := range rels {
-		t, err := newTable(rel)
+		t, err := table.New(rel)
 		if err != nil {
 			s.tables = old
 			return nil, err
 		}
-		t.watchOrder(s.cfg.OrderColumn)
+		t.WatchOrder(s.cfg.OrderColumn)
 		name := rel.CanonicalName()
-		if prev, ok := old[name]; ok && ft && sameDefinition(prev.rel, rel) {
-			t.restore(prev.save())
+		if prev, ok := old[name]; ok && ft && table.SameDefinition(prev.Rel, rel) {
+			t.Restore(prev.Save())
 		} else {
 			cleared = append(cleared, name)
 		}
@@ -305,16 +243,8 @@ func (s *Server) ChangeProgram(ddl string) ([]string, error) {
 	s.programVersion++
 	s.newIncarnation()
 	s.ckptSeq, s.ckptSuccess, s.ckptFailure, s.lastCheckpoint = 0, 0, nil, time.Time{}
-	s.journalGap = s.model() == "exactly_once"
+	s.journalGap = s.ft.Model() == "exactly_once"
 	return cleared, nil
-}
-
-// sameDefinition reports whether a table is unchanged by a program edit:
-// what Feldera's persistent id of a table depends on.
-func sameDefinition(a, b feldera.Relation) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }
 
 // FailCheckpoints makes every checkpoint fail with msg from now on (the
@@ -332,7 +262,7 @@ func (s *Server) FailCheckpoints(msg string) {
 func (s *Server) Steps() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.steps
+	return s.c.Steps
 }
 
 // Incarnation is the current incarnation_uuid.
@@ -358,14 +288,14 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	// A connector waiting for its transaction's input to be taken polls
 	// /stats: under StepsOnPoll that wait runs the steps.
-	s.run(now, !s.cfg.StepsOnPoll || s.init.active() || s.state.phase != txnNone)
+	s.c.Run(now, !s.cfg.StepsOnPoll || s.c.Initiated() || s.c.InTransaction())
 	outputs := make([]map[string]any, 0, len(s.cfg.OutputEndpoints))
 	for _, name := range s.cfg.OutputEndpoints {
 		outputs = append(outputs, map[string]any{"endpoint_name": name, "config": map[string]any{"stream": name}})
 	}
 	activity := map[string]any{"status": "idle"}
-	txnStatus, txnID := s.txnStats()
-	msecs, records, progress := s.txnMetrics(now)
+	txnStatus, txnID := s.c.TxnStats()
+	msecs, records, progress := s.c.TxnMetrics(now)
 	if s.deferredCheckpoint {
 		activity = map[string]any{"status": "delayed", "reasons": []string{"TransactionInProgress"}}
 	}
@@ -379,7 +309,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			"transaction_msecs":       msecs,
 			"transaction_records":     records,
 			"commit_progress":         progress,
-			"transaction_initiators":  s.txnInitiators(),
+			"transaction_initiators":  s.c.TxnInitiators(),
 		},
 		"inputs":              s.inputStats(),
 		"outputs":             outputs,
@@ -390,13 +320,13 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 func (s *Server) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.model() == "none" || s.cfg.NoCheckpoints {
+	if s.ft.Model() == "none" || s.cfg.NoCheckpoints {
 		writeError(w, http.StatusNotImplemented, "EnterpriseFeature",
 			"Cannot invoke checkpoint: this feature is only available in the Enterprise edition of Feldera", map[string]any{"feature": "checkpoint"})
 		return
 	}
-	s.advance(time.Now())
-	if s.cur != nil || s.state.phase != txnNone {
+	s.c.Advance(time.Now())
+	if s.c.Busy() || s.c.InTransaction() {
 		// Taken between steps, after the transaction that runs commits
 		// (the request is answered at once either way).
 		s.deferredCheckpoint = true

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
 )
 
 // Fault is an injected failure for requests whose path contains Path
@@ -46,24 +48,7 @@ type lateKey struct{}
 // was answered (or dropped) by it, late that it is a HangThenApply request
 // released after its client gave up.
 func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (done, late bool) {
-	s.mu.Lock()
-	var f *Fault
-	for i, c := range s.faults {
-		if c.Path == "" || strings.Contains(rest, c.Path) {
-			f = c
-			if f.Count > 0 {
-				if f.Count--; f.Count == 0 {
-					s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-				}
-			}
-			break
-		}
-	}
-	unblock := s.unblock
-	if f != nil {
-		s.served[f.Kind]++
-	}
-	s.mu.Unlock()
+	f, unblock := s.matchFault(rest)
 	if f == nil {
 		return false, false
 	}
@@ -72,23 +57,7 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (don
 		io.Copy(io.Discard, r.Body)
 		writeError(w, f.Status, f.Code, "injected fault: "+f.Code, nil)
 	case Hang:
-		// Read the body first: net/http notices a client that went away
-		// only once the body was consumed.
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return true, false
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		s.holding(1)
-		defer s.holding(-1)
-		select {
-		case <-unblock:
-			// A request whose client gave up is not processed late: the
-			// manager drops a forwarded request when its client leaves.
-			// (HangThenApply is the other behaviour.)
-			return r.Context().Err() != nil, false
-		case <-r.Context().Done():
-		}
+		return s.hang(r, unblock), false
 	case Drop:
 		hj, ok := w.(http.Hijacker)
 		if !ok {
@@ -117,6 +86,52 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, rest string) (don
 		s.ingressPartial(w, r, strings.TrimPrefix(rest, "/ingress/"))
 	}
 	return true, false
+}
+
+// matchFault finds the first injected fault that hits a request for rest
+// and counts it; unblock is the channel that releases held requests.
+func (s *Server) matchFault(rest string) (f *Fault, unblock chan struct{}) {
+	s.mu.Lock()
+	for i, c := range s.faults {
+		if c.Path == "" || strings.Contains(rest, c.Path) {
+			f = c
+			if f.Count > 0 {
+				if f.Count--; f.Count == 0 {
+					s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
+				}
+			}
+			break
+		}
+	}
+	unblock = s.unblock
+	if f != nil {
+		s.served[f.Kind]++
+	}
+	s.mu.Unlock()
+	return f, unblock
+}
+
+// hang holds a request until unblock is closed or its client gives up;
+// done means the request needs no more handling.
+func (s *Server) hang(r *http.Request, unblock chan struct{}) (done bool) {
+	// Read the body first: net/http notices a client that went away
+	// only once the body was consumed.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return true
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.holding(1)
+	defer s.holding(-1)
+	select {
+	case <-unblock:
+		// A request whose client gave up is not processed late: the
+		// manager drops a forwarded request when its client leaves.
+		// (HangThenApply is the other behaviour.)
+		return r.Context().Err() != nil
+	case <-r.Context().Done():
+	}
+	return true
 }
 
 // holdRequest records (or forgets) a HangThenApply request while it is held.
@@ -174,10 +189,11 @@ func (s *Server) Held() int {
 // the endpoint's completed records reach upTo, the rule of its completion
 // token. Feldera shows a request's records, and completes its token, only
 // when a step that fed them ends with no transaction in progress
-// (crates/adapters/src/controller.rs, CircuitThread::step; see circuit.go),
-// not when the HTTP input queues them (http/input.rs, complete_request).
+// (crates/adapters/src/controller.rs, CircuitThread::step; see
+// internal/circuit), not when the HTTP input queues them (http/input.rs,
+// complete_request).
 type lateMark struct {
-	ep   *endpoint
+	ep   *circuit.Endpoint
 	upTo uint64
 }
 
@@ -188,10 +204,10 @@ type lateMark struct {
 func (s *Server) LateApplied() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	n := 0
 	for _, m := range s.late {
-		if m.ep.completed >= m.upTo {
+		if m.ep.Completed >= m.upTo {
 			n++
 		}
 	}

@@ -7,9 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/ingress"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // ---- ingress ----
@@ -17,7 +21,7 @@ import (
 // lookupTable finds the table a path segment names; raw is the segment
 // as sent, unescaped: Feldera names the endpoint after it, quotes and all
 // (server.rs, input_endpoint).
-func (s *Server) lookupTable(w http.ResponseWriter, escaped string) (t *table, canon, raw string, ok bool) {
+func (s *Server) lookupTable(w http.ResponseWriter, escaped string) (t *table.Table, canon, raw string, ok bool) {
 	raw, err := url.PathUnescape(escaped)
 	if err != nil {
 		writeError(w, 400, "InvalidParam", "bad table name", nil)
@@ -77,14 +81,14 @@ func (s *Server) ingressPartial(w http.ResponseWriter, r *http.Request, escaped 
 
 // intake is one ingress request as it is read.
 type intake struct {
-	t      *table
+	t      *table.Table
 	canon  string
-	args   ingressArgs
-	ep     *endpoint
+	args   ingress.Args
+	ep     *circuit.Endpoint
 	seq    int
 	events int // parsed so far (parse errors number them across chunks)
 	req    Request
-	perrs  []parseError
+	perrs  []ingress.ParseError
 }
 
 // ingressWith reads a request body the way Feldera's HTTP input does
@@ -98,7 +102,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if !ok {
 		return
 	}
-	args, st, code, msg := parseIngressArgs(r.URL.Query())
+	args, st, code, msg := ingress.ParseArgs(r.URL.Query())
 	if st != 0 {
 		writeError(w, st, "ConfigError."+code, msg, nil)
 		return
@@ -108,7 +112,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	}
 	in := &intake{t: t, canon: canon, args: args, req: Request{Time: time.Now(), Table: canon}}
 	s.mu.Lock()
-	in.ep = s.endpointFor(raw, t, args.endpointKey)
+	in.ep = s.endpointFor(raw, t, args.EndpointKey)
 	s.requestSeq++
 	in.seq = s.requestSeq
 	s.mu.Unlock()
@@ -119,7 +123,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 			return // client went away mid-body
 		}
 		if partial {
-			whole = firstHalf(t, whole, args)
+			whole = ingress.FirstHalf(t, whole, args)
 		}
 		if s.cfg.OnIngress != nil {
 			s.cfg.OnIngress(canon, whole, time.Now())
@@ -127,7 +131,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		body = bytes.NewReader(whole)
 	}
 	full := false
-	err := readChunks(body, s.cfg.ReadBytes, func(chunk []byte) error {
+	err := ingress.ReadChunks(body, s.cfg.ReadBytes, func(chunk []byte) error {
 		if !s.roomFor(r, in.ep) {
 			full = true
 			return errFull
@@ -138,11 +142,19 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	if err != nil && !full {
 		return // client went away mid-body
 	}
+	s.answer(w, r, in, partial || full)
+}
+
+// answer logs an ingress request that was read (unreachable: its body
+// was not all taken, PartialThen503 or a queue full past the forward
+// timeout) and answers it: with a token that covers all of it, its parse
+// errors, or the manager's 503.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, in *intake, unreachable bool) {
 	s.mu.Lock()
-	tok := s.token(in.ep)
+	tok := circuit.Token(s.incarnation, in.ep, s.cfg.PaddedTokens)
 	in.req.Errors = len(in.perrs)
 	switch {
-	case partial || full:
+	case unreachable:
 		in.req.Status = http.StatusServiceUnavailable
 	case len(in.perrs) > 0:
 		in.req.Status = http.StatusBadRequest
@@ -150,7 +162,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 		in.req.Status = http.StatusOK
 	}
 	if late, _ := r.Context().Value(lateKey{}).(bool); late {
-		s.late = append(s.late, lateMark{ep: in.ep, upTo: in.ep.queued})
+		s.late = append(s.late, lateMark{ep: in.ep, upTo: in.ep.Queued})
 		in.req.Late = true
 	}
 	if !s.cfg.CountOnly {
@@ -158,7 +170,7 @@ func (s *Server) ingressWith(w http.ResponseWriter, r *http.Request, escaped str
 	}
 	s.mu.Unlock()
 	switch {
-	case partial || full:
+	case unreachable:
 		s.unreachable(w)
 	case len(in.perrs) > 0:
 		writeParseErrors(w, in.perrs)
@@ -171,7 +183,7 @@ var errFull = fmt.Errorf("felderatest: ingress queue full past the forward timeo
 
 // take parses one chunk of a request and queues it for a step.
 func (s *Server) take(in *intake, chunk []byte) {
-	b := &buffer{ep: in.ep, req: in.seq, bytes: len(chunk)}
+	b := &circuit.Buffer{EP: in.ep, Req: in.seq, Bytes: len(chunk)}
 	lines := 0
 	for _, l := range bytes.Split(chunk, []byte{'\n'}) {
 		if len(bytes.TrimSpace(l)) > 0 {
@@ -181,46 +193,46 @@ func (s *Server) take(in *intake, chunk []byte) {
 	in.req.Lines += lines
 	in.req.Bytes += len(chunk)
 	if s.cfg.CountOnly {
-		b.records = lines
+		b.Records = lines
 	} else {
-		var perrs []parseError
-		b.ops, perrs, in.events = parseBody(in.t, chunk, in.args, in.events)
+		var perrs []ingress.ParseError
+		b.Ops, perrs, in.events = ingress.ParseBody(in.t, chunk, in.args, in.events)
 		in.perrs = append(in.perrs, perrs...)
-		b.records = len(b.ops)
+		b.Records = len(b.Ops)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cfg.CountOnly {
 		s.countOnly[in.canon] += lines
 	}
-	s.noteOps(in, b.ops)
-	s.queueBuffer(b, time.Now())
+	s.noteOps(in, b.Ops)
+	s.c.QueueBuffer(b, time.Now())
 }
 
 // noteOps counts a chunk's commands into its request's log entry and,
 // for a keyed table, its inserts per key.
-func (s *Server) noteOps(in *intake, ops []op) {
+func (s *Server) noteOps(in *intake, ops []table.Op) {
 	t := in.t
 	var ki map[string]int
-	if t.keyed() && len(ops) > 0 {
+	if t.Keyed() && len(ops) > 0 {
 		if ki = s.keyInserts[in.canon]; ki == nil {
 			ki = map[string]int{}
 			s.keyInserts[in.canon] = ki
 		}
 	}
 	for _, o := range ops {
-		switch o.kind {
+		switch o.Kind {
 		case 'i':
 			in.req.Inserts++
 			if ki != nil {
-				k := keyText(o.row, t.pk)
+				k := t.KeyText(o.Row)
 				ki[k]++
 				in.req.InsertKeys = append(in.req.InsertKeys, k)
 			}
 		case 'd':
 			in.req.Deletes++
 			if ki != nil {
-				in.req.DeleteKeys = append(in.req.DeleteKeys, keyText(o.row, t.pk))
+				in.req.DeleteKeys = append(in.req.DeleteKeys, t.KeyText(o.Row))
 			}
 		case 'u':
 			in.req.Updates++
@@ -233,20 +245,20 @@ func (s *Server) noteOps(in *intake, ops []op) {
 // §4). It reports false when the wait outlasted IngressTimeout (the
 // manager's forward timeout; what was read stays queued) or the client
 // left.
-func (s *Server) roomFor(r *http.Request, ep *endpoint) bool {
+func (s *Server) roomFor(r *http.Request, ep *circuit.Endpoint) bool {
 	start, full := time.Now(), false
 	for {
 		s.mu.Lock()
 		now := time.Now()
-		s.advance(now)
-		n, _ := s.buffered(ep)
+		s.c.Advance(now)
+		n, _ := s.c.Buffered(ep)
 		if n >= s.cfg.MaxQueuedRecords && !full {
 			full = true
 			s.pushedBack++
 		}
 		wake := now.Add(5 * time.Millisecond)
-		if s.cur != nil && s.cur.end.Before(wake) {
-			wake = s.cur.end
+		if end, ok := s.c.StepEnd(); ok && end.Before(wake) {
+			wake = end
 		}
 		s.mu.Unlock()
 		if n < s.cfg.MaxQueuedRecords {
@@ -263,37 +275,21 @@ func (s *Server) roomFor(r *http.Request, ep *endpoint) bool {
 	}
 }
 
-// readChunks reads body size bytes at a time and calls fn with the whole
-// records read so far (up to the last newline; at the end, the rest).
-// fn may keep the chunk.
-func readChunks(body io.Reader, size int, fn func([]byte) error) error {
-	buf := make([]byte, size)
-	var pending []byte
-	for {
-		n, err := io.ReadFull(body, buf)
-		pending = append(pending, buf[:n]...)
-		eof := err == io.EOF || err == io.ErrUnexpectedEOF
-		if err != nil && !eof {
-			return err
-		}
-		cut := len(pending)
-		if !eof {
-			cut = bytes.LastIndexByte(pending, '\n') + 1
-		}
-		if cut > 0 {
-			if err := fn(append([]byte(nil), pending[:cut]...)); err != nil {
-				return err
-			}
-			pending = append(pending[:0], pending[cut:]...)
-		}
-		if eof {
-			return nil
-		}
-	}
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeParseErrors(w http.ResponseWriter, perrs []ingress.ParseError) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Errors parsing input data (%d errors):", len(perrs))
+	for _, e := range perrs {
+		fmt.Fprintf(&b, "\n    Parse error (event #%d): %s", e.EventNumber, e.Description)
+	}
+	listed := perrs
+	if len(listed) > 1000 {
+		listed = listed[:1000]
+	}
+	writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
 }

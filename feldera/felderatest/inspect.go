@@ -1,13 +1,15 @@
 package felderatest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
+	"sort"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // RequestCount is how many ingress requests the log holds.
@@ -36,12 +38,12 @@ func (s *Server) MissedDeletes() int {
 func (s *Server) Rows(tableName string) []Row {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	t, ok := s.tables[feldera.TableIdent(tableName)]
 	if !ok {
 		return nil
 	}
-	return t.snapshot()
+	return table.Snapshot[Row](t)
 }
 
 // InsertsByKey counts, per key of a keyed table, the insert commands
@@ -55,14 +57,6 @@ func (s *Server) InsertsByKey(tableName string) map[string]int {
 		out[k] = v
 	}
 	return out
-}
-
-func keyText(row []json.RawMessage, idx []int) string {
-	parts := make([]string, len(idx))
-	for i, j := range idx {
-		parts[i] = string(row[j])
-	}
-	return strings.Join(parts, ",")
 }
 
 // CountedRows is, in CountOnly mode, the number of lines pushed to a table.
@@ -90,12 +84,37 @@ func (s *Server) direct(tableName, rowJSON string, kind byte) error {
 	if !ok {
 		return fmt.Errorf("felderatest: no table %s", tableName)
 	}
-	vals, set, err := t.parseRecord(json.RawMessage(rowJSON), kind)
+	vals, set, err := t.ParseRecord(json.RawMessage(rowJSON), kind)
 	if err != nil {
 		return err
 	}
-	t.apply(op{kind: kind, row: vals, set: set})
+	t.Apply(table.Op{Kind: kind, Row: vals, Set: set})
 	return nil
+}
+
+// Row is one row as the double holds it: canonical field name → canonical
+// JSON value.
+type Row map[string]json.RawMessage
+
+// String renders the row as JSON with sorted keys.
+func (r Row) String() string {
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(sqlvalue.MustJSON(k))
+		b.WriteByte(':')
+		b.Write(r[k])
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // View reads the tables inside a Config.OnState hook.
@@ -107,14 +126,14 @@ func (v View) Rows(tableName string) []Row {
 	if !ok {
 		return nil
 	}
-	return t.snapshot()
+	return table.Snapshot[Row](t)
 }
 
 // Len is how many rows the table holds now.
 func (s *Server) Len(tableName string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.advance(time.Now())
+	s.c.Advance(time.Now())
 	return View{s}.Len(tableName)
 }
 
@@ -124,14 +143,7 @@ func (v View) Len(tableName string) int {
 	if !ok {
 		return 0
 	}
-	if !t.keyed() {
-		n := 0
-		for _, c := range t.count {
-			n += c
-		}
-		return n
-	}
-	return len(t.rows)
+	return t.Len()
 }
 
 // SumInt adds up an integer column over the table's rows (NULL counts 0):
@@ -141,31 +153,7 @@ func (v View) SumInt(tableName, column string) (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("felderatest: no table %s", tableName)
 	}
-	col := -1
-	for i, f := range t.rel.Fields {
-		if f.CanonicalName() == feldera.TableIdent(column) {
-			col = i
-		}
-	}
-	if col < 0 {
-		return 0, fmt.Errorf("felderatest: table %s has no column %s", tableName, column)
-	}
-	var sum int64
-	for k, vals := range t.rows {
-		raw := vals[col]
-		if len(raw) == 0 || string(raw) == "null" {
-			continue
-		}
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("felderatest: %s.%s = %s is not an integer", tableName, column, raw)
-		}
-		if !t.keyed() {
-			n *= int64(t.count[k])
-		}
-		sum += n
-	}
-	return sum, nil
+	return t.SumInt(tableName, column)
 }
 
 // PeakQueued is the most ingress requests that had records queued, not
@@ -174,7 +162,7 @@ func (v View) SumInt(tableName, column string) (int64, error) {
 func (s *Server) PeakQueued() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.peakQueued
+	return s.c.PeakQueued
 }
 
 // PeakQueuedRecords is the most records that were queued, not yet fed to
@@ -183,7 +171,7 @@ func (s *Server) PeakQueued() int {
 func (s *Server) PeakQueuedRecords() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.peakRows
+	return s.c.PeakRows
 }
 
 // PushedBack counts the ingress requests that found their endpoint's
@@ -194,19 +182,6 @@ func (s *Server) PushedBack() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pushedBack
-}
-
-// notePeak records how many requests and records Feldera buffers: queued,
-// not yet fed to a step (the 100,000 records of its ingress bound).
-func (s *Server) notePeak() {
-	reqs := map[int]bool{}
-	n := 0
-	for _, b := range s.queue {
-		reqs[b.req] = true
-		n += b.records
-	}
-	s.peakQueued = max(s.peakQueued, len(reqs))
-	s.peakRows = max(s.peakRows, n)
 }
 
 // OrderViolations counts inserts applied with a smaller Config.OrderColumn

@@ -13,12 +13,12 @@
 // state: checkpoints, restarts by fault-tolerance model, program changes
 // that bootstrap modified tables, restores of older checkpoints.
 //
-// It steps as Feldera does (circuit.go): a request body is read in chunks
-// that are queued as they arrive; a step feeds each endpoint's queue up to
-// a cap, runs as an automatic transaction unless the API or a connector
-// holds one, takes time, and shows its results only when it ends; API
-// transactions start at the next step and commit over steps that feed no
-// input. The knobs (Config's stepping fields, HoldCompletion,
+// It steps as Feldera does (internal/circuit): a request body is read in
+// chunks that are queued as they arrive; a step feeds each endpoint's
+// queue up to a cap, runs as an automatic transaction unless the API or a
+// connector holds one, takes time, and shows its results only when it
+// ends; API transactions start at the next step and commit over steps that
+// feed no input. The knobs (Config's stepping fields, HoldCompletion,
 // SetCompletionDelay, SetCommitDelay) slow or stop it; faults
 // (InjectFault) make requests fail, hang, or drop their connection.
 //
@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -42,6 +41,9 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/circuit"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/ftconfig"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // Request is one ingress request as the double saw it.
@@ -80,38 +82,24 @@ const (
 	HangThenApply
 )
 
-type endpoint struct {
-	id        uint64
-	name      string // <path segment as sent>.api-ingress-<16 hex>, as /stats lists it
-	table     *table
-	queued    uint64 // records queued so far
-	completed uint64 // records processed and visible so far
-	step      uint64 // the step that completed the endpoint's last records
-}
-
 // Server is a running Feldera double.
 type Server struct {
 	*httptest.Server
 	URL string
 
 	cfg Config
+	ft  ftconfig.Setting // cfg's fault tolerance
 
 	mu            sync.Mutex
-	tables        map[string]*table
+	tables        map[string]*table.Table
 	order         []string
 	incarnation   string
 	deploymentID  string
 	status        string
-	endpoints     map[string]*endpoint
-	endpointByID  map[uint64]*endpoint
+	endpoints     map[string]*circuit.Endpoint
+	endpointByID  map[uint64]*circuit.Endpoint
 	nextEndpoint  uint64
-	queue         []*buffer // input no step took yet, in arrival order
-	cur           *stepRun  // the step in progress
-	idleAt        time.Time // when the last step ended
-	resumedAt     time.Time // when HoldCompletion(false) let steps run again
-	rng           *mrand.Rand
-	hold          bool
-	delay         time.Duration
+	c             *circuit.Circuit // the steps and transactions
 	faults        []*Fault
 	unblock       chan struct{} // closed by ClearFaults and Resume
 	requests      []Request
@@ -123,22 +111,14 @@ type Server struct {
 	served        map[FaultKind]int
 	late          []lateMark // HangThenApply requests whose client had left
 	pending       int        // completion polls answered "inprogress"
-	peakQueued    int        // the most ingress requests queued and not yet completed at once
-	peakRows      int        // the most records queued and not yet completed at once
 	pushedBack    int        // requests that found their endpoint's buffer full
 
-	lastTID            int64      // per process: last_transaction_id
-	init               initiators // who wants a transaction
-	state              txnState   // the transaction the circuit runs
-	commitDelay        time.Duration
 	txnCommits         int
 	txnConflicts       int
-	txnDropped         int
 	requestSeq         int
 	deferredCheckpoint bool // asked for during a transaction: taken after its commit
 	orderViolations    int
 
-	steps          uint64 // the circuit's step count; carries across restarts
 	processed      uint64 // records processed
 	checkpoints    []checkpoint
 	ckptSeq        int // per process, like Feldera's checkpoint_sequence_number
@@ -175,13 +155,13 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("felderatest: FaultTolerance %q is not JSON", cfg.FaultTolerance)
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, rng: newRNG(cfg.Seed), tables: map[string]*table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
+	s := &Server{cfg: cfg, tables: map[string]*table.Table{}, status: "Running", unblock: make(chan struct{}), countOnly: map[string]int{}, keyInserts: map[string]map[string]int{}, served: map[FaultKind]int{}}
 	for _, rel := range cfg.Tables {
-		t, err := newTable(rel)
+		t, err := table.New(rel)
 		if err != nil {
 			return nil, err
 		}
-		t.watchOrder(cfg.OrderColumn)
+		t.WatchOrder(cfg.OrderColumn)
 		name := rel.CanonicalName()
 		if _, dup := s.tables[name]; dup {
 			return nil, fmt.Errorf("felderatest: table %s declared twice", name)
@@ -189,6 +169,10 @@ func NewUnstartedServer(cfg Config) (*Server, error) {
 		s.tables[name] = t
 		s.order = append(s.order, name)
 	}
+	s.ft = ftconfig.Setting{FaultTolerance: cfg.FaultTolerance, FaultTolerant: cfg.FaultTolerant, CheckpointEvery: cfg.CheckpointEvery}
+	s.c = circuit.New(circuit.Config{StepTime: cfg.StepTime, StepJitter: cfg.StepJitter, StepPerRecord: cfg.StepPerRecord,
+		CommitPerRecord: cfg.CommitPerRecord, StepRecords: cfg.StepRecords, NoAutoTransactions: cfg.NoAutoTransactions,
+		StepsOnPoll: cfg.StepsOnPoll, Seed: cfg.Seed}, s.publish)
 	s.newIncarnation()
 	s.programVersion = 1
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
@@ -223,14 +207,10 @@ func newUUID() string {
 func (s *Server) newIncarnation() {
 	s.incarnation = newUUID()
 	s.deploymentID = newUUID()
-	s.endpoints = map[string]*endpoint{}
-	s.endpointByID = map[uint64]*endpoint{}
-	// Input not yet processed, the step in progress and transactions
-	// live in the process's memory only: a restart drops them, their
-	// data, and the transaction id counter.
-	s.queue, s.cur = nil, nil
-	s.idleAt = time.Now()
-	s.lastTID, s.init, s.state, s.deferredCheckpoint = 0, initiators{}, txnState{}, false
+	s.endpoints = map[string]*circuit.Endpoint{}
+	s.endpointByID = map[uint64]*circuit.Endpoint{}
+	s.c.Reset(time.Now()) // a new process: its queues, step and transactions are gone
+	s.deferredCheckpoint = false
 }
 
 // ---- knobs ----
@@ -240,20 +220,14 @@ func (s *Server) newIncarnation() {
 func (s *Server) HoldCompletion(hold bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
-	s.advance(now)
-	if s.hold && !hold {
-		s.resumedAt = now
-	}
-	s.hold = hold
-	s.advance(now)
+	s.c.SetHold(hold, time.Now())
 }
 
 // SetCompletionDelay makes each push complete d after it arrived.
 func (s *Server) SetCompletionDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.delay = d
+	s.c.Delay = d
 }
 
 // SetStatus sets deployment_status: "Running", "Paused" (ingress blocks,
@@ -275,36 +249,11 @@ func (s *Server) Restart() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.newIncarnation()
-	if !s.faultTolerant() {
+	if !s.ft.Tolerant() {
 		for _, t := range s.tables {
-			t.clear()
+			t.Clear()
 		}
 	}
-}
-
-// faultTolerant reports whether completed state survives Restart.
-func (s *Server) faultTolerant() bool {
-	if s.cfg.FaultTolerance == "" {
-		return s.cfg.FaultTolerant
-	}
-	// Read independently of the client's parser, so that a bug there
-	// cannot hide in the double: Feldera's FtConfig rules.
-	var v any
-	if json.Unmarshal([]byte(s.cfg.FaultTolerance), &v) != nil {
-		return false
-	}
-	switch x := v.(type) {
-	case string:
-		return x == "initial_state" || x == "latest_checkpoint"
-	case map[string]any:
-		m, ok := x["model"]
-		if !ok {
-			return true
-		}
-		name, _ := m.(string)
-		return name == "at_least_once" || name == "exactly_once"
-	}
-	return false
 }
 
 // DeploymentID returns the current deployment id.
@@ -373,6 +322,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			map[string]any{"pipeline_name": name, "status": "Stopped", "desired_status": "Stopped"})
 		return
 	}
+	s.route(w, r, rest)
+}
+
+// route hands a request for the deployed pipeline to its handler.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rest string) {
 	switch {
 	case strings.HasPrefix(rest, "/ingress/") && r.Method == http.MethodPost:
 		s.ingress(w, r, strings.TrimPrefix(rest, "/ingress/"))
@@ -433,7 +387,7 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) {
 	if sel == "" || sel == "all" {
 		inputs := make([]feldera.Relation, 0, len(s.order))
 		for _, n := range s.order {
-			inputs = append(inputs, s.tables[n].rel)
+			inputs = append(inputs, s.tables[n].Rel)
 		}
 		doc["program_info"] = map[string]any{"schema": map[string]any{
 			"inputs":  inputs,

@@ -1,28 +1,33 @@
-package felderatest
+package ingress
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"sort"
 	"strings"
 
-	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/sqlvalue"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 	"github.com/pgfeldera/pgfeldera/internal/jsonscan"
 )
 
-type ingressArgs struct {
+// Args are an ingress request's format parameters. EndpointKey is the
+// whole query, canonical: with the path segment it names the endpoint.
+type Args struct {
 	array        bool
 	raw          bool
-	endpointKey  string
+	EndpointKey  string
 	formatIsJSON bool
 }
 
-func parseIngressArgs(q url.Values) (ingressArgs, int, string, string) {
-	var a ingressArgs
+// ParseArgs reads an ingress request's query. A status of 0 means it is
+// good; otherwise the request is answered status, with the error code
+// "ConfigError."+code and message msg.
+func ParseArgs(q url.Values) (Args, int, string, string) {
+	var a Args
 	boolParam := func(name string) (bool, bool) {
 		v := q.Get(name)
 		switch v {
@@ -61,28 +66,30 @@ func parseIngressArgs(q url.Values) (ingressArgs, int, string, string) {
 		keys = append(keys, k+"="+q.Get(k))
 	}
 	sort.Strings(keys)
-	a.endpointKey = strings.Join(keys, "&")
+	a.EndpointKey = strings.Join(keys, "&")
 	return a, 0, "", ""
 }
 
-type parseError struct {
+// ParseError is one bad event of a body, as a 400 ParseErrors answer
+// lists it.
+type ParseError struct {
 	Description string  `json:"description"`
 	EventNumber int     `json:"event_number"`
 	Field       *string `json:"field"`
 	InvalidText *string `json:"invalid_text"`
 }
 
-// firstHalf keeps the lines of body that hold the first half of its good
+// FirstHalf keeps the lines of body that hold the first half of its good
 // events (PartialThen503).
-func firstHalf(t *table, body []byte, args ingressArgs) []byte {
-	ops, _, _ := parseBody(t, body, args, 0)
+func FirstHalf(t *table.Table, body []byte, args Args) []byte {
+	ops, _, _ := ParseBody(t, body, args, 0)
 	keep := len(ops) / 2
 	var out []byte
 	for _, line := range bytes.SplitAfter(body, []byte{'\n'}) {
 		if keep == 0 {
 			break
 		}
-		o, _, _ := parseBody(t, line, args, 0)
+		o, _, _ := ParseBody(t, line, args, 0)
 		if len(o) > keep {
 			break
 		}
@@ -92,44 +99,15 @@ func firstHalf(t *table, body []byte, args ingressArgs) []byte {
 	return out
 }
 
-func writeParseErrors(w http.ResponseWriter, perrs []parseError) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Errors parsing input data (%d errors):", len(perrs))
-	for _, e := range perrs {
-		fmt.Fprintf(&b, "\n    Parse error (event #%d): %s", e.EventNumber, e.Description)
-	}
-	listed := perrs
-	if len(listed) > 1000 {
-		listed = listed[:1000]
-	}
-	writeError(w, http.StatusBadRequest, feldera.CodeParseErrors, b.String(), map[string]any{"num_errors": len(perrs), "errors": listed})
-}
-
-// countLines counts newlines while streaming the body through a small buffer.
-func countLines(r io.Reader) (int, error) {
-	buf := make([]byte, 32<<10)
-	n := 0
-	for {
-		k, err := r.Read(buf)
-		n += bytes.Count(buf[:k], []byte{'\n'})
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-}
-
-// parseBody parses NDJSON (or arrays with array=true) into commands; bad
+// ParseBody parses NDJSON (or arrays with array=true) into commands; bad
 // events are reported and skipped, good ones kept, as Feldera does. A
 // syntactically broken document ends the parse.
 //
 // event is how many events came before body (a request parsed chunk by
 // chunk numbers its events across chunks); the count after it returns.
-func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseError, int) {
-	var ops []op
-	var errs []parseError
+func ParseBody(t *table.Table, body []byte, a Args, event int) ([]table.Op, []ParseError, int) {
+	var ops []table.Op
+	var errs []ParseError
 	if !a.formatIsJSON {
 		// format defaults to csv: a JSON body is not CSV the double can read.
 		for _, line := range bytes.Split(body, []byte{'\n'}) {
@@ -137,7 +115,7 @@ func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseEr
 				continue
 			}
 			event++
-			errs = append(errs, parseError{Description: "felderatest: CSV input is not supported (did you forget format=json? Feldera's default is csv)", EventNumber: event})
+			errs = append(errs, ParseError{Description: "felderatest: CSV input is not supported (did you forget format=json? Feldera's default is csv)", EventNumber: event})
 		}
 		return nil, errs, event
 	}
@@ -151,11 +129,11 @@ func parseBody(t *table, body []byte, a ingressArgs, event int) ([]op, []parseEr
 	return parseStream(t, body, a, event)
 }
 
-// parseStream is parseBody through encoding/json's stream decoder: the
+// parseStream is ParseBody through encoding/json's stream decoder: the
 // reference the line-by-line path agrees with (FuzzParseBody).
-func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parseError, int) {
-	var ops []op
-	var errs []parseError
+func parseStream(t *table.Table, body []byte, a Args, event int) ([]table.Op, []ParseError, int) {
+	var ops []table.Op
+	var errs []ParseError
 	dec := json.NewDecoder(bytes.NewReader(body))
 	for {
 		var v json.RawMessage
@@ -163,17 +141,17 @@ func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parse
 			break
 		} else if err != nil {
 			event++
-			errs = append(errs, parseError{Description: "failed to parse JSON: " + err.Error(), EventNumber: event})
+			errs = append(errs, ParseError{Description: "failed to parse JSON: " + err.Error(), EventNumber: event})
 			break
 		}
 		if a.array {
 			var elems []json.RawMessage
 			if err := json.Unmarshal(v, &elems); err != nil {
 				event++
-				errs = append(errs, parseError{Description: "expected an array: " + err.Error(), EventNumber: event})
+				errs = append(errs, ParseError{Description: "expected an array: " + err.Error(), EventNumber: event})
 				continue
 			}
-			var arrOps []op
+			var arrOps []table.Op
 			bad := false
 			for _, e := range elems {
 				event++
@@ -200,7 +178,7 @@ func parseStream(t *table, body []byte, a ingressArgs, event int) ([]op, []parse
 // error: a bad event is reported and skipped, as Feldera's JSON parser
 // does (crates/adapters/src/format/json/input.rs: a ParseError per bad
 // record, and the next record is parsed).
-func addEvent(t *table, v json.RawMessage, raw bool, event int, ops []op, errs []parseError) ([]op, []parseError) {
+func addEvent(t *table.Table, v json.RawMessage, raw bool, event int, ops []table.Op, errs []ParseError) ([]table.Op, []ParseError) {
 	o, err := parseEvent(t, v, raw)
 	if err != nil {
 		return ops, append(errs, toParseError(err, event))
@@ -221,7 +199,7 @@ func envelope(v json.RawMessage) (map[string]json.RawMessage, error) {
 	}
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(v, &env); err != nil {
-		return nil, fmt.Errorf("invalid type: %s, expected an insert/delete/update object", describe(bytes.TrimSpace(v)))
+		return nil, fmt.Errorf("invalid type: %s, expected an insert/delete/update object", sqlvalue.Describe(bytes.TrimSpace(v)))
 	}
 	return env, nil
 }
@@ -231,7 +209,7 @@ func envelope(v json.RawMessage) (map[string]json.RawMessage, error) {
 // decoder would read from it, found without decoding them. Any other body
 // (values spanning or sharing lines, invalid JSON, arrays) is not ok, and
 // goes through the decoder.
-func ndjsonLines(body []byte, a ingressArgs) ([]json.RawMessage, bool) {
+func ndjsonLines(body []byte, a Args) ([]json.RawMessage, bool) {
 	if a.array {
 		return nil, false
 	}
@@ -255,10 +233,10 @@ func ndjsonLines(body []byte, a ingressArgs) ([]json.RawMessage, bool) {
 	return lines, true
 }
 
-func toParseError(err error, event int) parseError {
-	pe := parseError{Description: err.Error(), EventNumber: event}
-	if fe, ok := err.(*fieldError); ok {
-		f := fe.field
+func toParseError(err error, event int) ParseError {
+	pe := ParseError{Description: err.Error(), EventNumber: event}
+	if fe, ok := err.(*table.FieldError); ok {
+		f := fe.Field
 		pe.Field = &f
 	}
 	return pe
@@ -266,13 +244,13 @@ func toParseError(err error, event int) parseError {
 
 // parseEvent reads one {"insert"|"delete"|"update": R} envelope (or, with
 // raw, one record to insert). Commands run delete, insert, update.
-func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
+func parseEvent(t *table.Table, v json.RawMessage, raw bool) ([]table.Op, error) {
 	if raw {
-		vals, set, err := t.parseRecord(v, 'i')
+		vals, set, err := t.ParseRecord(v, 'i')
 		if err != nil {
 			return nil, err
 		}
-		return []op{{kind: 'i', row: vals, set: set}}, nil
+		return []table.Op{{Kind: 'i', Row: vals, Set: set}}, nil
 	}
 	env, err := envelope(v)
 	if err != nil {
@@ -290,7 +268,7 @@ func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
 		sort.Strings(unknown)
 		return nil, fmt.Errorf("unknown field `%s`, expected one of `table`, `insert`, `delete`, `update`", unknown[0])
 	}
-	var out []op
+	var out []table.Op
 	for _, kind := range []struct {
 		name string
 		k    byte
@@ -299,14 +277,14 @@ func parseEvent(t *table, v json.RawMessage, raw bool) ([]op, error) {
 		if !ok {
 			continue
 		}
-		if kind.k == 'u' && !t.keyed() {
+		if kind.k == 'u' && !t.Keyed() {
 			return nil, fmt.Errorf("update operation is not supported on this stream")
 		}
-		vals, set, err := t.parseRecord(rec, kind.k)
+		vals, set, err := t.ParseRecord(rec, kind.k)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, op{kind: kind.k, row: vals, set: set})
+		out = append(out, table.Op{Kind: kind.k, Row: vals, Set: set})
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package felderatest
+package sqlvalue
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/verify"
 )
 
-// The double's stored form of a value (normalize: what its /query prints)
+// The double's stored form of a value (Normalize: what its /query prints)
 // and the value pgfeldera sent must be one value to verify.Canonical, or
 // `pgfeldera verify` and the tests' oracle would report a difference that
 // is not there (or miss one that is). The two canonicalisers are written
@@ -43,7 +43,7 @@ func TestNormalizeAgreesWithVerify(t *testing.T) {
 		{arr(col("INTEGER")), `[1,2,null]`}, {arr(col("VARCHAR")), `["a","b"]`}, {arr(dec(10, 2)), `["1.50","-2"]`},
 	}
 	for _, c := range cases {
-		stored, err := normalize(c.ct, json.RawMessage(c.sent))
+		stored, err := Normalize(c.ct, json.RawMessage(c.sent))
 		if err != nil {
 			t.Errorf("%s %s: the double refuses it: %v", c.ct.Type, c.sent, err)
 			continue

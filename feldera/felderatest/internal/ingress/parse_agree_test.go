@@ -1,7 +1,6 @@
-package felderatest
+package ingress
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -9,33 +8,11 @@ import (
 	"testing"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/internal/table"
 )
 
 // The fast paths of the double's parser answer exactly as encoding/json's
 // path does, wherever they answer at all.
-
-// FuzzNormalize: a value normPlain takes is one normalizeAny returns
-// unchanged, without error.
-func FuzzNormalize(f *testing.F) {
-	for _, s := range []string{`1`, `-1`, `0`, `-0`, `+5`, `007`, `127`, `128`, `-129`, `255`, `256`, `18446744073709551615`,
-		`9223372036854775808`, `"x"`, `"é"`, `"<"`, `"a\"b"`, `null`, ` 1`, `1.0`, `1e2`} {
-		f.Add([]byte(s))
-	}
-	types := []string{"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "VARCHAR", "CHAR"}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		for _, typ := range types {
-			ct := feldera.ColumnType{Type: typ, Nullable: true}
-			fast, ok := normPlain(ct, raw)
-			if !ok {
-				continue
-			}
-			slow, err := normalizeAny(ct, raw)
-			if err != nil || !bytes.Equal(fast, slow) {
-				t.Fatalf("%s %q: fast path %q, encoding/json's path %q (%v)", typ, raw, fast, slow, err)
-			}
-		}
-	})
-}
 
 // FuzzParseBody: a body read line by line gives the commands, the errors
 // and the event count the stream decoder gives.
@@ -60,13 +37,13 @@ func FuzzParseBody(f *testing.F) {
 		{Name: "name", ColumnType: feldera.ColumnType{Type: "VARCHAR", Nullable: true}, Default: &name},
 		{Name: "score", ColumnType: feldera.ColumnType{Type: "INTEGER", Nullable: true}},
 	}}
-	tb, err := newTable(rel)
+	tb, err := table.New(rel)
 	if err != nil {
 		f.Fatal(err)
 	}
-	a := ingressArgs{formatIsJSON: true}
+	a := Args{formatIsJSON: true}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		ops, errs, n := parseBody(tb, body, a, 0)
+		ops, errs, n := ParseBody(tb, body, a, 0)
 		wops, werrs, wn := parseStream(tb, body, a, 0)
 		if n != wn || !reflect.DeepEqual(describeOps(ops), describeOps(wops)) || !reflect.DeepEqual(errs, werrs) {
 			t.Fatalf("%q:\nline by line: %d events %v %v\nstream:       %d events %v %v", body, n, describeOps(ops), errs, wn, describeOps(wops), werrs)
@@ -74,11 +51,11 @@ func FuzzParseBody(f *testing.F) {
 	})
 }
 
-func describeOps(ops []op) []string {
+func describeOps(ops []table.Op) []string {
 	var out []string
 	for _, o := range ops {
-		row, _ := json.Marshal(o.row)
-		out = append(out, fmt.Sprintf("%c %s %v", o.kind, row, o.set))
+		row, _ := json.Marshal(o.Row)
+		out = append(out, fmt.Sprintf("%c %s %v", o.Kind, row, o.Set))
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package felderatest
+package sqlvalue
 
 import (
 	"bytes"
@@ -23,11 +23,11 @@ var (
 	reDec  = regexp.MustCompile(`^[+-]?(\d+)(\.(\d*))?([eE][+-]?\d+)?$|^[+-]?\.(\d+)$`)
 )
 
-// normalize checks a JSON value against a Feldera column type, as Feldera's
+// Normalize checks a JSON value against a Feldera column type, as Feldera's
 // JSON input does in the default flavor, and returns its canonical JSON form
 // (what the double stores and /query prints). The error text imitates
 // Feldera's "invalid type: ..." descriptions.
-func normalize(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
+func Normalize(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
 	if v, ok := normPlain(ct, raw); ok {
 		return v, nil
 	}
@@ -38,9 +38,9 @@ func normalize(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, err
 var intBits = map[string]int{"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64,
 	"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64}
 
-// normPlain is normalize for the values nearly every record holds, an
+// normPlain is Normalize for the values nearly every record holds, an
 // integer in range written canonically and a string encoding/json writes
-// back as it is, which normalize returns unchanged; found without
+// back as it is, which Normalize returns unchanged; found without
 // decoding them. ok false: normalizeAny decides (FuzzNormalize checks
 // that both agree).
 func normPlain(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, bool) {
@@ -57,7 +57,7 @@ func normPlain(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, boo
 	return nil, false
 }
 
-// normalizeAny is normalize for any value.
+// normalizeAny is Normalize for any value.
 func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -69,139 +69,180 @@ func normalizeAny(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, 
 	switch ct.Type {
 	case "BOOLEAN":
 		if string(raw) != "true" && string(raw) != "false" {
-			return nil, fmt.Errorf("invalid type: %s, expected a boolean", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a boolean", Describe(raw))
 		}
 		return raw, nil
 	case "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT":
 		return normInt(ct.Type, raw)
 	case "REAL", "DOUBLE":
-		if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
-			return nil, fmt.Errorf("invalid type: %s, expected a number", describe(raw))
-		}
-		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, fmt.Errorf("invalid value %s, expected a finite number", raw)
-		}
-		return json.RawMessage(strconv.FormatFloat(f, 'g', -1, 64)), nil
+		return normFloat(raw)
 	case "DECIMAL":
 		return normDecimal(ct, raw)
 	case "VARCHAR", "CHAR":
-		if raw[0] != '"' {
-			return nil, fmt.Errorf("invalid type: %s, expected a string", describe(raw))
-		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
-		return mustJSON(s), nil
+		return normString(raw)
 	case "BINARY", "VARBINARY":
-		var arr []json.Number
-		if raw[0] != '[' || decodeNumbers(raw, &arr) != nil {
-			return nil, fmt.Errorf("invalid type: %s, expected a byte array", describe(raw))
-		}
-		out := make([]int, len(arr))
-		for i, n := range arr {
-			v, err := strconv.Atoi(string(n))
-			if err != nil || v < 0 || v > 255 {
-				return nil, fmt.Errorf("invalid value: %s, expected u8", n)
-			}
-			out[i] = v
-		}
-		return mustJSON(out), nil
+		return normBinary(raw)
 	case "DATE":
-		s, err := str(raw, "a date")
-		if err != nil {
-			return nil, err
-		}
-		m := reDate.FindStringSubmatch(s)
-		if m == nil {
-			return nil, fmt.Errorf("invalid date %q: expected YYYY-MM-DD", s)
-		}
-		y, _ := strconv.Atoi(m[1])
-		mo, _ := strconv.Atoi(m[2])
-		d, _ := strconv.Atoi(m[3])
-		t := time.Date(y, time.Month(mo), d, 0, 0, 0, 0, time.UTC)
-		if t.Year() != y || int(t.Month()) != mo || t.Day() != d {
-			return nil, fmt.Errorf("invalid date %q", s)
-		}
-		return mustJSON(t.Format("2006-01-02")), nil
+		return normDate(raw)
 	case "TIME":
-		s, err := str(raw, "a time")
-		if err != nil {
-			return nil, err
-		}
-		s = strings.TrimSpace(s)
-		m := reTime.FindStringSubmatch(s)
-		if m == nil {
-			return nil, fmt.Errorf("invalid time %q: expected HH:MM:SS[.fffffffff]", s)
-		}
-		h, _ := strconv.Atoi(m[1])
-		mi, _ := strconv.Atoi(m[2])
-		se, _ := strconv.Atoi(m[3])
-		if h > 23 || mi > 59 || se > 59 {
-			return nil, fmt.Errorf("invalid time %q", s)
-		}
-		frac := strings.TrimRight(strings.TrimPrefix(m[4], "."), "0")
-		out := m[1] + ":" + m[2] + ":" + m[3]
-		if frac != "" {
-			out += "." + frac
-		}
-		return mustJSON(out), nil
+		return normTime(raw)
 	case "TIMESTAMP", "TIMESTAMP_TZ":
-		s, err := str(raw, "a timestamp")
-		if err != nil {
-			return nil, err
-		}
-		t, err := parseTimestamp(s)
-		if err != nil {
-			return nil, err
-		}
-		return mustJSON(formatTimestamp(t)), nil
+		return normTimestamp(raw)
 	case "UUID":
-		s, err := str(raw, "a UUID")
-		if err != nil {
-			return nil, err
-		}
-		if !reUUID.MatchString(s) {
-			return nil, fmt.Errorf("invalid UUID %q", s)
-		}
-		h := strings.ToLower(strings.ReplaceAll(s, "-", ""))
-		return mustJSON(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]), nil
+		return normUUID(raw)
 	case "VARIANT":
 		return canonicalJSON(raw)
 	case "ARRAY":
-		if raw[0] != '[' {
-			return nil, fmt.Errorf("invalid type: %s, expected an array", describe(raw))
-		}
-		var elems []json.RawMessage
-		if err := json.Unmarshal(raw, &elems); err != nil {
-			return nil, err
-		}
-		comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
-		if ct.Component != nil {
-			comp = *ct.Component
-		}
-		var b bytes.Buffer
-		b.WriteByte('[')
-		for i, e := range elems {
-			n, err := normalize(comp, e)
-			if err != nil {
-				return nil, fmt.Errorf("array element %d: %w", i, err)
-			}
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(n)
-		}
-		b.WriteByte(']')
-		return b.Bytes(), nil
+		return normArray(ct, raw)
 	case "MAP":
 		if raw[0] != '{' {
-			return nil, fmt.Errorf("invalid type: %s, expected a map", describe(raw))
+			return nil, fmt.Errorf("invalid type: %s, expected a map", Describe(raw))
 		}
 		return canonicalJSON(raw)
 	}
 	return nil, fmt.Errorf("felderatest: column type %s is not supported by the double", ct.Type)
+}
+
+// normFloat is normalizeAny for REAL and DOUBLE.
+func normFloat(raw json.RawMessage) (json.RawMessage, error) {
+	if raw[0] == '"' || raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
+		return nil, fmt.Errorf("invalid type: %s, expected a number", Describe(raw))
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("invalid value %s, expected a finite number", raw)
+	}
+	return json.RawMessage(strconv.FormatFloat(f, 'g', -1, 64)), nil
+}
+
+// normString is normalizeAny for VARCHAR and CHAR.
+func normString(raw json.RawMessage) (json.RawMessage, error) {
+	if raw[0] != '"' {
+		return nil, fmt.Errorf("invalid type: %s, expected a string", Describe(raw))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	return MustJSON(s), nil
+}
+
+// normBinary is normalizeAny for BINARY and VARBINARY: an array of bytes.
+func normBinary(raw json.RawMessage) (json.RawMessage, error) {
+	var arr []json.Number
+	if raw[0] != '[' || decodeNumbers(raw, &arr) != nil {
+		return nil, fmt.Errorf("invalid type: %s, expected a byte array", Describe(raw))
+	}
+	out := make([]int, len(arr))
+	for i, n := range arr {
+		v, err := strconv.Atoi(string(n))
+		if err != nil || v < 0 || v > 255 {
+			return nil, fmt.Errorf("invalid value: %s, expected u8", n)
+		}
+		out[i] = v
+	}
+	return MustJSON(out), nil
+}
+
+// normDate is normalizeAny for DATE.
+func normDate(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a date")
+	if err != nil {
+		return nil, err
+	}
+	m := reDate.FindStringSubmatch(s)
+	if m == nil {
+		return nil, fmt.Errorf("invalid date %q: expected YYYY-MM-DD", s)
+	}
+	y, _ := strconv.Atoi(m[1])
+	mo, _ := strconv.Atoi(m[2])
+	d, _ := strconv.Atoi(m[3])
+	t := time.Date(y, time.Month(mo), d, 0, 0, 0, 0, time.UTC)
+	if t.Year() != y || int(t.Month()) != mo || t.Day() != d {
+		return nil, fmt.Errorf("invalid date %q", s)
+	}
+	return MustJSON(t.Format("2006-01-02")), nil
+}
+
+// normTime is normalizeAny for TIME.
+func normTime(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a time")
+	if err != nil {
+		return nil, err
+	}
+	s = strings.TrimSpace(s)
+	m := reTime.FindStringSubmatch(s)
+	if m == nil {
+		return nil, fmt.Errorf("invalid time %q: expected HH:MM:SS[.fffffffff]", s)
+	}
+	h, _ := strconv.Atoi(m[1])
+	mi, _ := strconv.Atoi(m[2])
+	se, _ := strconv.Atoi(m[3])
+	if h > 23 || mi > 59 || se > 59 {
+		return nil, fmt.Errorf("invalid time %q", s)
+	}
+	frac := strings.TrimRight(strings.TrimPrefix(m[4], "."), "0")
+	out := m[1] + ":" + m[2] + ":" + m[3]
+	if frac != "" {
+		out += "." + frac
+	}
+	return MustJSON(out), nil
+}
+
+// normTimestamp is normalizeAny for TIMESTAMP and TIMESTAMP_TZ.
+func normTimestamp(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a timestamp")
+	if err != nil {
+		return nil, err
+	}
+	t, err := ParseTimestamp(s)
+	if err != nil {
+		return nil, err
+	}
+	return MustJSON(formatTimestamp(t)), nil
+}
+
+// normUUID is normalizeAny for UUID.
+func normUUID(raw json.RawMessage) (json.RawMessage, error) {
+	s, err := str(raw, "a UUID")
+	if err != nil {
+		return nil, err
+	}
+	if !reUUID.MatchString(s) {
+		return nil, fmt.Errorf("invalid UUID %q", s)
+	}
+	h := strings.ToLower(strings.ReplaceAll(s, "-", ""))
+	return MustJSON(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]), nil
+}
+
+// normArray is normalizeAny for ARRAY: each element normalized as the
+// component type (VARIANT when the column does not say).
+func normArray(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, error) {
+	if raw[0] != '[' {
+		return nil, fmt.Errorf("invalid type: %s, expected an array", Describe(raw))
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, err
+	}
+	comp := feldera.ColumnType{Type: "VARIANT", Nullable: true}
+	if ct.Component != nil {
+		comp = *ct.Component
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, e := range elems {
+		n, err := Normalize(comp, e)
+		if err != nil {
+			return nil, fmt.Errorf("array element %d: %w", i, err)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(n)
+	}
+	b.WriteByte(']')
+	return b.Bytes(), nil
 }
 
 func normInt(typ string, raw json.RawMessage) (json.RawMessage, error) {
@@ -210,7 +251,7 @@ func normInt(typ string, raw json.RawMessage) (json.RawMessage, error) {
 	}
 	n, ok := new(big.Int).SetString(string(raw), 10)
 	if !ok {
-		return nil, fmt.Errorf("invalid type: %s, expected an integer", describe(raw))
+		return nil, fmt.Errorf("invalid type: %s, expected an integer", Describe(raw))
 	}
 	bits := uint(intBits[typ])
 	var lo, hi *big.Int
@@ -233,7 +274,7 @@ func normDecimal(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, e
 			return nil, err
 		}
 	} else if raw[0] == '[' || raw[0] == '{' || raw[0] == 't' || raw[0] == 'f' {
-		return nil, fmt.Errorf("invalid type: %s, expected a decimal", describe(raw))
+		return nil, fmt.Errorf("invalid type: %s, expected a decimal", Describe(raw))
 	}
 	if !reDec.MatchString(strings.TrimSpace(s)) {
 		return nil, fmt.Errorf("invalid decimal %q", s)
@@ -269,7 +310,9 @@ func normDecimal(ct feldera.ColumnType, raw json.RawMessage) (json.RawMessage, e
 	return json.RawMessage(out), nil
 }
 
-func parseTimestamp(s string) (time.Time, error) {
+// ParseTimestamp reads a TIMESTAMP or TIMESTAMP_TZ text as Feldera's JSON
+// input takes it, truncated to microseconds, in UTC.
+func ParseTimestamp(s string) (time.Time, error) {
 	m := reTS.FindStringSubmatch(s)
 	if m == nil {
 		return time.Time{}, fmt.Errorf("invalid timestamp %q: expected YYYY-MM-DD HH:MM:SS[.f][Z|±HH:MM]", s)
@@ -309,14 +352,16 @@ func formatTimestamp(t time.Time) string {
 
 func str(raw json.RawMessage, what string) (string, error) {
 	if raw[0] != '"' {
-		return "", fmt.Errorf("invalid type: %s, expected %s string", describe(raw), what)
+		return "", fmt.Errorf("invalid type: %s, expected %s string", Describe(raw), what)
 	}
 	var s string
 	err := json.Unmarshal(raw, &s)
 	return s, err
 }
 
-func describe(raw json.RawMessage) string {
+// Describe names a JSON value's kind the way Feldera's "invalid type"
+// errors do.
+func Describe(raw json.RawMessage) string {
 	switch raw[0] {
 	case '"':
 		return "string " + string(raw)
@@ -350,7 +395,8 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-func mustJSON(v any) json.RawMessage {
+// MustJSON is json.Marshal for values that cannot fail to encode.
+func MustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
