@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -59,7 +60,7 @@ func (s *stream) saveChunks(force bool) error {
 // recordChunk records a chunk the acknowledged position passed in its
 // table's state: the rows, the block plan when it is new, where its lane
 // goes on. It reports whether the table is read whole.
-func recordChunk(t *state.Table, sv Save) bool {
+func recordChunk(t *state.Table, sv incremental.Save) bool {
 	t.Chunks++
 	t.Copied += sv.Rows
 	done := sv.Done
@@ -86,10 +87,10 @@ func recordChunk(t *state.Table, sv Save) bool {
 
 // tableRead marks a table read whole in the state, and settles the
 // resnapshot requests it finishes.
-func (s *stream) tableRead(t *state.Table, ct *Table) {
+func (s *stream) tableRead(t *state.Table, ct *incremental.Table) {
 	inc := s.inc
 	t.Status, t.After, t.Lanes, t.Blocks, t.Rows = state.Complete, nil, nil, nil, t.Copied
-	inc.tables = slices.DeleteFunc(inc.tables, func(x *Table) bool { return x == ct })
+	inc.tables = slices.DeleteFunc(inc.tables, func(x *incremental.Table) bool { return x == ct })
 	before := doneRequests(inc.st)
 	inc.st.SettleRequests()
 	for _, r := range inc.st.Requests {
@@ -123,7 +124,7 @@ func doneRequests(st *state.State) map[string]bool {
 	return m
 }
 
-func (s *stream) progress(sv Save, t *state.Table, done bool) {
+func (s *stream) progress(sv incremental.Save, t *state.Table, done bool) {
 	inc := s.inc
 	route := sv.Table.Rel.Target.Route
 	if done {

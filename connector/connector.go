@@ -19,6 +19,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -243,26 +244,22 @@ type Connector struct {
 // that show a test can see a loss. They are set only by export_test.go;
 // in production every one is zero, which is the behaviour documented.
 type testHooks struct {
-	afterCopy        func()                              // see export_test.go
-	chunkRead        func(table string, keys []string)   // see export_test.go
-	noWindow         bool                                // keep every chunk row (unsafe)
-	chunkByKey       bool                                // read ordinary tables in key ranges too
-	noFilenode       bool                                // block chunks ignore a rewrite (unsafe)
-	retractRead      func(table string, absent []string) // see export_test.go
-	retractOnly      bool                                // a resnapshot retracts and reads no chunk
-	noStartRetract   bool                                // an incremental resnapshot at startup skips the retraction (unsafe)
-	failAfterSlot    bool                                // an incremental start fails right after creating its slot
-	noPendingFirst   bool                                // a snapshot start records no pending state first (unsafe)
-	noFeedWait       bool                                // commit a Feldera transaction without waiting for its input to be fed (unsafe)
-	noSettle         bool                                // ignore the Feldera transaction a crashed process left open (unsafe)
-	sessionHook      func(ctx context.Context) error     // replaces session
-	onBackoff        func(interval time.Duration)        // sees each backoff interval
-	forceGate        *Gate                               // overrides the gate the model chooses
-	ignoreFilter     bool                                // read sources without the publication's row filter (the unsafe variant)
-	trustRestores    bool                                // no check of what a restart restored (unsafe)
-	ignoreShape      bool                                // no resnapshot when a table's shape changes (unsafe)
-	noHeartbeat      bool                                // no liveness timeout on the replication and chunk connections (unsafe)
-	trustCheckpoints bool                                // any newest checkpoint covers by its steps (unsafe)
+	worker           incremental.Hooks               // the incremental snapshot's worker's
+	afterCopy        func()                          // see export_test.go
+	noWindow         bool                            // keep every chunk row (unsafe)
+	noStartRetract   bool                            // an incremental resnapshot at startup skips the retraction (unsafe)
+	failAfterSlot    bool                            // an incremental start fails right after creating its slot
+	noPendingFirst   bool                            // a snapshot start records no pending state first (unsafe)
+	noFeedWait       bool                            // commit a Feldera transaction without waiting for its input to be fed (unsafe)
+	noSettle         bool                            // ignore the Feldera transaction a crashed process left open (unsafe)
+	sessionHook      func(ctx context.Context) error // replaces session
+	onBackoff        func(interval time.Duration)    // sees each backoff interval
+	forceGate        *Gate                           // overrides the gate the model chooses
+	ignoreFilter     bool                            // read sources without the publication's row filter (the unsafe variant)
+	trustRestores    bool                            // no check of what a restart restored (unsafe)
+	ignoreShape      bool                            // no resnapshot when a table's shape changes (unsafe)
+	noHeartbeat      bool                            // no liveness timeout on the replication and chunk connections (unsafe)
+	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
 }
 
 // withDefaults checks the settings New requires and fills in the
@@ -375,7 +372,8 @@ func isFatal(err error) bool {
 	var re *decode.RefusalError
 	var pe *decode.ParseError
 	var ce *catalog.RefusedError
-	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || errors.As(err, &ce) || feldera.IsParseErrors(err)
+	var ie *incremental.FatalError
+	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || errors.As(err, &ce) || errors.As(err, &ie) || feldera.IsParseErrors(err)
 }
 
 // ErrNoProgress is returned when nothing was acknowledged for

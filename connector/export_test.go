@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
 // SetAfterCopyHook runs f after every table was copied and before the
@@ -16,7 +17,7 @@ func SetAfterCopyHook(c *Connector, f func()) { c.test.afterCopy = f }
 // (decode.KeyText) after its transaction committed and it was handed to
 // the loop, before its high watermark is written: tests change rows of
 // the chunk in exactly that window, or hold its watermark back.
-func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.test.chunkRead = f }
+func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.test.worker.ChunkRead = f }
 
 // DisableChunkWindow makes the incremental snapshot keep every chunk row,
 // the stream's changes between the watermarks notwithstanding: the unsafe
@@ -26,7 +27,7 @@ func DisableChunkWindow(c *Connector) { c.test.noWindow = true }
 // ChunkByKey makes an incremental snapshot read ordinary tables in
 // primary-key ranges, as it reads partitioned ones, instead of block
 // ranges: tests cover both ways.
-func ChunkByKey(c *Connector) { c.test.chunkByKey = true }
+func ChunkByKey(c *Connector) { c.test.worker.ChunkByKey = true }
 
 // SkipStartupRetraction makes an incremental resnapshot decided at
 // startup read the tables again without first deleting the rows Feldera
@@ -45,16 +46,18 @@ func FailAfterSlot(c *Connector, unsafe bool) {
 // IgnoreRewrite makes block-range chunks ignore that the table was
 // rewritten (a new relfilenode) while they read it: the unsafe variant
 // that shows the check is what keeps the copy exact.
-func IgnoreRewrite(c *Connector) { c.test.noFilenode = true }
+func IgnoreRewrite(c *Connector) { c.test.worker.NoFilenode = true }
 
 // SetRetractReadHook runs f with each retraction batch's table and the
 // keys its snapshot lacks (decode.KeyText), before its high watermark is
 // written: tests change those keys in exactly that window.
-func SetRetractReadHook(c *Connector, f func(table string, absent []string)) { c.test.retractRead = f }
+func SetRetractReadHook(c *Connector, f func(table string, absent []string)) {
+	c.test.worker.RetractRead = f
+}
 
 // RetractOnly makes a resnapshot stop after its retraction (no chunk is
 // read), so a test sees what the retraction alone leaves.
-func RetractOnly(c *Connector) { c.test.retractOnly = true }
+func RetractOnly(c *Connector) { c.test.worker.RetractOnly = true }
 
 // SetSessionHook replaces the replication session with fake(ctx, ack),
 // where ack moves the acknowledged position like a completed flush would.
@@ -102,8 +105,9 @@ func CompletedStep(c *Connector) uint64 { return c.maxStep.Load() }
 // hanging on a connection the network dropped without a reset.
 func NoHeartbeat(c *Connector) { c.test.noHeartbeat = true }
 
-// WatermarkNudge is watermarkNudge, for the tests that count nudges.
-const WatermarkNudge = watermarkNudge
+// WatermarkNudge is incremental.WatermarkNudge, for the tests that count
+// nudges.
+const WatermarkNudge = incremental.WatermarkNudge
 
 // IgnoreShapeChanges makes the stream take a column that newly feeds
 // Feldera as it comes, and partitions attached or detached, without

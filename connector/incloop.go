@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
 // incEvent is the loop's side of every decoded event while an incremental
@@ -28,7 +29,7 @@ func (s *stream) incEvent(ev *decode.Event) error {
 			return s.appendChunk(ch)
 		}
 	case decode.KindMessage:
-		if ev.Message.Prefix == WatermarkPrefix {
+		if ev.Message.Prefix == incremental.WatermarkPrefix {
 			return s.message(ev.Message)
 		}
 	}
@@ -37,9 +38,9 @@ func (s *stream) incEvent(ev *decode.Event) error {
 
 func (s *stream) message(m decode.Message) error {
 	inc := s.inc
-	var w Watermark
+	var w incremental.Watermark
 	if err := json.Unmarshal(m.Content, &w); err != nil {
-		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+WatermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
+		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+incremental.WatermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
 		return nil
 	}
 	if w.Slot != s.c.cfg.Slot {
@@ -48,7 +49,7 @@ func (s *stream) message(m decode.Message) error {
 	if w.Resnapshot != "" {
 		return s.request(w, m.LSN)
 	}
-	if w.Run != inc.run {
+	if w.Run != inc.hand.Run() {
 		return nil // an earlier session's, replayed
 	}
 	switch w.W {
@@ -73,11 +74,7 @@ func (s *stream) message(m decode.Message) error {
 // between source transactions.
 func (s *stream) highWatermark(seq uint64) error {
 	inc := s.inc
-	inc.mu.Lock()
-	ch := inc.handed[seq]
-	delete(inc.handed, seq)
-	inc.nHanded.Store(int32(len(inc.handed)))
-	inc.mu.Unlock()
+	ch := inc.hand.Taken(seq)
 	route := inc.loop.RouteOf(seq)
 	why, err := inc.loop.High(seq, ch, s.c.test.noWindow)
 	if err != nil {
@@ -94,7 +91,7 @@ func (s *stream) highWatermark(seq uint64) error {
 	}
 	ch.Answer(why != "")
 	if why != "" {
-		s.inc.recycle(ch) // the lane reads it again, or drops it
+		s.inc.hand.Recycle(ch) // the lane reads it again, or drops it
 	}
 	return nil
 }
@@ -104,7 +101,7 @@ func (s *stream) highWatermark(seq uint64) error {
 // transaction holds nothing else, so the batches the rows fill are sealed
 // at the usual bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES) as between source
 // transactions; only the last one carries the COMMIT's position.
-func (s *stream) appendChunk(ch *Chunk) error {
+func (s *stream) appendChunk(ch *incremental.Chunk) error {
 	s.open = false
 	route := ch.Table.Rel.Target.Route
 	now := time.Now()
@@ -126,7 +123,7 @@ func (s *stream) appendChunk(ch *Chunk) error {
 // their bounds: each batch takes, in one copy, the lines up to the one
 // that reaches BATCH_MAX_ROWS or BATCH_MAX_BYTES (as the stream seals a
 // batch after the change that reached a bound).
-func (s *stream) copyChunk(ch *Chunk, route int, now time.Time) error {
+func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) error {
 	maxRows, maxBytes := s.c.cfg.BatchMaxRows, s.c.cfg.BatchMaxBytes
 	for i, start := 0, 0; i < len(ch.Ends); {
 		if s.c.full(s.filling) {
@@ -152,10 +149,10 @@ func (s *stream) copyChunk(ch *Chunk, route int, now time.Time) error {
 }
 
 // chunkAppended counts a chunk the outbox took and frees its buffers.
-func (s *stream) chunkAppended(ch *Chunk) error {
+func (s *stream) chunkAppended(ch *incremental.Chunk) error {
 	route := ch.Table.Rel.Target.Route
 	kept := int64(len(ch.Ends))
-	s.inc.recycle(ch)
+	s.inc.hand.Recycle(ch)
 	if ch.Retract {
 		s.c.stats.Retracted.Add(kept)
 		return nil

@@ -66,30 +66,6 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 	}
 }
 
-// A chunk waiting for its high watermark gets a status update (a nudge
-// to the walsender) watermarkNudge after it was handed, then one every
-// watermarkNudge after the last status update; none while no chunk waits.
-func TestNudgeAt(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	for _, c := range []struct {
-		name               string
-		handed, lastStatus time.Time
-		want               time.Time
-		ok                 bool
-	}{
-		{"no chunk waits", time.Time{}, t0, time.Time{}, false},
-		{"status before the chunk was handed", t0, t0.Add(-time.Second), t0.Add(watermarkNudge), true},
-		{"never a status", t0, time.Time{}, t0.Add(watermarkNudge), true},
-		{"status since the chunk was handed", t0, t0.Add(300 * time.Millisecond), t0.Add(300*time.Millisecond + watermarkNudge), true},
-		{"status at the same instant", t0, t0, t0.Add(watermarkNudge), true},
-	} {
-		got, ok := nudgeAt(c.handed, c.lastStatus)
-		if ok != c.ok || !got.Equal(c.want) {
-			t.Errorf("%s: nudgeAt = %v, %v; want %v, %v", c.name, got, ok, c.want, c.ok)
-		}
-	}
-}
-
 // A keepalive restarts the NO_PROGRESS_TIMEOUT clock only once the
 // session has been sent all the WAL the server had when it began: the
 // keepalive PostgreSQL 18.4 sends at the slot's confirmed position as

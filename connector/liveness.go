@@ -3,7 +3,6 @@ package connector
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,35 +86,6 @@ func (c *Connector) endSilentWalsender(ctx context.Context, conn *pgconn.PgConn)
 		c.logger.Warn("session: ended the walsender that still held the slot after the replication connection went silent", "pid", pid)
 	}
 	return nil
-}
-
-// idleWatch returns a context canceled once d passes without a call to
-// touch: a read that receives nothing for that long, a chunk's or a
-// snapshot's COPY over a connection the network dropped without a reset,
-// ends instead of hanging (TCP keepalives cannot see a peer whose kernel
-// still answers, such as a proxy that stopped forwarding). idle reports
-// whether that is why it ended; stop releases the watch.
-func idleWatch(parent context.Context, d time.Duration) (ctx context.Context, touch func(), idle func() bool, stop func()) {
-	ctx, cancel := context.WithCancel(parent)
-	var last atomic.Int64
-	var fired atomic.Bool
-	if d <= 0 {
-		return ctx, func() {}, fired.Load, cancel
-	}
-	last.Store(time.Now().UnixNano())
-	var t *time.Timer
-	var check func()
-	check = func() {
-		if quiet := time.Since(time.Unix(0, last.Load())); quiet < d {
-			t.Reset(d - quiet)
-			return
-		}
-		fired.Store(true)
-		cancel()
-	}
-	t = time.AfterFunc(d, check)
-	touch = func() { last.Store(time.Now().UnixNano()) }
-	return ctx, touch, fired.Load, func() { t.Stop(); cancel() }
 }
 
 // replicationTimeout is the session's liveness timeout (0: none, a test

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
 // run is the session's loop: apply what the session's goroutines
@@ -89,12 +90,12 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 		}
 	}
 	// A chunk whose high watermark is late: nudge the walsender (see
-	// watermarkNudge), and look again no later than the next nudge.
+	// incremental.WatermarkNudge), and look again no later than the next nudge.
 	if s.inc == nil {
 		return now, nudge, nil
 	}
-	handed := s.inc.awaited()
-	nudge, waiting := nudgeAt(handed, s.lastStatus)
+	handed := s.inc.hand.Awaited()
+	nudge, waiting := incremental.NudgeAt(handed, s.lastStatus)
 	if !waiting {
 		return now, time.Time{}, nil
 	}
@@ -103,7 +104,7 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 		if err := s.status(); err != nil {
 			return now, nudge, err
 		}
-		nudge, _ = nudgeAt(handed, s.lastStatus)
+		nudge, _ = incremental.NudgeAt(handed, s.lastStatus)
 	}
 	return now, nudge, nil
 }
@@ -237,7 +238,7 @@ func (s *stream) event(ev *decode.Event) error {
 		if err := s.incEvent(ev); err != nil {
 			return err
 		}
-	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == WatermarkPrefix {
+	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == incremental.WatermarkPrefix {
 		s.logger.Warn("resnapshot: ignoring a request: there is no state file yet (SNAPSHOT_MODE=never, first run), so nothing could record it", "lsn", ev.Message.LSN)
 	}
 	switch ev.Kind {

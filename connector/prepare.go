@@ -13,8 +13,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/replconn"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // pinnedGUCs fix the text output of values: the decoder parses text, so the
@@ -29,7 +29,7 @@ var pinnedGUCs = []string{
 
 // plan is what a session learned before streaming.
 type plan struct {
-	keys           []Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
+	keys           []incremental.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
 	targets        []*decode.Target
 	rels           []*decode.Rel    // per target: the catalog's columns, for COPY
 	leaves         [][]string       // per target: a partitioned table's leaves (nil for any other table)
@@ -299,11 +299,6 @@ func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
 	c.logger.Info("ack gate chosen", "gate", p.gate.String(), "model", p.model, "why", why,
 		"deployment_id", p.deploymentID, "incarnation_uuid", p.incarnation, "checkpoint_wal", p.walBudget)
 	return nil
-}
-
-// copySource is how a target's rows are read from Postgres.
-func copySource(t *decode.Target) snapshot.Source {
-	return snapshot.Source{Table: t.Source(), Filter: t.Filter, Query: t.Query}
 }
 
 // quoteIfNeeded turns a canonical Feldera name into the form

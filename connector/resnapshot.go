@@ -1,18 +1,14 @@
 package connector
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -48,12 +44,12 @@ import (
 // request of tables (schema.table, as the state file names them) for the
 // connector streaming from slot.
 func ResnapshotMessage(slot, id string, tables []string) (prefix, content string) {
-	b, _ := json.Marshal(Watermark{Slot: slot, Resnapshot: id, Tables: tables})
-	return WatermarkPrefix, string(b)
+	b, _ := json.Marshal(incremental.Watermark{Slot: slot, Resnapshot: id, Tables: tables})
+	return incremental.WatermarkPrefix, string(b)
 }
 
 // request is a resnapshot request at lsn, read from the stream.
-func (s *stream) request(w Watermark, lsn pglogrepl.LSN) error {
+func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	inc := s.inc
 	st := inc.st
 	if st.Request(w.Resnapshot) != nil {
@@ -118,131 +114,4 @@ func (s *stream) request(w Watermark, lsn pglogrepl.LSN) error {
 	}
 	s.startWorker()
 	return nil
-}
-
-// retractTable deletes, batch by batch, the keys Feldera holds for t's
-// table that Postgres does not.
-func (s *stream) retractTable(ctx context.Context, conn *pgx.Conn, t *Table) error {
-	inc := s.inc
-	rel := t.Rel
-	dest := rel.Target.Dest
-	var rels []*decode.Rel // the table's sources: a key is absent when none has it
-	for _, i := range inc.groups[rel.Target.Route] {
-		rels = append(rels, inc.rels[i])
-	}
-	check, err := absentCheck(ctx, conn, rels, true)
-	if err != nil {
-		return err
-	}
-	sp, err := s.c.spoolQuery(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
-	if err != nil {
-		return err
-	}
-	defer sp.close()
-	var rows [][]byte
-	size := 0 // of rows: a batch is bounded like a chunk, in rows and in bytes
-	vals := make([][]string, len(rel.KeyCols))
-	reply := make(chan bool, 1)
-	batch := func(last bool) error {
-		for {
-			ch, err := s.readRetract(ctx, conn, t, check, rows, vals, last)
-			if err != nil {
-				return err
-			}
-			if s.c.test.retractRead != nil && len(ch.keyEnds) > 0 {
-				s.c.test.retractRead(t.Rel.Target.Qualified(), ch.keyList())
-			}
-			ch.reply = reply
-			if err := s.hand(ctx, conn, ch); err != nil {
-				return err
-			}
-			again, err := s.answer(ctx, reply)
-			if err != nil {
-				return err
-			}
-			if !again {
-				break
-			}
-		}
-		rows = rows[:0]
-		for i := range vals {
-			vals[i] = vals[i][:0]
-		}
-		return nil
-	}
-	err = sp.each(func(line []byte) error {
-		del, err := keyVals(dest, line, vals)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, del)
-		size += len(del)
-		if len(rows) >= inc.limit || size >= s.c.cfg.BatchMaxBytes {
-			size = 0
-			return batch(false)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	s.logger.Info("resnapshot: Feldera's keys checked against Postgres", "table", rel.Target.Qualified(), "feldera_table", dest.Name, "keys", sp.rows)
-	return batch(true) // the last batch, even empty, marks the retraction done in order
-}
-
-// readRetract checks one batch of Feldera keys (rows, and their key
-// values as text) in its own REPEATABLE READ transaction between
-// watermarks: the chunk it returns holds a delete line per key the
-// snapshot lacks.
-func (s *stream) readRetract(ctx context.Context, conn *pgx.Conn, t *Table, check string, rows [][]byte, vals [][]string, last bool) (*Chunk, error) {
-	ch := &Chunk{Seq: s.inc.seq.Add(1), Table: t, Retract: true, Done: last}
-	low := s.mark(t, ch.Seq, "low")
-	if len(rows) == 0 {
-		return ch, s.emitWatermarks(ctx, conn, low)
-	}
-	name := t.Rel.Target.Qualified()
-	tx, snap, err := beginChunk(ctx, conn, fmt.Sprintf("retraction batch %d of %s", ch.Seq, name), []Watermark{low})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.end(ctx)
-	ch.snap = snap
-	// Text results: the keys as Postgres prints them, the form the
-	// stream's keys take (decode.KeyText), for the window.
-	args := []any{pgx.QueryResultFormats{pgx.TextFormatCode}}
-	for i := range vals {
-		args = append(args, vals[i])
-	}
-	res, err := conn.Query(ctx, check, args...)
-	if err != nil {
-		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.Seq, name, err)
-	}
-	for res.Next() {
-		raw := res.RawValues()
-		i, err := strconv.Atoi(string(raw[0]))
-		if err != nil || i < 1 || i > len(rows) {
-			res.Close()
-			return nil, fmt.Errorf("retraction batch %d of %s: bad ordinal %q", ch.Seq, name, raw[0])
-		}
-		ch.Buf = append(ch.Buf, `{"delete":`...)
-		ch.Buf = append(ch.Buf, rows[i-1]...)
-		ch.Buf = append(ch.Buf, "}\n"...)
-		ch.Ends = append(ch.Ends, len(ch.Buf))
-		var k []byte
-		for j, v := range raw[1:] {
-			if j > 0 {
-				k = append(k, 0)
-			}
-			k = append(k, v...)
-		}
-		ch.addKey(k)
-	}
-	res.Close()
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("retraction batch %d of %s: check keys: %w", ch.Seq, name, err)
-	}
-	if err := tx.commit(ctx); err != nil {
-		return nil, err
-	}
-	return ch, nil
 }

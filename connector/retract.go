@@ -5,15 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -24,14 +23,6 @@ func queryHint(err error, table string) error {
 		return fatal(fmt.Errorf("cannot read the rows of Feldera table %s to retract them: %w (declare a PRIMARY KEY or add WITH ('materialized' = 'true'))", table, err))
 	}
 	return fmt.Errorf("query feldera table %s: %w", table, err)
-}
-
-func selectList(fields []string) string {
-	q := make([]string, len(fields))
-	for i, f := range fields {
-		q[i] = feldera.SQLIdent(f)
-	}
-	return strings.Join(q, ", ")
 }
 
 // retractor batches delete lines for one route and flushes them, waiting
@@ -102,13 +93,13 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 			fields = append(fields, f.CanonicalName())
 		}
 	}
-	sp, err := c.spoolQuery(ctx, "SELECT "+selectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := c.spoolQuery(ctx, "SELECT "+incremental.SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
-	defer sp.close()
+	defer sp.Close()
 	r := c.newRetractor(ctx, targets, rel.Target.Route)
-	err = sp.each(func(row []byte) error {
+	err = sp.Each(func(row []byte) error {
 		del, err := dest.IngressRow(row)
 		if err != nil {
 			return fmt.Errorf("retract from Feldera table %s: %w", dest.Name, err)
@@ -136,15 +127,15 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
 	rel := rels[0]
 	dest := rel.Target.Dest
-	check, err := absentCheck(ctx, conn, rels, false)
+	check, err := incremental.AbsentCheck(ctx, conn, rels, false)
 	if err != nil {
 		return err
 	}
-	sp, err := c.spoolQuery(ctx, "SELECT "+selectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := c.spoolQuery(ctx, "SELECT "+incremental.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
-	defer sp.close()
+	defer sp.Close()
 	r := c.newRetractor(ctx, targets, rel.Target.Route)
 	var rows []json.RawMessage
 	vals := make([][]string, len(rel.KeyCols))
@@ -175,8 +166,8 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		}
 		return nil
 	}
-	err = sp.each(func(row []byte) error {
-		del, err := keyVals(dest, row, vals)
+	err = sp.Each(func(row []byte) error {
+		del, err := incremental.KeyVals(dest, row, vals)
 		if err != nil {
 			return err
 		}
@@ -193,86 +184,6 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		return err
 	}
 	return r.done("keys the snapshot does not have")
-}
-
-// absentCheck is the query that finds which of a batch of Feldera keys
-// none of rels (the sources of one Feldera table) has: its parameters
-// are one text array per key column (rels[0].KeyCols order), and it
-// returns each absent key's ordinal (from 1), and with withKeys also the
-// key columns, cast to their types, for the caller to read as Postgres
-// prints them.
-func absentCheck(ctx context.Context, conn *pgx.Conn, rels []*decode.Rel, withKeys bool) (string, error) {
-	rel := rels[0]
-	// SELECT k.i FROM unnest($1::text[], …) WITH ORDINALITY AS k(c0, …, i)
-	// WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.a = k.c0::type AND …)
-	var args, names, conds, out []string
-	out = append(out, "k.i")
-	for i, ci := range rel.KeyCols {
-		// The type with its modifier: a bare character is character(1),
-		// and a cast to it would cut every key of a char(3) column to one
-		// character (likewise bit).
-		var typ string
-		if err := conn.QueryRow(ctx, "SELECT format_type($1::oid, $2::int)", rel.Cols[ci].TypeOID, rel.Cols[ci].TypeMod).Scan(&typ); err != nil {
-			return "", fmt.Errorf("type of key column %s of %s (OID %d): %w", rel.Cols[ci].Name, rel.Target.Qualified(), rel.Cols[ci].TypeOID, err)
-		}
-		args = append(args, fmt.Sprintf("$%d::text[]", i+1))
-		names = append(names, fmt.Sprintf("c%d", i))
-		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", catalog.QuoteIdent(rel.Cols[ci].Name), i, typ))
-		out = append(out, fmt.Sprintf("k.c%d::%s", i, typ))
-	}
-	if !withKeys {
-		out = out[:1]
-	}
-	var absent []string
-	for _, r := range rels {
-		where := conds
-		// A row the publication's filter excludes is not in the snapshot
-		// either: the stream will never maintain it, so Feldera must not
-		// hold it. (The filter's columns resolve to t, the innermost scope.)
-		if r.Target.Filter != "" {
-			where = append(where[:len(where):len(where)], "("+r.Target.Filter+")")
-		}
-		absent = append(absent, fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s t WHERE %s)", r.Target.Source(), strings.Join(where, " AND ")))
-	}
-	return fmt.Sprintf("SELECT %s FROM unnest(%s) WITH ORDINALITY AS k(%s, i) WHERE %s",
-		strings.Join(out, ", "), strings.Join(args, ", "), strings.Join(names, ", "), strings.Join(absent, " AND ")), nil
-}
-
-// keyVals appends a Feldera query row's key fields, as text Postgres can
-// cast, to vals (one slice per key column), and returns the row as ingress
-// takes it (a delete's record).
-func keyVals(dest feldera.Relation, row json.RawMessage, vals [][]string) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(row, &m); err != nil {
-		return nil, fmt.Errorf("feldera query row %s: %w", row, err)
-	}
-	for i, k := range dest.PrimaryKey {
-		v, ok := lookupField(m, k)
-		if !ok {
-			return nil, fmt.Errorf("feldera query row %s lacks key field %s", row, k)
-		}
-		f, _ := dest.Field(k)
-		s, err := feldera.QueryText(f.ColumnType, v)
-		if err != nil {
-			return nil, fmt.Errorf("key field %s of %s: %w", k, dest.Name, err)
-		}
-		vals[i] = append(vals[i], s)
-	}
-	return dest.IngressRow(row)
-}
-
-// lookupField finds a key in a query row: exact, else case-insensitive
-// (result column names of unquoted identifiers are lower case).
-func lookupField(m map[string]json.RawMessage, name string) (json.RawMessage, bool) {
-	if v, ok := m[name]; ok {
-		return v, true
-	}
-	for k, v := range m {
-		if strings.EqualFold(k, name) {
-			return v, true
-		}
-	}
-	return nil, false
 }
 
 // verifyCount cross-checks Feldera after a snapshot or retraction: with

@@ -66,7 +66,7 @@ type stream struct {
 	alertCtx   context.Context  // canceled when lost has something: ends a receive
 	led        *delivery.Ledger // the acknowledgement rule: the only writer of the acknowledged position
 	live       liveness         // the replication connection's heartbeat
-	inc        *incSession     // the incremental snapshot under way, nil when none
+	inc        *incSession      // the incremental snapshot under way, nil when none
 	clock      stageClock       // times each source transaction to each stage
 }
 
@@ -112,7 +112,7 @@ func (c *Connector) session(ctx context.Context) error {
 		// no worker took it (the session ended first). Deferred, so that
 		// a session failing before its loop does not leak it.
 		defer func() {
-			if conn := inc.takeConn(); conn != nil {
+			if conn := inc.hand.TakeConn(); conn != nil {
 				conn.Close(context.WithoutCancel(ctx))
 			}
 		}()

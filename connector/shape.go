@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -88,7 +89,7 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 	}
 	s.logger.Warn("stream: "+why+"; reading the table again while streaming", "table", source, "columns", strings.Join(changed, ","), "lsn", s.received)
 	t.Columns = now
-	if err := s.request(Watermark{Resnapshot: "columns-" + s.received.String(), Tables: []string{source}}, s.received); err != nil {
+	if err := s.request(incremental.Watermark{Resnapshot: "columns-" + s.received.String(), Tables: []string{source}}, s.received); err != nil {
 		return err
 	}
 	// The session's plan reads the columns the catalog had when it began:

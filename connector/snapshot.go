@@ -330,7 +330,7 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 	// snapshot's CPU, and nothing here needs it finer (snapshot batches
 	// flush by size, not by linger).
 	now := time.Now()
-	n, err := snapshot.Copy(ctx, conn, copySource(t), cols, func(line []byte) error {
+	n, err := snapshot.Copy(ctx, conn, snapshot.SourceOf(t), cols, func(line []byte) error {
 		var err error
 		if b.bufs[t.Route], err = cr.AppendInsert(b.bufs[t.Route], line); err != nil {
 			return err

@@ -102,7 +102,7 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rels []*decode.
 				cols[i] = col.Name
 			}
 			cr := decode.CopyRow{Rel: r}
-			if _, err := snapshot.Copy(ctx, conn, copySource(r.Target), cols, func(row []byte) error {
+			if _, err := snapshot.Copy(ctx, conn, snapshot.SourceOf(r.Target), cols, func(row []byte) error {
 				var err error
 				if line, err = cr.AppendInsert(line[:0], row); err != nil {
 					return err

@@ -1,4 +1,4 @@
-package connector
+package incremental
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,41 +15,23 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// chunkKeys is every table's key (chunkKey), read once per session: a
-// refusal is the table's err; a failed query is returned.
-func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]Key, error) {
-	if p.keys != nil {
-		return p.keys, nil
-	}
-	keys := make([]Key, len(p.rels))
-	for i, rel := range p.rels {
-		k := &keys[i]
-		k.Cols, k.At, k.Err = chunkKey(ctx, conn, rel)
-		if k.Err != nil && !isFatal(k.Err) {
-			return nil, k.Err
-		}
-	}
-	p.keys = keys
-	return keys, nil
-}
-
 // planLanes is how t is read: in block ranges (planBlocks) when it can
 // be, else in key ranges (planKeyLanes): the lanes the state lists (those
 // not done), else, for a table not begun and SNAPSHOT_PARALLELISM above 1,
 // lanes cut at the histogram of its first key column, else one lane from
 // its After.
-func (s *stream) planLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, error) {
-	runs, ok, err := s.planBlocks(ctx, conn, t)
+func (w *Worker) planLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, error) {
+	runs, ok, err := w.planBlocks(ctx, conn, t)
 	if err != nil || ok {
 		return runs, err
 	}
-	return s.planKeyLanes(ctx, conn, t)
+	return w.planKeyLanes(ctx, conn, t)
 }
 
 // resumeBlocks is the state's block plan of a table that still has the
 // relfilenode it was planned for: its lanes not yet done, each from where
 // it got to.
-func (s *stream) resumeBlocks(st *state.Table) ([]*laneRun, error) {
+func (w *Worker) resumeBlocks(st *state.Table) ([]*laneRun, error) {
 	if len(st.Lanes) == 0 {
 		return []*laneRun{{after: st.After, reply: make(chan bool, 4), blocks: true, to: st.Blocks.End}}, nil
 	}
@@ -65,7 +46,7 @@ func (s *stream) resumeBlocks(st *state.Table) ([]*laneRun, error) {
 			r.to, err = parseBlock(l.Hi)
 		}
 		if err != nil {
-			return nil, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", s.c.cfg.StateFile, st.Source, i, err))
+			return nil, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", w.StateFile, st.Source, i, err))
 		}
 		runs = append(runs, r)
 	}
@@ -78,9 +59,9 @@ func (s *stream) resumeBlocks(st *state.Table) ([]*laneRun, error) {
 // false for a table read in key ranges: a partitioned one (its leaves
 // have block numbers of their own), or one whose key-range read the state
 // records as begun.
-func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, bool, error) {
+func (w *Worker) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, bool, error) {
 	st := t.Start
-	if s.c.test.chunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
+	if w.Hooks.ChunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
 		return nil, false, nil
 	}
 	var (
@@ -99,11 +80,11 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*l
 	}
 	if st.Blocks != nil && st.Blocks.Filenode == filenode {
 		t.Blocks = &state.Blocks{Filenode: st.Blocks.Filenode, End: st.Blocks.End}
-		runs, err := s.resumeBlocks(&st)
+		runs, err := w.resumeBlocks(&st)
 		return runs, err == nil, err
 	}
 	if st.Blocks != nil {
-		s.logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",
+		w.Logger.Warn("snapshot: incremental: the table was rewritten (a TRUNCATE, VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) since its read in block ranges began: reading it again from its first block",
 			"table", t.Rel.Target.Qualified(), "relfilenode", filenode, "planned_relfilenode", st.Blocks.Filenode)
 	}
 	if end > math.MaxUint32 {
@@ -111,7 +92,7 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*l
 	}
 	t.Blocks = &state.Blocks{Filenode: filenode, End: uint32(end)}
 	t.Plan = nil
-	cuts := snapshot.BlockLanes(uint32(end), s.inc.lanes)
+	cuts := snapshot.BlockLanes(uint32(end), w.H.lanes)
 	runs := make([]*laneRun, len(cuts))
 	for i, c := range cuts {
 		runs[i] = &laneRun{idx: i, reply: make(chan bool, 4), blocks: true, from: c[0], to: c[1]}
@@ -121,9 +102,9 @@ func (s *stream) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*l
 		}
 	}
 	if len(runs) > 1 {
-		s.logger.Info("snapshot: incremental: reading the table in lanes of block ranges", "table", t.Rel.Target.Qualified(), "blocks", end, "lanes", len(runs), "parallelism", s.inc.lanes)
+		w.Logger.Info("snapshot: incremental: reading the table in lanes of block ranges", "table", t.Rel.Target.Qualified(), "blocks", end, "lanes", len(runs), "parallelism", w.H.lanes)
 	} else {
-		s.logger.Info("snapshot: incremental: reading the table in block ranges", "table", t.Rel.Target.Qualified(), "blocks", end)
+		w.Logger.Info("snapshot: incremental: reading the table in block ranges", "table", t.Rel.Target.Qualified(), "blocks", end)
 	}
 	return runs, true, nil
 }
@@ -141,8 +122,8 @@ func parseBlock(v *string) (uint32, error) {
 }
 
 // planKeyLanes plans a table's read in primary-key ranges.
-func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, error) {
-	inc := s.inc
+func (w *Worker) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, error) {
+	inc := w.H
 	var runs []*laneRun
 	if len(t.Start.Lanes) > 0 {
 		for i, l := range t.Start.Lanes {
@@ -162,14 +143,14 @@ func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]
 		}
 		lanes := snapshot.Lanes(bounds, inc.lanes)
 		if len(lanes) == 1 {
-			s.logger.Info("snapshot: incremental: reading the table in one lane: pg_stats has no histogram of its first key column (ANALYZE it to read it in parallel)",
+			w.Logger.Info("snapshot: incremental: reading the table in one lane: pg_stats has no histogram of its first key column (ANALYZE it to read it in parallel)",
 				"table", t.Rel.Target.Qualified(), "column", t.key[0].Name)
 		} else {
 			for i, l := range lanes {
 				t.Plan = append(t.Plan, state.Lane{Lo: l.Lo, Hi: l.Hi})
 				runs = append(runs, &laneRun{idx: i, lane: l, reply: make(chan bool, 4)})
 			}
-			s.logger.Info("snapshot: incremental: reading the table in lanes", "table", t.Rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
+			w.Logger.Info("snapshot: incremental: reading the table in lanes", "table", t.Rel.Target.Qualified(), "lanes", len(lanes), "parallelism", inc.lanes)
 			return runs, nil
 		}
 	}
@@ -178,11 +159,11 @@ func (s *stream) planKeyLanes(ctx context.Context, conn *pgx.Conn, t *Table) ([]
 
 // readLanes reads the lanes, up to SNAPSHOT_PARALLELISM at once, each on
 // its own connection (the first on conn).
-func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *Table, runs []*laneRun) error {
-	n := min(s.inc.lanes, len(runs))
+func (w *Worker) readLanes(ctx context.Context, conn *pgx.Conn, t *Table, runs []*laneRun) error {
+	n := min(w.H.lanes, len(runs))
 	if n <= 1 {
 		for _, r := range runs {
-			if err := s.readLane(ctx, conn, t, r); err != nil {
+			if err := w.readLane(ctx, conn, t, r); err != nil {
 				return err
 			}
 		}
@@ -206,7 +187,7 @@ func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *Table, runs [
 		c := conn
 		if i > 0 {
 			var err error
-			if c, err = s.c.chunkConn(ctx); err != nil {
+			if c, err = w.Connect(ctx); err != nil {
 				cancel(err)
 				break
 			}
@@ -218,7 +199,7 @@ func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *Table, runs [
 				defer c.Close(context.WithoutCancel(ctx))
 			}
 			for r := next(); r != nil; r = next() {
-				if err := s.readLane(ctx, c, t, r); err != nil {
+				if err := w.readLane(ctx, c, t, r); err != nil {
 					cancel(err)
 					return
 				}
@@ -230,21 +211,6 @@ func (s *stream) readLanes(ctx context.Context, conn *pgx.Conn, t *Table, runs [
 		return err
 	}
 	return ctx.Err()
-}
-
-// tableStarts sets a table's progress metrics from the state and logs it.
-func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *Table) {
-	inc := s.inc
-	st := t.Start
-	var estimate float64
-	_ = conn.QueryRow(ctx, "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1::regclass", t.Rel.Target.Source()).Scan(&estimate)
-	ts := s.c.tableStats[t.Rel.Target.Route]
-	ts.Estimate.Store(int64(estimate))
-	left := (int64(estimate) - st.Copied + int64(inc.limit) - 1) / int64(inc.limit)
-	ts.ChunksDone.Store(st.Chunks)
-	ts.ChunksTotal.Store(st.Chunks + max(left, 1))
-	s.logger.Info("snapshot: incremental: table to read", "table", st.Source, "chunks_done", st.Chunks, "rows_copied", st.Copied,
-		"estimate", int64(estimate), "resume_after", strings.Join(st.After, ","), "retract_first", st.Retract)
 }
 
 // readLane reads one lane's chunks, from r.after to its end.
@@ -269,8 +235,8 @@ func (s *stream) tableStarts(ctx context.Context, conn *pgx.Conn, t *Table) {
 // chunk began. So a lane's chunks stay one contiguous sequence of
 // ranges, and the state never records a range past one still to be
 // read. The lane's last chunk is answered before it returns.
-func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *Table, r *laneRun) error {
-	lr := &laneReader{s: s, ctx: ctx, conn: conn, t: t, r: r}
+func (w *Worker) readLane(ctx context.Context, conn *pgx.Conn, t *Table, r *laneRun) error {
+	lr := &laneReader{w: w, ctx: ctx, conn: conn, t: t, r: r}
 	after := r.after
 	for {
 		// The chunk read last is handed, its high watermark written
@@ -280,13 +246,13 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *Table, r *lane
 			marks = lr.handOut(lr.open[:1])
 			lr.handed = true
 		}
-		seq := s.inc.seq.Add(1)
+		seq := w.H.seq.Add(1)
 		t0 := time.Now()
-		ch, err := s.readChunk(ctx, conn, t, r, seq, after, append(marks, s.mark(t, seq, "low")))
+		ch, err := w.readChunk(ctx, conn, t, r, seq, after, append(marks, w.mark(t, seq, "low")))
 		if err != nil {
 			return err
 		}
-		s.logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.Ends), "took", time.Since(t0))
+		w.Logger.Debug("snapshot: incremental: chunk read", "chunk", seq, "lane", r.idx, "rows", len(ch.Ends), "took", time.Since(t0))
 		lr.open = append(lr.open, ch)
 		if lr.handed {
 			again, redo, err := lr.answer()
@@ -314,7 +280,7 @@ func (s *stream) readLane(ctx context.Context, conn *pgx.Conn, t *Table, r *lane
 // loop: open holds the chunks not answered yet, in the order read;
 // open[0] is handed to the loop when handed is set, the others are not.
 type laneReader struct {
-	s      *stream
+	w      *Worker
 	ctx    context.Context
 	conn   *pgx.Conn
 	t      *Table
@@ -326,14 +292,14 @@ type laneReader struct {
 // handOut hands chunks to the loop and returns their high watermarks, to
 // be written.
 func (lr *laneReader) handOut(chs []*Chunk) []Watermark {
-	s, t := lr.s, lr.t
+	w, t := lr.w, lr.t
 	var marks []Watermark
 	for _, ch := range chs {
-		s.put(ch)
-		if s.c.test.chunkRead != nil && !ch.Discard {
-			s.c.test.chunkRead(t.Rel.Target.Qualified(), ch.keyList())
+		w.put(ch)
+		if w.Hooks.ChunkRead != nil && !ch.Discard {
+			w.Hooks.ChunkRead(t.Rel.Target.Qualified(), ch.keyList())
 		}
-		marks = append(marks, s.mark(t, ch.Seq, "high"))
+		marks = append(marks, w.mark(t, ch.Seq, "high"))
 	}
 	return marks
 }
@@ -341,9 +307,9 @@ func (lr *laneReader) handOut(chs []*Chunk) []Watermark {
 // answer takes open[0]'s answer. When it is to be read again, the chunks
 // after it are discarded, and redo is where reading resumes.
 func (lr *laneReader) answer() (again bool, redo []string, err error) {
-	s := lr.s
+	w := lr.w
 	first := lr.open[0]
-	if again, err = s.answer(lr.ctx, lr.r.reply); err != nil {
+	if again, err = w.answer(lr.ctx, lr.r.reply); err != nil {
 		return false, nil, err
 	}
 	lr.open, lr.handed = lr.open[1:], false
@@ -354,12 +320,12 @@ func (lr *laneReader) answer() (again bool, redo []string, err error) {
 		ch.Discard = true
 	}
 	if marks := lr.handOut(lr.open); len(marks) > 0 {
-		if err := s.emitWatermarks(lr.ctx, lr.conn, marks...); err != nil {
+		if err := w.emitWatermarks(lr.ctx, lr.conn, marks...); err != nil {
 			return false, nil, err
 		}
 	}
 	for range lr.open {
-		if _, err := s.answer(lr.ctx, lr.r.reply); err != nil {
+		if _, err := w.answer(lr.ctx, lr.r.reply); err != nil {
 			return false, nil, err
 		}
 	}
@@ -373,7 +339,7 @@ func (lr *laneReader) answer() (again bool, redo []string, err error) {
 func (lr *laneReader) drain() (again bool, redo []string, err error) {
 	for len(lr.open) > 0 && !again {
 		lr.handed = true
-		if err := lr.s.emitWatermarks(lr.ctx, lr.conn, lr.handOut(lr.open[:1])...); err != nil {
+		if err := lr.w.emitWatermarks(lr.ctx, lr.conn, lr.handOut(lr.open[:1])...); err != nil {
 			return false, nil, err
 		}
 		if again, redo, err = lr.answer(); err != nil {

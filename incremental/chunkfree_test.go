@@ -1,4 +1,4 @@
-package connector
+package incremental
 
 import "testing"
 
@@ -7,9 +7,9 @@ import "testing"
 // dropped once the worker has no table left, so a finished snapshot holds
 // no chunk memory.
 func TestChunkFreeList(t *testing.T) {
-	inc := &incSession{free: make(chan *Chunk, 2), running: true}
+	inc := &Handoff{free: make(chan *Chunk, 2), running: true}
 	for i := 0; i < 3; i++ {
-		inc.recycle(&Chunk{Buf: make([]byte, 10, 1<<20), Ends: []int{10}, keyBuf: []byte("k"), keyEnds: []int{1}})
+		inc.Recycle(&Chunk{Buf: make([]byte, 10, 1<<20), Ends: []int{10}, keyBuf: []byte("k"), keyEnds: []int{1}})
 	}
 	if len(inc.free) != 2 {
 		t.Fatalf("the free list holds %d chunks, want its capacity, 2", len(inc.free))
@@ -28,7 +28,7 @@ func TestChunkFreeList(t *testing.T) {
 	if len(inc.free) != 0 {
 		t.Fatalf("the free list still holds %d chunks after the worker's last table", len(inc.free))
 	}
-	inc.recycle(&Chunk{Buf: make([]byte, 0, 1<<20)})
+	inc.Recycle(&Chunk{Buf: make([]byte, 0, 1<<20)})
 	if len(inc.free) != 0 {
 		t.Fatal("a chunk recycled with no worker reading was kept")
 	}

@@ -1,4 +1,4 @@
-package connector
+package incremental
 
 import (
 	"fmt"
@@ -29,8 +29,8 @@ type Loop struct {
 	final   pglogrepl.LSN // its commit position, from its BEGIN
 	touched bool          // it changed a mapped table
 
-	holding *Chunk     // kept rows of the chunk whose high watermark's transaction is being read
-	pending *Save // that chunk's record, waiting for the transaction's end
+	holding *Chunk // kept rows of the chunk whose high watermark's transaction is being read
+	pending *Save  // that chunk's record, waiting for the transaction's end
 	saves   []Save
 }
 

@@ -1,10 +1,11 @@
-package connector
+package incremental
 
 import (
 	"bytes"
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,14 +19,14 @@ import (
 // in the query that writes marks (the watermarks before it, its own low
 // one last): its snapshot (for the xip rule), then the rows, encoded as
 // they arrive, as the initial snapshot encodes them, with their keys.
-func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *Table, r *laneRun, seq uint64, after []string, marks []Watermark) (*Chunk, error) {
+func (w *Worker) readChunk(ctx context.Context, conn *pgx.Conn, t *Table, r *laneRun, seq uint64, after []string, marks []Watermark) (*Chunk, error) {
 	rel := t.Rel
-	q, err := s.chunkQuery(t, r, seq, after)
+	q, err := w.chunkQuery(t, r, seq, after)
 	if err != nil {
 		return nil, err
 	}
 	what := fmt.Sprintf("chunk %d of %s", seq, rel.Target.Qualified())
-	ch := s.inc.newChunk()
+	ch := w.H.newChunk()
 	expect := q.limit
 	if r.blocks {
 		expect = int(float64(q.to-q.from) * r.rowsPerBlock)
@@ -40,7 +41,7 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *Table, r *lan
 	// encoder then run side by side.
 	var head []byte
 	cr := decode.CopyRow{Rel: rel}
-	wctx, touch, idle, stop := idleWatch(ctx, s.live.timeout)
+	wctx, touch, idle, stop := idleWatch(ctx, w.Timeout)
 	defer stop()
 	_, err = snapshot.CopySQL(wctx, conn, rel.Target.Qualified(), chunkSQL(marks, rel.Target.Source(), r.blocks, q.sql), func(line []byte) error {
 		touch()
@@ -58,17 +59,17 @@ func (s *stream) readChunk(ctx context.Context, conn *pgx.Conn, t *Table, r *lan
 	if err != nil {
 		// A failure after the BEGIN leaves the transaction open.
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		s.inc.recycle(ch)
+		w.H.Recycle(ch)
 		if idle() {
-			err = fmt.Errorf("no row for %s (PG_REPLICATION_TIMEOUT): the connection went silent: %w", s.live.timeout, err)
+			err = fmt.Errorf("no row for %s (PG_REPLICATION_TIMEOUT): the connection went silent: %w", w.Timeout, err)
 		}
 		if len(marks) > 0 {
 			return nil, fmt.Errorf("%s (with the %s watermark of chunk %d): %w", what, marks[0].W, marks[0].Chunk, err)
 		}
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if ch.snap, err = s.chunkHead(t, r.blocks, what, head); err != nil {
-		s.inc.recycle(ch)
+	if ch.snap, err = w.chunkHead(t, r.blocks, what, head); err != nil {
+		w.H.Recycle(ch)
 		return nil, err
 	}
 	if err := q.finish(ch, t, r, what); err != nil {
@@ -93,13 +94,13 @@ type chunkRead struct {
 // SNAPSHOT_CHUNK_ROWS and by BATCH_MAX_BYTES at the width the lane's rows
 // had so far (a chunk is held in memory whole, and TOASTed values make
 // rows of any width).
-func (s *stream) chunkQuery(t *Table, r *laneRun, seq uint64, after []string) (*chunkRead, error) {
+func (w *Worker) chunkQuery(t *Table, r *laneRun, seq uint64, after []string) (*chunkRead, error) {
 	rel := t.Rel
 	cols := make([]string, len(rel.Cols))
 	for i, col := range rel.Cols {
 		cols[i] = col.Name
 	}
-	q := &chunkRead{limit: s.inc.limit}
+	q := &chunkRead{limit: w.H.limit}
 	var err error
 	if r.blocks {
 		q.from = r.from
@@ -111,16 +112,16 @@ func (s *stream) chunkQuery(t *Table, r *laneRun, seq uint64, after []string) (*
 		if q.from > r.to {
 			return nil, fatal(fmt.Errorf("chunk %d of %s: resumes at block %d, past its range's end %d", seq, rel.Target.Qualified(), q.from, r.to))
 		}
-		r.prevBlocks = min(snapshot.BlocksPerChunk(s.inc.limit, s.c.cfg.BatchMaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-q.from)
+		r.prevBlocks = min(snapshot.BlocksPerChunk(w.H.limit, w.MaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-q.from)
 		q.to = q.from + r.prevBlocks
-		q.sql, err = copySource(rel.Target).BlockChunkSQL(cols, q.from, q.to)
+		q.sql, err = snapshot.SourceOf(rel.Target).BlockChunkSQL(cols, q.from, q.to)
 		return q, err
 	}
 	q.limit = min(q.limit, firstKeyChunk)
 	if r.bytesPerRow > 0 {
-		q.limit = max(1, min(s.inc.limit, int(float64(s.c.cfg.BatchMaxBytes)/r.bytesPerRow)))
+		q.limit = max(1, min(w.H.limit, int(float64(w.MaxBytes)/r.bytesPerRow)))
 	}
-	q.sql, err = copySource(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, q.limit)
+	q.sql, err = snapshot.SourceOf(rel.Target).LaneChunkSQL(cols, t.key, r.lane, after, q.limit)
 	return q, err
 }
 
@@ -198,7 +199,7 @@ func chunkSQL(marks []Watermark, table string, blocks bool, copy string) string 
 // yet may have moved into blocks read already: the chunk fails, the
 // session ends, and the next one finds the state's plan stale and reads
 // the table again from its first block (planBlocks).
-func (s *stream) chunkHead(t *Table, blocks bool, what string, head []byte) (snapshot.TxSnapshot, error) {
+func (w *Worker) chunkHead(t *Table, blocks bool, what string, head []byte) (snapshot.TxSnapshot, error) {
 	if head == nil {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: no snapshot line", what)
 	}
@@ -214,7 +215,7 @@ func (s *stream) chunkHead(t *Table, blocks bool, what string, head []byte) (sna
 	if err != nil {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: relfilenode %q: %w", what, node, err)
 	}
-	if uint32(filenode) != t.Blocks.Filenode && !s.c.test.noFilenode {
+	if uint32(filenode) != t.Blocks.Filenode && !w.Hooks.NoFilenode {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
 			what, filenode, t.Blocks.Filenode)
 	}
@@ -312,7 +313,7 @@ type Chunk struct {
 	Discard bool
 	lane    int       // the lane it belongs to
 	reply   chan bool // where the loop answers: true reads it again
-	// handedAt: when the worker put it for the loop (see watermarkNudge)
+	// handedAt: when the worker put it for the loop (see WatermarkNudge)
 	handedAt time.Time
 	// Retract: a batch of a resnapshot's retraction. Its lines are
 	// deletes of keys Feldera holds and the batch's snapshot does not,
@@ -376,7 +377,7 @@ func (ch *Chunk) keyList() []string {
 // the garbage collector does not run for them (a sync.Pool, which each
 // collection empties, kept few: a snapshot of 1,000,000 rows ran the
 // collector 31 times, against 5 for the initial snapshot).
-func (inc *incSession) newChunk() *Chunk {
+func (inc *Handoff) newChunk() *Chunk {
 	select {
 	case b := <-inc.free:
 		return b
@@ -385,9 +386,9 @@ func (inc *incSession) newChunk() *Chunk {
 	}
 }
 
-// recycle gives a chunk's buffers back once nothing reads them. They are
+// Recycle gives a chunk's buffers back once nothing reads them. They are
 // kept while a worker reads chunks, and dropped once none does.
-func (inc *incSession) recycle(ch *Chunk) {
+func (inc *Handoff) Recycle(ch *Chunk) {
 	b := &Chunk{Buf: ch.Buf[:0], Ends: ch.Ends[:0], keyBuf: ch.keyBuf[:0], keyEnds: ch.keyEnds[:0]}
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
@@ -398,4 +399,33 @@ func (inc *incSession) recycle(ch *Chunk) {
 	case inc.free <- b:
 	default:
 	}
+}
+
+// idleWatch returns a context canceled once d passes without a call to
+// touch: a read that receives nothing for that long, a chunk's or a
+// snapshot's COPY over a connection the network dropped without a reset,
+// ends instead of hanging (TCP keepalives cannot see a peer whose kernel
+// still answers, such as a proxy that stopped forwarding). idle reports
+// whether that is why it ended; stop releases the watch.
+func idleWatch(parent context.Context, d time.Duration) (ctx context.Context, touch func(), idle func() bool, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	var last atomic.Int64
+	var fired atomic.Bool
+	if d <= 0 {
+		return ctx, func() {}, fired.Load, cancel
+	}
+	last.Store(time.Now().UnixNano())
+	var t *time.Timer
+	var check func()
+	check = func() {
+		if quiet := time.Since(time.Unix(0, last.Load())); quiet < d {
+			t.Reset(d - quiet)
+			return
+		}
+		fired.Store(true)
+		cancel()
+	}
+	t = time.AfterFunc(d, check)
+	touch = func() { last.Store(time.Now().UnixNano()) }
+	return ctx, touch, fired.Load, func() { t.Stop(); cancel() }
 }
