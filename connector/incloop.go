@@ -82,7 +82,7 @@ func (s *stream) highWatermark(seq uint64) error {
 	}
 	s.dec.WantKeys[route] = inc.loop.Watching(route)
 	if why != "" && !ch.Discard {
-		inc.retries++
+		inc.rec.Retries++
 		what := "chunk"
 		if ch.Retract {
 			what = "retraction batch"

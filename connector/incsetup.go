@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -26,14 +25,8 @@ type incSession struct {
 	keys   []incremental.Key    // per table in TABLES
 	tables []*incremental.Table // being read, or queued
 
-	loop    *incremental.Loop // the rule, fed by the stream loop
-	retries int
-	lastLog time.Time
-	// unsaved is how many chunks the state records in memory and not yet
-	// in its file; savedAt is when the file was last written.
-	unsaved int
-	savedAt time.Time
-	started time.Time
+	loop *incremental.Loop     // the rule, fed by the stream loop
+	rec  *incremental.Recorder // records the chunks durable in the state file
 }
 
 // startIncremental writes the first run of an incremental snapshot: the
@@ -132,7 +125,9 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incSession, e
 	inc := &incSession{
 		hand: incremental.NewHandoff(c.chunkRows(), c.cfg.SnapshotParallelism), st: st,
 		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.rels, loop: incremental.NewLoop(),
-		started: time.Now(), lastLog: time.Now(),
+		rec: incremental.NewRecorder(st, c.cfg.StateFile, c.logger, func(route int) *incremental.Progress {
+			return &c.tableStats[route].Progress
+		}),
 	}
 	// Every table's key is read now, so that a resnapshot request is
 	// answered at once, in the stream loop, without a query. The

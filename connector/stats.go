@@ -3,6 +3,8 @@ package connector
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
 // Stats are live counters of a Connector, safe to read from any goroutine
@@ -31,11 +33,11 @@ type TableStats struct {
 	Inserts      atomic.Int64 // insert lines from the stream
 	Deletes      atomic.Int64 // delete lines from the stream
 	Copied       atomic.Int64 // rows copied by snapshots
-	Estimate     atomic.Int64 // pg_class.reltuples at the last snapshot
 	Nulled       atomic.Int64 // values delivered as NULL: NaN, or unrepresentable with UNREPRESENTABLE_VALUES=null
-	// An incremental snapshot's chunks: done (durable, recorded), and
-	// done plus the estimate of those left; 0 when none runs.
-	ChunksDone, ChunksTotal atomic.Int64
+	// Estimate, and an incremental snapshot's chunks: done (durable,
+	// recorded), and done plus the estimate of those left; 0 when none
+	// runs.
+	incremental.Progress
 }
 
 // Stats returns the connector's live counters.
