@@ -75,22 +75,9 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	if len(w.Tables) == 0 {
 		return refuse("the request names no table")
 	}
-	var idx []int
-	for _, name := range w.Tables {
-		i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == name })
-		if i < 0 {
-			var known []string
-			for _, t := range st.Tables {
-				known = append(known, t.Source)
-			}
-			return refuse(fmt.Sprintf("table %s is not one this connector streams (%s)", name, strings.Join(known, ", ")))
-		}
-		if err := inc.keys[i].Err; err != nil {
-			return refuse(err.Error())
-		}
-		if !slices.Contains(idx, i) {
-			idx = append(idx, i)
-		}
+	idx, why := inc.requested(w.Tables)
+	if why != "" {
+		return refuse(why)
 	}
 	busy := ""
 	for _, i := range idx {
@@ -114,4 +101,27 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	}
 	s.startWorker()
 	return nil
+}
+
+// requested is the indexes in TABLES of the tables a resnapshot request
+// names, each once; why says why the request is refused instead.
+func (inc *incSession) requested(names []string) (idx []int, why string) {
+	st := inc.st
+	for _, name := range names {
+		i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == name })
+		if i < 0 {
+			var known []string
+			for _, t := range st.Tables {
+				known = append(known, t.Source)
+			}
+			return nil, fmt.Sprintf("table %s is not one this connector streams (%s)", name, strings.Join(known, ", "))
+		}
+		if err := inc.keys[i].Err; err != nil {
+			return nil, err.Error()
+		}
+		if !slices.Contains(idx, i) {
+			idx = append(idx, i)
+		}
+	}
+	return idx, ""
 }

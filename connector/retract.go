@@ -115,6 +115,29 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 	return c.verifyCount(ctx, rel.Target, 0)
 }
 
+// absent deletes from Feldera the keys of rows (their values as text in
+// vals) that the snapshot does not have: check lists their ordinals.
+func (r *retractor) absent(ctx context.Context, conn *pgx.Conn, check string, rel *decode.Rel, rows []json.RawMessage, vals [][]string) error {
+	params := make([]any, len(vals))
+	for i := range vals {
+		params[i] = vals[i]
+	}
+	res, err := conn.Query(ctx, check, params...)
+	if err != nil {
+		return fmt.Errorf("check keys of %s against the snapshot: %w", rel.Target.Qualified(), err)
+	}
+	missing, err := pgx.CollectRows(res, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("check keys of %s against the snapshot: %w", rel.Target.Qualified(), err)
+	}
+	for _, i := range missing {
+		if err := r.delete(rows[i-1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // retractMissing deletes the keys Feldera holds that the snapshot does not:
 // rows an earlier attempt made durable and the source deleted since. The
 // keys are spooled from Feldera, then checked against Postgres in chunks,
@@ -143,22 +166,8 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 		if len(rows) == 0 {
 			return nil
 		}
-		params := make([]any, len(vals))
-		for i := range vals {
-			params[i] = vals[i]
-		}
-		res, err := conn.Query(ctx, check, params...)
-		if err != nil {
-			return fmt.Errorf("check keys of %s against the snapshot: %w", rel.Target.Qualified(), err)
-		}
-		missing, err := pgx.CollectRows(res, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("check keys of %s against the snapshot: %w", rel.Target.Qualified(), err)
-		}
-		for _, i := range missing {
-			if err := r.delete(rows[i-1]); err != nil {
-				return err
-			}
+		if err := r.absent(ctx, conn, check, rel, rows, vals); err != nil {
+			return err
 		}
 		rows = rows[:0]
 		for i := range vals {

@@ -285,6 +285,26 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 	return counts, nil
 }
 
+// flushSnapshotBatch sends a snapshot batch, if it holds rows, and
+// empties it: inside the snapshot's Feldera transaction
+// (SNAPSHOT_TRANSACTION) without waiting, else waiting for its
+// completion.
+func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
+	if b.total == 0 {
+		return nil
+	}
+	if c.snapTokens != nil {
+		if err := c.postSnapshotBatch(ctx, targets, b); err != nil {
+			return err
+		}
+	} else if err := c.flush(ctx, targets, b, true); err != nil {
+		return err
+	}
+	crashtest.Point("snapshot_after_batch")
+	b.reset(b.seq + 1)
+	return nil
+}
+
 // postSnapshotBatch is a snapshot batch's flush inside the snapshot's
 // Feldera transaction: POSTed, not waited for.
 func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
@@ -311,21 +331,7 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 	cr := decode.CopyRow{Rel: rel}
 	start, lastLog := time.Now(), time.Now()
 	var rows int64
-	flush := func() error {
-		if b.total == 0 {
-			return nil
-		}
-		if c.snapTokens != nil {
-			if err := c.postSnapshotBatch(ctx, targets, b); err != nil {
-				return err
-			}
-		} else if err := c.flush(ctx, targets, b, true); err != nil {
-			return err
-		}
-		crashtest.Point("snapshot_after_batch")
-		b.reset(b.seq + 1)
-		return nil
-	}
+	flush := func() error { return c.flushSnapshotBatch(ctx, targets, b) }
 	// The clock is read once per 1024 rows: per row it was 8% of the
 	// snapshot's CPU, and nothing here needs it finer (snapshot batches
 	// flush by size, not by linger).

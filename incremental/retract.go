@@ -35,25 +35,8 @@ func (w *Worker) retractTable(ctx context.Context, conn *pgx.Conn, t *Table) err
 	vals := make([][]string, len(rel.KeyCols))
 	reply := make(chan bool, 1)
 	batch := func(last bool) error {
-		for {
-			ch, err := w.readRetract(ctx, conn, t, check, rows, vals, last)
-			if err != nil {
-				return err
-			}
-			if w.Hooks.RetractRead != nil && len(ch.keyEnds) > 0 {
-				w.Hooks.RetractRead(t.Rel.Target.Qualified(), ch.keyList())
-			}
-			ch.reply = reply
-			if err := w.hand(ctx, conn, ch); err != nil {
-				return err
-			}
-			again, err := w.answer(ctx, reply)
-			if err != nil {
-				return err
-			}
-			if !again {
-				break
-			}
+		if err := w.retractBatch(ctx, conn, t, check, rows, vals, last, reply); err != nil {
+			return err
 		}
 		rows = rows[:0]
 		for i := range vals {
@@ -79,6 +62,28 @@ func (w *Worker) retractTable(ctx context.Context, conn *pgx.Conn, t *Table) err
 	}
 	w.Logger.Info("resnapshot: Feldera's keys checked against Postgres", "table", rel.Target.Qualified(), "feldera_table", dest.Name, "keys", sp.Rows)
 	return batch(true) // the last batch, even empty, marks the retraction done in order
+}
+
+// retractBatch hands the loop one batch of Feldera keys to check (rows,
+// and their key values as text), read again until the loop keeps it.
+func (w *Worker) retractBatch(ctx context.Context, conn *pgx.Conn, t *Table, check string, rows [][]byte, vals [][]string, last bool, reply chan bool) error {
+	for {
+		ch, err := w.readRetract(ctx, conn, t, check, rows, vals, last)
+		if err != nil {
+			return err
+		}
+		if w.Hooks.RetractRead != nil && len(ch.keyEnds) > 0 {
+			w.Hooks.RetractRead(t.Rel.Target.Qualified(), ch.keyList())
+		}
+		ch.reply = reply
+		if err := w.hand(ctx, conn, ch); err != nil {
+			return err
+		}
+		again, err := w.answer(ctx, reply)
+		if err != nil || !again {
+			return err
+		}
+	}
 }
 
 // readRetract checks one batch of Feldera keys (rows, and their key
