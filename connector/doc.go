@@ -18,8 +18,9 @@
 //   - one poster at a time (flush.go, startFlush), which POSTs a sealed
 //     batch and hands it to the completer;
 //   - one retraction at a time (loop.go, truncate), for a TRUNCATE;
-//   - the incremental snapshot's worker (incworker.go), and the lane
-//     readers it starts and joins itself (lanes.go, readLanes);
+//   - the incremental snapshot's worker (incremental.Worker, started by
+//     incconn.go's startWorker), and the lane readers it starts and joins
+//     itself; it shares only the incremental.Handoff with the loop;
 //   - the pipeline watcher (watch.go), which reads /stats and
 //     /checkpoints and reports a restart or a new checkpoint.
 //
