@@ -96,7 +96,7 @@ func (s *stream) recordCheckpoint() error {
 	if err := s.writeChunks(); err != nil {
 		return err
 	}
-	if gap && s.plan.model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {
+	if gap && s.plan.Model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {
 		s.led.AckAtCompletion()
 		s.c.gate.Store(int32(GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)

@@ -48,7 +48,7 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 	r := &CheckReport{}
 	var ps problems
 	ps.add("STATE_FILE", checkStateFile(c.cfg.StateFile))
-	p, err := c.prepare(ctx, forCheck)
+	p, err := c.prepare(ctx, ForCheck)
 	var found Problems
 	switch {
 	case errors.As(err, &found):
@@ -56,7 +56,7 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 	case errors.As(err, new(*pgconn.ConnectError)):
 		// No connection: nothing on the Postgres side can be read.
 		ps.add("PG_DSN", refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
-		if _, err := c.preparePipeline(ctx, &plan{}, forCheck, &ps); err != nil {
+		if _, err := c.preparePipeline(ctx, &Plan{}, ForCheck, &ps); err != nil {
 			return nil, err
 		}
 		r.Problems = ps.list
@@ -67,13 +67,13 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 		}
 	}
 	if p != nil {
-		r.Tables = len(p.targets)
+		r.Tables = len(p.Targets)
 		if len(found) > 0 {
 			r.Tables = 0 // the plan is not whole
 		}
-		r.CheckpointWAL = p.walBudget
-		if p.model != "" {
-			r.Model, r.Gate = string(p.model), GateFor(p.model, c.cfg.AckMode).String()
+		r.CheckpointWAL = p.WALBudget
+		if p.Model != "" {
+			r.Model, r.Gate = string(p.Model), GateFor(p.Model, c.cfg.AckMode).String()
 		}
 	}
 	if err := c.checkReplication(ctx, &ps); err != nil {

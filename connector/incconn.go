@@ -33,7 +33,7 @@ func (s *stream) worker() *incremental.Worker {
 	c := s.c
 	return &incremental.Worker{
 		H: s.inc.hand, Slot: c.cfg.Slot, StateFile: c.cfg.StateFile, MaxBytes: c.cfg.BatchMaxBytes,
-		Timeout: s.live.timeout, Rels: s.inc.rels, Groups: s.plan.groups,
+		Timeout: s.live.timeout, Rels: s.inc.rels, Groups: s.plan.Groups,
 		Connect: c.chunkConn, Spool: c.spoolQuery, Starts: s.tableStarts, Wake: s.wake.fire,
 		Hooks: c.test.worker, Logger: s.logger,
 	}
@@ -86,19 +86,19 @@ func (c *Connector) closeChunkConn() {
 
 // chunkKeys is every table's key (chunkKey), read once per session: a
 // refusal is the table's err; a failed query is returned.
-func (p *plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]incremental.Key, error) {
-	if p.keys != nil {
-		return p.keys, nil
+func (p *Plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]incremental.Key, error) {
+	if p.Keys != nil {
+		return p.Keys, nil
 	}
-	keys := make([]incremental.Key, len(p.rels))
-	for i, rel := range p.rels {
+	keys := make([]incremental.Key, len(p.Rels))
+	for i, rel := range p.Rels {
 		k := &keys[i]
 		k.Cols, k.At, k.Err = incremental.ChunkKey(ctx, conn, rel)
 		if k.Err != nil && !isFatal(k.Err) {
 			return nil, k.Err
 		}
 	}
-	p.keys = keys
+	p.Keys = keys
 	return keys, nil
 }
 

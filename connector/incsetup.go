@@ -42,7 +42,7 @@ type incSession struct {
 // batch, the keys Feldera holds and Postgres lacks, then reads the table
 // in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
 // The resnapshot requests of old (the state replaced) are kept.
-func (c *Connector) startIncremental(ctx context.Context, p *plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
+func (c *Connector) startIncremental(ctx context.Context, p *Plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
 	// The connection that checks the keys is kept for the session's
 	// worker to read chunks on (a connection costs a backend's start:
 	// milliseconds on the path to the first chunk).
@@ -111,7 +111,7 @@ func (c *Connector) chunkRows() int {
 // file: the tables it leaves incremental are queued for the worker.
 // It is nil only without a state file (a first run under
 // SNAPSHOT_MODE=never, which no request can change).
-func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incSession, error) {
+func (c *Connector) newIncremental(ctx context.Context, p *Plan) (*incSession, error) {
 	st, err := state.Load(c.cfg.StateFile)
 	if errors.Is(err, state.ErrNotExist) {
 		return nil, nil
@@ -119,12 +119,12 @@ func (c *Connector) newIncremental(ctx context.Context, p *plan) (*incSession, e
 	if err != nil {
 		return nil, fatal(err)
 	}
-	if len(st.Tables) != len(p.rels) {
-		return nil, fatal(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.rels)))
+	if len(st.Tables) != len(p.Rels) {
+		return nil, fatal(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.Rels)))
 	}
 	inc := &incSession{
 		hand: incremental.NewHandoff(c.chunkRows(), c.cfg.SnapshotParallelism), st: st,
-		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.rels, loop: incremental.NewLoop(),
+		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.Rels, loop: incremental.NewLoop(),
 		rec: incremental.NewRecorder(st, c.cfg.StateFile, c.logger, func(route int) *incremental.Progress {
 			return &c.tableStats[route].Progress
 		}),

@@ -90,9 +90,9 @@ func (c *Connector) endSilentWalsender(ctx context.Context, conn *pgconn.PgConn)
 
 // replicationTimeout is the session's liveness timeout (0: none, a test
 // hook's unsafe variant).
-func (c *Connector) replicationTimeout(p *plan) time.Duration {
+func (c *Connector) replicationTimeout(p *Plan) time.Duration {
 	if c.test.noHeartbeat {
 		return 0
 	}
-	return replicationTimeout(c.cfg.ReplicationTimeout, p.walTimeout)
+	return replicationTimeout(c.cfg.ReplicationTimeout, p.WALTimeout)
 }

@@ -84,14 +84,14 @@ func (c *Connector) reconcilePartitions(t *state.Table, now []string, keyed bool
 // while it streams, on a connection of its own.
 type partitionWatch struct {
 	c    *Connector
-	p    *plan
+	p    *Plan
 	conn *pgx.Conn
 }
 
 // check returns an error that ends the session when a partitioned table's
 // leaves differ from the ones the session began with.
 func (w *partitionWatch) check(ctx context.Context) error {
-	if w.c.test.ignoreShape || !slices.ContainsFunc(w.p.leaves, func(l []string) bool { return l != nil }) {
+	if w.c.test.ignoreShape || !slices.ContainsFunc(w.p.Leaves, func(l []string) bool { return l != nil }) {
 		return nil
 	}
 	if w.conn == nil || w.conn.IsClosed() {
@@ -102,11 +102,11 @@ func (w *partitionWatch) check(ctx context.Context) error {
 		}
 		w.conn = conn
 	}
-	for i, known := range w.p.leaves {
+	for i, known := range w.p.Leaves {
 		if known == nil {
 			continue
 		}
-		leaves, err := catalog.ReadLeafIdentities(ctx, w.conn, w.p.targets[i].Source())
+		leaves, err := catalog.ReadLeafIdentities(ctx, w.conn, w.p.Targets[i].Source())
 		if err != nil {
 			w.c.logger.Warn("partitions: read failed; trying again at the next check", "err", err)
 			w.close()
@@ -117,7 +117,7 @@ func (w *partitionWatch) check(ctx context.Context) error {
 			now[j] = l.Name
 		}
 		if attached, detached := partitionsMoved(known, now); len(attached)+len(detached) > 0 {
-			return fmt.Errorf("the partitions of %s changed while streaming (%s): the session restarts to read the table again", w.p.targets[i].Qualified(), movedText(attached, detached))
+			return fmt.Errorf("the partitions of %s changed while streaming (%s): the session restarts to read the table again", w.p.Targets[i].Qualified(), movedText(attached, detached))
 		}
 	}
 	return nil

@@ -27,49 +27,49 @@ var pinnedGUCs = []string{
 	"SET extra_float_digits = 3",
 }
 
-// plan is what a session learned before streaming.
-type plan struct {
-	keys           []incremental.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
-	targets        []*decode.Target
-	rels           []*decode.Rel    // per target: the catalog's columns, for COPY
-	leaves         [][]string       // per target: a partitioned table's leaves (nil for any other table)
-	routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
-	groups         [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
-	deploymentID   string
-	model          feldera.FTModel      // the pipeline's fault-tolerance model
-	faultTolerant  bool                 // model keeps completed state across a Feldera restart
-	incarnation    string               // /stats incarnation_uuid: the Feldera process fed
-	programVersion int64                // program_version: under exactly_once a change discards the journal
-	noCheckpoint   bool                 // fault tolerant, and /checkpoints was empty before the probe
-	checkpoints    []feldera.Checkpoint // /checkpoints when the session began
-	ckptBefore     map[string]bool      // their UUIDs: they cover nothing this session completes
-	gate           Gate                 // when a completed batch is durable, by the model
-	walTimeout     time.Duration
-	walBudget      int64          // bytes of WAL waiting for a checkpoint before one is asked for; 0: none
-	types          *catalog.Types // pg_type beyond the built-ins, for the decoder
+// Plan is what a session learned before streaming.
+type Plan struct {
+	Keys           []incremental.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
+	Targets        []*decode.Target
+	Rels           []*decode.Rel    // per target: the catalog's columns, for COPY
+	Leaves         [][]string       // per target: a partitioned table's leaves (nil for any other table)
+	Routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
+	Groups         [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
+	DeploymentID   string
+	Model          feldera.FTModel      // the pipeline's fault-tolerance model
+	FaultTolerant  bool                 // model keeps completed state across a Feldera restart
+	Incarnation    string               // /stats incarnation_uuid: the Feldera process fed
+	ProgramVersion int64                // program_version: under exactly_once a change discards the journal
+	NoCheckpoint   bool                 // fault tolerant, and /checkpoints was empty before the probe
+	Checkpoints    []feldera.Checkpoint // /checkpoints when the session began
+	CkptBefore     map[string]bool      // their UUIDs: they cover nothing this session completes
+	Gate           Gate                 // when a completed batch is durable, by the model
+	WALTimeout     time.Duration
+	WALBudget      int64          // bytes of WAL waiting for a checkpoint before one is asked for; 0: none
+	Types          *catalog.Types // pg_type beyond the built-ins, for the decoder
 }
 
-// prepareMode is what a look at the prerequisites is for.
-type prepareMode int
+// Mode is what a look at the prerequisites is for.
+type Mode int
 
 const (
-	forRun    prepareMode = iota
-	forVerify             // reads only: a Paused pipeline is accepted; no stats, no gate
-	forCheck              // reads only, and a pipeline that cannot be used is a problem, not a retry
+	ForRun    Mode = iota
+	ForVerify             // reads only: a Paused pipeline is accepted; no stats, no gate
+	ForCheck              // reads only, and a pipeline that cannot be used is a problem, not a retry
 )
 
 // prepare runs the startup checks: wal_level, the publication and its
 // tables, the Feldera pipeline and its schema, and a decoding plan for each
 // table from the catalog, so a bad mapping is refused before streaming.
 // Every refusal found is collected and returned at once (Problems).
-func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error) {
+func (c *Connector) prepare(ctx context.Context, mode Mode) (*Plan, error) {
 	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var ps problems
-	p := &plan{}
+	p := &Plan{}
 	published, err := c.prepareSource(ctx, conn, p, &ps)
 	if err != nil {
 		return nil, err
@@ -78,29 +78,29 @@ func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error
 	if err != nil {
 		return nil, err
 	}
-	if p.types, err = catalog.LoadTypes(ctx, conn, c.cfg.DSN); err != nil {
+	if p.Types, err = catalog.LoadTypes(ctx, conn, c.cfg.DSN); err != nil {
 		return nil, err
 	}
 	routeOf, nroutes := catalog.Routes(c.cfg.Tables)
-	p.routes, p.groups = make([]*decode.Target, nroutes), make([][]int, nroutes)
+	p.Routes, p.Groups = make([]*decode.Target, nroutes), make([][]int, nroutes)
 	for i, t := range c.cfg.Tables {
 		if err := c.prepareTable(ctx, conn, p, t, routeOf[i], i, pipe, published, &ps); err != nil {
 			return nil, err
 		}
 	}
 	if len(ps.list) == 0 {
-		if err := catalog.CheckShared(ctx, conn, c.cfg.Tables, p.groups); !ps.add("TABLES", err) && err != nil {
+		if err := catalog.CheckShared(ctx, conn, c.cfg.Tables, p.Groups); !ps.add("TABLES", err) && err != nil {
 			return nil, err
 		}
 	}
-	if err := ps.err(); err != nil || mode != forRun {
+	if err := ps.err(); err != nil || mode != ForRun {
 		return p, err
 	}
 	st, err := c.sink.Stats(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read feldera pipeline stats: %w", err)
 	}
-	p.incarnation = st.GlobalMetrics.IncarnationUUID
+	p.Incarnation = st.GlobalMetrics.IncarnationUUID
 	if len(st.Outputs) == 0 && !c.warnedOutputs {
 		c.warnedOutputs = true
 		c.logger.Warn("feldera pipeline has no output connectors: Feldera may then report a step complete before it finished (feldera#7169), so a read right after completion (the COUNT(*) checks of a TRUNCATE or resnapshot) can briefly see old rows and fail the check, which is retried; acknowledgements under at_least_once still wait for a checkpoint")
@@ -113,7 +113,7 @@ func (c *Connector) prepare(ctx context.Context, mode prepareMode) (*plan, error
 
 // prepareSource checks the server and the publication, and returns the
 // tables the publication carries ("schema.table").
-func (c *Connector) prepareSource(ctx context.Context, conn *pgx.Conn, p *plan, ps *problems) (map[string]bool, error) {
+func (c *Connector) prepareSource(ctx context.Context, conn *pgx.Conn, p *Plan, ps *problems) (map[string]bool, error) {
 	wl, err := ReadWALLevel(ctx, conn, c.cfg.Slot)
 	if err != nil {
 		return nil, err
@@ -132,12 +132,12 @@ func (c *Connector) prepareSource(ctx context.Context, conn *pgx.Conn, p *plan, 
 	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_sender_timeout')").Scan(&walTimeout); err != nil {
 		return nil, fmt.Errorf("read settings: %w", err)
 	}
-	p.walTimeout, _ = parsePGDuration(walTimeout)
+	p.WALTimeout, _ = parsePGDuration(walTimeout)
 	keep, maxWAL, err := readWALLimits(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
-	p.walBudget = walBudget(c.cfg.CheckpointWAL, keep, maxWAL)
+	p.WALBudget = walBudget(c.cfg.CheckpointWAL, keep, maxWAL)
 	return c.readPublication(ctx, conn, ps)
 }
 
@@ -194,7 +194,7 @@ func (c *Connector) readPublication(ctx context.Context, conn *pgx.Conn, ps *pro
 // that cannot be used is a problem, and the result is nil when its schema
 // is unknown; a run retries it (fatal only when the key or the name is
 // wrong).
-func (c *Connector) preparePipeline(ctx context.Context, p *plan, mode prepareMode, ps *problems) (*feldera.Pipeline, error) {
+func (c *Connector) preparePipeline(ctx context.Context, p *Plan, mode Mode, ps *problems) (*feldera.Pipeline, error) {
 	const subject = "FELDERA_PIPELINE"
 	pipe, err := c.sink.Pipeline(ctx)
 	if err != nil {
@@ -202,7 +202,7 @@ func (c *Connector) preparePipeline(ctx context.Context, p *plan, mode prepareMo
 		if errors.As(err, &ae) && (ae.StatusCode == 404 || ae.StatusCode == 401 || ae.StatusCode == 403) {
 			err = fatal(fmt.Errorf("read feldera pipeline: %w", err))
 		}
-		if mode == forCheck {
+		if mode == ForCheck {
 			ps.add(subject, fatal(fmt.Errorf("read feldera pipeline: %w", err)))
 			return nil, nil
 		}
@@ -211,35 +211,35 @@ func (c *Connector) preparePipeline(ctx context.Context, p *plan, mode prepareMo
 		}
 		return nil, fmt.Errorf("read feldera pipeline: %w", err)
 	}
-	if pipe.DeploymentStatus != "Running" && !(mode == forVerify && pipe.DeploymentStatus == "Paused") {
+	if pipe.DeploymentStatus != "Running" && !(mode == ForVerify && pipe.DeploymentStatus == "Paused") {
 		err := fmt.Errorf("feldera pipeline %s is %s, not Running", pipe.Name, pipe.DeploymentStatus)
-		if mode != forCheck {
+		if mode != ForCheck {
 			return nil, err
 		}
 		ps.add(subject, refuse(subject, err.Error(), "start the pipeline"))
 	}
 	if pipe.ProgramInfo == nil {
 		err := fmt.Errorf("feldera pipeline %s has no compiled program yet", pipe.Name)
-		if mode != forCheck {
+		if mode != ForCheck {
 			return nil, err
 		}
 		ps.add(subject, refuse(subject, err.Error(), "wait for the compilation, or fix the program's errors"))
 		return nil, nil
 	}
 	if pipe.DeploymentID != nil {
-		p.deploymentID = *pipe.DeploymentID
+		p.DeploymentID = *pipe.DeploymentID
 	}
-	p.programVersion = pipe.ProgramVersion
+	p.ProgramVersion = pipe.ProgramVersion
 	model, err := pipe.FaultToleranceModel()
 	if err != nil {
 		ps.add(subject, fatal(fmt.Errorf("feldera pipeline %s: %w", pipe.Name, err)))
 		return pipe, nil
 	}
-	p.model, p.faultTolerant = model, model.FaultTolerant()
-	if mode == forCheck {
+	p.Model, p.FaultTolerant = model, model.FaultTolerant()
+	if mode == ForCheck {
 		return pipe, nil
 	}
-	if p.faultTolerant {
+	if p.FaultTolerant {
 		c.logger.Info("feldera pipeline has fault tolerance: completed state survives its restarts", "model", model)
 	} else {
 		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state, and pgfeldera resnapshots", "model", model)
@@ -261,43 +261,43 @@ func (c *Connector) preparePipeline(ctx context.Context, p *plan, mode prepareMo
 //
 // Under fault tolerance, POST /checkpoint is tried once: a 501 means this
 // Feldera cannot checkpoint, so the model it reports cannot hold.
-func (c *Connector) chooseGate(ctx context.Context, p *plan) error {
-	p.gate = GateFor(p.model, c.cfg.AckMode)
+func (c *Connector) chooseGate(ctx context.Context, p *Plan) error {
+	p.Gate = GateFor(p.Model, c.cfg.AckMode)
 	why := "no fault tolerance: a Feldera restart loses its state and is resnapshotted"
 	switch {
 	case c.cfg.AckMode == AckAccepted:
 		why = "FELDERA_ACK_MODE=accepted: acknowledged on HTTP 200 (unsafe)"
-	case p.model == feldera.FTAtLeastOnce:
+	case p.Model == feldera.FTAtLeastOnce:
 		why = "at_least_once: a restart restores the last checkpoint, so a batch is acknowledged once a checkpoint covers its step"
-	case p.model == feldera.FTExactlyOnce:
+	case p.Model == feldera.FTExactlyOnce:
 		why = "exactly_once: a completed step is journaled and replayed by a restart"
 	}
 	if c.test.forceGate != nil {
-		p.gate, why = *c.test.forceGate, "forced by a test"
+		p.Gate, why = *c.test.forceGate, "forced by a test"
 	}
-	if p.faultTolerant {
+	if p.FaultTolerant {
 		cps, err := c.sink.Checkpoints(ctx)
 		if err != nil && !feldera.IsCheckpointUnsupported(err) {
 			return fmt.Errorf("read feldera checkpoints: %w", err)
 		}
-		p.noCheckpoint = len(cps) == 0
-		p.checkpoints, p.ckptBefore = cps, map[string]bool{}
+		p.NoCheckpoint = len(cps) == 0
+		p.Checkpoints, p.CkptBefore = cps, map[string]bool{}
 		for _, cp := range cps {
-			p.ckptBefore[cp.UUID] = true
+			p.CkptBefore[cp.UUID] = true
 		}
 	}
-	if p.faultTolerant && !c.probed {
+	if p.FaultTolerant && !c.probed {
 		if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
 			if feldera.IsCheckpointUnsupported(err) {
-				return fatal(fmt.Errorf("feldera pipeline reports fault tolerance (%s) but answers POST /checkpoint with 501 EnterpriseFeature: this Feldera cannot checkpoint, so it cannot keep the state it reports it keeps; use an Enterprise Feldera, or remove fault_tolerance from the runtime configuration (pgfeldera then resnapshots after each Feldera restart)", p.model))
+				return fatal(fmt.Errorf("feldera pipeline reports fault tolerance (%s) but answers POST /checkpoint with 501 EnterpriseFeature: this Feldera cannot checkpoint, so it cannot keep the state it reports it keeps; use an Enterprise Feldera, or remove fault_tolerance from the runtime configuration (pgfeldera then resnapshots after each Feldera restart)", p.Model))
 			}
 			return fmt.Errorf("feldera: probe POST /checkpoint: %w", err)
 		}
 		c.probed = true
 	}
-	c.gate.Store(int32(p.gate))
-	c.logger.Info("ack gate chosen", "gate", p.gate.String(), "model", p.model, "why", why,
-		"deployment_id", p.deploymentID, "incarnation_uuid", p.incarnation, "checkpoint_wal", p.walBudget)
+	c.gate.Store(int32(p.Gate))
+	c.logger.Info("ack gate chosen", "gate", p.Gate.String(), "model", p.Model, "why", why,
+		"deployment_id", p.DeploymentID, "incarnation_uuid", p.Incarnation, "checkpoint_wal", p.WALBudget)
 	return nil
 }
 

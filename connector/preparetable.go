@@ -16,7 +16,7 @@ import (
 // column, and adds its decoding plan to p. A table with a problem is
 // recorded in ps and left out of p; pipe nil (Feldera unknown, forCheck)
 // checks the Postgres side only.
-func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t catalog.Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *problems) error {
+func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t catalog.Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *problems) error {
 	name := t.Schema + "." + t.Name
 	si, ok, err := c.sourceTable(ctx, conn, t, published, ps)
 	if !ok || err != nil || pipe == nil {
@@ -43,7 +43,7 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 	for i, col := range si.Cols {
 		dcols[i] = decode.Column{Key: col.InKey, Name: col.Name, TypeOID: col.TypeOID, TypeMod: col.Typmod}
 	}
-	opts := c.decodeOptions(p.types)
+	opts := c.decodeOptions(p.Types)
 	drel, warnings, err := decode.NewRel(0, target, si.Ident, dcols, &opts, nil)
 	if err != nil {
 		ps.add(name, fatal(err))
@@ -63,13 +63,13 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *plan, t
 	for _, w := range warnings {
 		c.logger.Warn(w)
 	}
-	if p.routes[route] == nil {
-		p.routes[route] = target
+	if p.Routes[route] == nil {
+		p.Routes[route] = target
 	}
-	p.groups[route] = append(p.groups[route], i)
-	p.targets = append(p.targets, target)
-	p.rels = append(p.rels, drel)
-	p.leaves = append(p.leaves, leaves)
+	p.Groups[route] = append(p.Groups[route], i)
+	p.Targets = append(p.Targets, target)
+	p.Rels = append(p.Rels, drel)
+	p.Leaves = append(p.Leaves, leaves)
 	return nil
 }
 

@@ -131,11 +131,11 @@ func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
 //     everything acknowledged).
 //
 // It saves the state when anything changed.
-func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) {
+func (c *Connector) reconcile(p *Plan, st *state.State) (why string, err error) {
 	changed := false
 	for i := range st.Tables {
 		t := &st.Tables[i]
-		fp := fingerprint(p.targets[i].Dest)
+		fp := fingerprint(p.Targets[i].Dest)
 		switch {
 		case t.Fingerprint == fp:
 			continue
@@ -144,7 +144,7 @@ func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) 
 		case t.Fingerprint == "":
 			// Written before fingerprints were: the rows are taken to be
 			// of the current definition.
-		case !p.rels[i].Keyed():
+		case !p.Rels[i].Keyed():
 			return fmt.Sprintf("the definition of Feldera table %s changed since %s was copied into it: Feldera started it empty, and a keyless table is read again only with every table", t.Dest, t.Source), nil
 		default:
 			c.logger.Warn("startup: the definition of a Feldera table changed: Feldera started it empty (bootstrapping after a program change); reading it again while the other tables stream",
@@ -155,34 +155,34 @@ func (c *Connector) reconcile(p *plan, st *state.State) (why string, err error) 
 		changed = true
 	}
 	for i := range st.Tables {
-		moved, why := c.reconcilePartitions(&st.Tables[i], p.leaves[i], p.rels[i].Keyed())
+		moved, why := c.reconcilePartitions(&st.Tables[i], p.Leaves[i], p.Rels[i].Keyed())
 		if why != "" {
 			return why, nil
 		}
 		changed = changed || moved
 	}
-	if p.model == feldera.FTExactlyOnce && st.ProgramVersion != 0 && p.programVersion != 0 && st.ProgramVersion != p.programVersion && st.JournalGap == "" {
+	if p.Model == feldera.FTExactlyOnce && st.ProgramVersion != 0 && p.ProgramVersion != 0 && st.ProgramVersion != p.ProgramVersion && st.JournalGap == "" {
 		st.JournalGap = "-"
-		if n := len(p.checkpoints); n > 0 {
-			st.JournalGap = p.checkpoints[n-1].UUID
+		if n := len(p.Checkpoints); n > 0 {
+			st.JournalGap = p.Checkpoints[n-1].UUID
 		}
 		changed = true
 		c.logger.Warn("startup: the Feldera program changed under exactly_once: Feldera discarded its input journal and keeps none until its next checkpoint; acknowledging only what a checkpoint covers until then",
-			"program_version", p.programVersion, "was", st.ProgramVersion)
+			"program_version", p.ProgramVersion, "was", st.ProgramVersion)
 	}
-	if st.ProgramVersion != p.programVersion {
-		st.ProgramVersion, changed = p.programVersion, true
+	if st.ProgramVersion != p.ProgramVersion {
+		st.ProgramVersion, changed = p.ProgramVersion, true
 	}
-	if st.JournalGap != "" && (p.model != feldera.FTExactlyOnce || journalResumed(st.JournalGap, p.checkpoints)) {
+	if st.JournalGap != "" && (p.Model != feldera.FTExactlyOnce || journalResumed(st.JournalGap, p.Checkpoints)) {
 		st.JournalGap, changed = "", true
 		c.logger.Info("startup: a checkpoint was taken since the program change: Feldera journals its input again")
 	}
-	if st.JournalGap != "" && p.gate == GateComplete && c.test.forceGate == nil {
-		p.gate = GateCheckpoint
-		c.gate.Store(int32(p.gate))
+	if st.JournalGap != "" && p.Gate == GateComplete && c.test.forceGate == nil {
+		p.Gate = GateCheckpoint
+		c.gate.Store(int32(p.Gate))
 	}
-	if n := len(p.checkpoints); p.faultTolerant && n > 0 && (st.Checkpoint == nil || st.Checkpoint.UUID != p.checkpoints[n-1].UUID) {
-		st.Checkpoint, changed = ref(p.checkpoints), true
+	if n := len(p.Checkpoints); p.FaultTolerant && n > 0 && (st.Checkpoint == nil || st.Checkpoint.UUID != p.Checkpoints[n-1].UUID) {
+		st.Checkpoint, changed = ref(p.Checkpoints), true
 	}
 	if changed {
 		if err := state.Save(c.cfg.StateFile, st); err != nil {

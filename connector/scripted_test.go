@@ -155,8 +155,8 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 		t.Fatal(err)
 	}
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
-	p := &plan{targets: []*decode.Target{target}, routes: []*decode.Target{target}, groups: [][]int{{0}},
-		gate: GateComplete, model: feldera.FTNone, walTimeout: time.Minute}
+	p := &Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
+		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
 	c.acked, c.srv.walEnd = scriptStart, scriptStart
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())

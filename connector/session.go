@@ -22,7 +22,7 @@ import (
 // every position; the flusher goroutine only sees the batch it was handed.
 type stream struct {
 	c        *Connector
-	plan     *plan
+	plan     *Plan
 	src      replSource // the replication connection
 	dec      *decode.Decoder
 	targets  []*decode.Target // per route: its Feldera table (see plan.routes)
@@ -82,12 +82,12 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 
 func (c *Connector) session(ctx context.Context) error {
 	c.maxStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
-	p, err := c.prepare(ctx, forRun)
+	p, err := c.prepare(ctx, ForRun)
 	if err != nil {
 		return err
 	}
-	c.incarnation = p.incarnation
-	c.txns.Incarnation = p.incarnation
+	c.incarnation = p.Incarnation
+	c.txns.Incarnation = p.Incarnation
 	// A Feldera transaction left open (by a failed session, or a process
 	// that crashed) is committed before anything else is sent: a snapshot
 	// or a retraction waits for completions, which it would hold back.
@@ -146,7 +146,7 @@ func (c *Connector) openReplication(ctx context.Context) (*pgconn.PgConn, error)
 // begin decides where the session starts: which server this is, whether
 // its state can be continued, the snapshot or resnapshot the startup
 // plan needs, and the slot's confirmed position.
-func (c *Connector) begin(ctx context.Context, p *plan, conn *pgconn.PgConn) error {
+func (c *Connector) begin(ctx context.Context, p *Plan, conn *pgconn.PgConn) error {
 	// Which server this is (after a failover, the promoted standby): its
 	// identity decides whether the state can be continued (failover.go).
 	var err error
@@ -202,28 +202,28 @@ func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) e
 }
 
 // newStream is the session's loop state, starting at the slot's position.
-func (c *Connector) newStream(p *plan, src replSource, inc *incSession) *stream {
-	dec := decode.NewDecoder(p.targets)
+func (c *Connector) newStream(p *Plan, src replSource, inc *incSession) *stream {
+	dec := decode.NewDecoder(p.Targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
-	dec.Options = c.decodeOptions(p.types)
+	dec.Options = c.decodeOptions(p.Types)
 	s := &stream{
-		c: c, plan: p, src: src, dec: dec, targets: p.routes, groups: p.groups,
-		interval:   replconn.StatusInterval(p.walTimeout),
+		c: c, plan: p, src: src, dec: dec, targets: p.Routes, groups: p.Groups,
+		interval:   replconn.StatusInterval(p.WALTimeout),
 		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
 		logger:     c.logger,
-		filling:    newBatch(len(p.routes)),
-		spare:      newBatch(len(p.routes)),
+		filling:    newBatch(len(p.Routes)),
+		spare:      newBatch(len(p.Routes)),
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
 		// Under exactly_once a completion is acknowledged once the watcher
 		// saw the session's process after it (the ledger confirms).
-		led:      delivery.NewLedger(p.gate, c.acked, p.model == feldera.FTExactlyOnce),
+		led:      delivery.NewLedger(p.Gate, c.acked, p.Model == feldera.FTExactlyOnce),
 		sentAck:  c.acked, // the slot's: a status repeating it moves nothing
 		inc:      inc,
 		startEnd: c.srv.walEnd,
 	}
 	if inc != nil {
-		dec.WantKeys = make([]bool, len(p.routes))
+		dec.WantKeys = make([]bool, len(p.Routes))
 	}
 	// Each batch sends at most two events (posted, completed), at most
 	// maxTxnFlight batches are in flight (inside a Feldera transaction;
@@ -262,7 +262,7 @@ func (s *stream) serve(ctx context.Context) error {
 		watched.Wait() // the watcher writes into the plan: it ends first
 	}()
 	c.stats.Sessions.Add(1)
-	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(s.plan.targets),
+	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(s.plan.Targets),
 		"status_interval", s.interval, "ack_mode", c.cfg.AckMode, "batch_max_rows", c.cfg.BatchMaxRows, "batch_max_bytes", c.cfg.BatchMaxBytes, "batch_max_in_flight", c.cfg.BatchMaxInFlight, "linger", c.cfg.BatchLinger)
 	c.health.streaming.Store(true)
 	err := s.run(ctx)

@@ -18,7 +18,7 @@ import (
 
 // startup makes sure the slot exists and the target is seeded before the
 // stream starts, following the startup plan.
-func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) error {
+func (c *Connector) startup(ctx context.Context, p *Plan, rconn *pgconn.PgConn) error {
 	if c.cfg.SnapshotMode == SnapshotNever {
 		return c.ensureSlot(ctx, rconn)
 	}
@@ -39,9 +39,9 @@ func (c *Connector) startup(ctx context.Context, p *plan, rconn *pgconn.PgConn) 
 	for i, t := range c.cfg.Tables {
 		mappings[i] = snapshot.Mapping{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
-	target := snapshot.Target{DeploymentID: p.deploymentID, Incarnation: p.incarnation, FaultTolerant: p.faultTolerant, NoCheckpoint: p.noCheckpoint}
-	if st != nil && p.faultTolerant && !c.test.trustRestores {
-		if ok, why := restoredEnough(st.Checkpoint, p.checkpoints); !ok {
+	target := snapshot.Target{DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, FaultTolerant: p.FaultTolerant, NoCheckpoint: p.NoCheckpoint}
+	if st != nil && p.FaultTolerant && !c.test.trustRestores {
+		if ok, why := restoredEnough(st.Checkpoint, p.Checkpoints); !ok {
 			target.Lost = why
 		}
 	}
@@ -78,7 +78,7 @@ func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.
 // removes from Feldera what an earlier attempt left that no longer exists.
 // The resnapshot requests of old (the state it replaces) are kept, and
 // settle with the copy.
-func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists, retract bool, mappings []snapshot.Mapping) error {
+func (c *Connector) snapshot(ctx context.Context, p *Plan, rconn *pgconn.PgConn, old *state.State, slotExists, retract bool, mappings []snapshot.Mapping) error {
 	st, err := c.pendingState(ctx, p, rconn, old, slotExists, mappings)
 	if err != nil {
 		return err
@@ -109,7 +109,7 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 			return err
 		}
 	}
-	if p.gate == GateCheckpoint {
+	if p.Gate == GateCheckpoint {
 		// at_least_once: the copy is durable once a checkpoint covers it;
 		// the state file must not say complete before (a Feldera restart
 		// would restore a checkpoint without the rows, and the startup
@@ -140,10 +140,10 @@ func (c *Connector) snapshot(ctx context.Context, p *plan, rconn *pgconn.PgConn,
 // written before anything else (a crash from here until the state records
 // the new slot means "read the tables again", never "stream from a slot
 // the state does not know"), then the old slot dropped.
-func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
-	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.deploymentID, Incarnation: p.incarnation, ProgramVersion: p.programVersion}
+func (c *Connector) pendingState(ctx context.Context, p *Plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
+	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, ProgramVersion: p.ProgramVersion}
 	for i, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.targets[i].Dest), Columns: columnsOf(p.rels[i]), Partitions: p.leaves[i]})
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.Targets[i].Dest), Columns: columnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
 	}
 	st.CarryRequests(old)
 	if !c.test.noPendingFirst {
@@ -162,7 +162,7 @@ func (c *Connector) pendingState(ctx context.Context, p *plan, rconn *pgconn.PgC
 
 // copyAll copies each table through the decoder into batches flushed to
 // Feldera (waiting for completion), then retracts leftovers.
-func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retract bool) ([]int64, error) {
+func (c *Connector) copyAll(ctx context.Context, p *Plan, snapName string, retract bool) ([]int64, error) {
 	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot connection: %w", err)
@@ -171,8 +171,8 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 	if err := snapshot.Begin(ctx, conn, snapName, pinnedGUCs); err != nil {
 		return nil, err
 	}
-	counts := make([]int64, len(p.targets))
-	b := newBatch(len(p.routes))
+	counts := make([]int64, len(p.Targets))
+	b := newBatch(len(p.Routes))
 	b.kind = batchSnapshot
 	if c.cfg.SnapshotTransaction && !retract {
 		return c.copyAllInTxn(ctx, conn, p, b, counts)
@@ -183,20 +183,20 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 	// Per Feldera table: its sources (one, or the leaf partitions that
 	// share it) are copied, then what Feldera holds and none of them has
 	// is retracted, and the count is checked against their sum.
-	for route, g := range p.groups {
-		t, rels := p.routes[route], make([]*decode.Rel, len(g))
+	for route, g := range p.Groups {
+		t, rels := p.Routes[route], make([]*decode.Rel, len(g))
 		for j, i := range g {
-			rels[j] = p.rels[i]
+			rels[j] = p.Rels[i]
 		}
 		if retract && !rels[0].Keyed() {
 			// A multiset cannot be diffed by key: retract every row first.
-			if err := c.retractAll(ctx, p.routes, rels[0]); err != nil {
+			if err := c.retractAll(ctx, p.Routes, rels[0]); err != nil {
 				return nil, err
 			}
 		}
 		var sum int64
 		for j, i := range g {
-			n, err := c.copyTable(ctx, conn, p.routes, rels[j], b)
+			n, err := c.copyTable(ctx, conn, p.Routes, rels[j], b)
 			if err != nil {
 				return nil, err
 			}
@@ -204,7 +204,7 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 			sum += n
 		}
 		if retract && rels[0].Keyed() {
-			if err := c.retractMissing(ctx, conn, p.routes, rels); err != nil {
+			if err := c.retractMissing(ctx, conn, p.Routes, rels); err != nil {
 				return nil, err
 			}
 		}
@@ -227,7 +227,7 @@ func (c *Connector) copyAll(ctx context.Context, p *plan, snapName string, retra
 // the last token of each table, and cross-checks the counts. Any failure
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
-func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b *batch, counts []int64) ([]int64, error) {
+func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *Plan, b *batch, counts []int64) ([]int64, error) {
 	if err := c.waitFence(ctx); err != nil {
 		return nil, err
 	}
@@ -243,8 +243,8 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 		c.abandonTxn()
 		return nil, err
 	}
-	for i := range p.targets {
-		n, err := c.copyTable(ctx, conn, p.routes, p.rels[i], b)
+	for i := range p.Targets {
+		n, err := c.copyTable(ctx, conn, p.Routes, p.Rels[i], b)
 		if err != nil {
 			return fail(err)
 		}
@@ -268,13 +268,13 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *plan, b
 		}
 		raise(&c.maxStep, step)
 	}
-	for route, g := range p.groups {
+	for route, g := range p.Groups {
 		var sum int64
 		for _, i := range g {
 			sum += counts[i]
 		}
-		if p.rels[g[0]].Keyed() {
-			if err := c.verifyCount(ctx, p.routes[route], sum); err != nil {
+		if p.Rels[g[0]].Keyed() {
+			if err := c.verifyCount(ctx, p.Routes[route], sum); err != nil {
 				return nil, err
 			}
 		}

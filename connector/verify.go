@@ -39,7 +39,7 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.prepare(ctx, forVerify)
+	p, err := c.prepare(ctx, ForVerify)
 	if err != nil {
 		return nil, err
 	}
@@ -52,13 +52,13 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 		return nil, err
 	}
 	var out []Verdict
-	for route, g := range p.groups {
-		t := p.routes[route]
+	for route, g := range p.Groups {
+		t := p.Routes[route]
 		rels := make([]*decode.Rel, len(g))
 		var names []string
 		for j, i := range g {
-			rels[j] = p.rels[i]
-			names = append(names, p.targets[i].Qualified())
+			rels[j] = p.Rels[i]
+			names = append(names, p.Targets[i].Qualified())
 		}
 		v := Verdict{Source: strings.Join(names, ",")}
 		res, err := verifyTable(ctx, conn, sink, rels, maxDiffs)

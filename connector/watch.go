@@ -34,7 +34,7 @@ const checkpointPoll = 500 * time.Millisecond
 //
 // Its goroutine is counted in wg and ends when ctx is canceled; the
 // session joins it before it ends, since it writes into p.
-func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *plan, alert, looked func()) <-chan error {
+func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *Plan, alert, looked func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
 	c.seenAt.Store(0)
@@ -44,12 +44,12 @@ func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *pl
 	// after it found the session's process (frontier.confirm): the looks
 	// come as often as checkpoint polls, and each wakes the receive loop,
 	// so acknowledgements trail completions by half a second, not two.
-	confirming := p.model == feldera.FTExactlyOnce
+	confirming := p.Model == feldera.FTExactlyOnce
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		every := 2 * time.Second
-		if p.gate == GateCheckpoint || confirming {
+		if p.Gate == GateCheckpoint || confirming {
 			every = checkpointPoll
 		}
 		t := time.NewTicker(every)
@@ -63,7 +63,7 @@ func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *pl
 				return
 			case <-t.C:
 			}
-			if p.gate == GateCheckpoint {
+			if p.Gate == GateCheckpoint {
 				c.lookAtCheckpoints(ctx, p, &ask)
 			}
 			err := c.checkRestart(ctx, p)
@@ -87,7 +87,7 @@ func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *pl
 // it publishes the newest checkpoint that covers what this session
 // completed, asks for one when ask says it is due, and reports a
 // requested checkpoint that failed.
-func (c *Connector) lookAtCheckpoints(ctx context.Context, p *plan, ask *asker) {
+func (c *Connector) lookAtCheckpoints(ctx context.Context, p *Plan, ask *asker) {
 	cp, ok, same := c.freshCheckpoint(ctx, p)
 	now := time.Now()
 	if ok {
@@ -104,14 +104,14 @@ func (c *Connector) lookAtCheckpoints(ctx context.Context, p *plan, ask *asker) 
 		waiting = time.Unix(0, at)
 	}
 	wal := c.checkpointWAL.Load()
-	if why := ask.due(now, waiting, wal, p.walBudget, c.cfg.CheckpointAfter); why != "" {
+	if why := ask.due(now, waiting, wal, p.WALBudget, c.cfg.CheckpointAfter); why != "" {
 		s, err := c.sink.RequestCheckpoint(ctx)
 		ask.asking(now, s, err)
 		if err != nil {
 			c.logger.Warn("feldera: checkpoint request failed; waiting for the pipeline's own", "err", err)
 		} else {
 			c.logger.Info("feldera: asked for a checkpoint: "+why, "waited", now.Sub(waiting).Round(time.Millisecond),
-				"wal_waiting", wal, "checkpoint_after", c.cfg.CheckpointAfter, "checkpoint_wal", p.walBudget)
+				"wal_waiting", wal, "checkpoint_after", c.cfg.CheckpointAfter, "checkpoint_wal", p.WALBudget)
 		}
 	}
 	if ask.seq != 0 {
@@ -187,7 +187,7 @@ func (a *asker) due(now, waiting time.Time, wal, budget int64, after time.Durati
 // checkpoint listed new was taken by it. When /stats cannot be read, no
 // checkpoint counts (ok false): coverage waits, it is never assumed. same
 // reports that /stats answered with the session's incarnation.
-func (c *Connector) freshCheckpoint(ctx context.Context, p *plan) (cp feldera.Checkpoint, ok, same bool) {
+func (c *Connector) freshCheckpoint(ctx context.Context, p *Plan) (cp feldera.Checkpoint, ok, same bool) {
 	cps, err := c.sink.Checkpoints(ctx)
 	if err != nil {
 		return cp, false, false
@@ -197,10 +197,10 @@ func (c *Connector) freshCheckpoint(ctx context.Context, p *plan) (cp feldera.Ch
 		return cps[len(cps)-1], true, true
 	}
 	st, err := c.sink.Stats(ctx)
-	if err != nil || p.incarnation == "" || st.GlobalMetrics.IncarnationUUID != p.incarnation {
+	if err != nil || p.Incarnation == "" || st.GlobalMetrics.IncarnationUUID != p.Incarnation {
 		return cp, false, false
 	}
-	if len(cps) == 0 || p.ckptBefore[cps[len(cps)-1].UUID] {
+	if len(cps) == 0 || p.CkptBefore[cps[len(cps)-1].UUID] {
 		return cp, false, true
 	}
 	c.lastCheckpoints.Store(&cps)
@@ -228,30 +228,30 @@ func (c *Connector) checkFailure(ctx context.Context, seq uint64) {
 
 // checkRestart compares the pipeline's deployment and incarnation with
 // the ones the session started with (see watchPipeline).
-func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
+func (c *Connector) checkRestart(ctx context.Context, p *Plan) error {
 	began := time.Now()
 	// /stats before the pipeline: a redeploy replaces the deployment id
 	// before its new process (a new incarnation) answers, so a look that
 	// sees the new incarnation also sees the new deployment, and names a
 	// redeploy as one, not as a restart in place.
 	st, statsErr := c.sink.Stats(ctx)
-	if p.deploymentID != "" {
+	if p.DeploymentID != "" {
 		pipe, err := c.sink.Pipeline(ctx)
-		if err == nil && pipe.DeploymentID != nil && *pipe.DeploymentID != p.deploymentID {
+		if err == nil && pipe.DeploymentID != nil && *pipe.DeploymentID != p.DeploymentID {
 			model, err := pipe.FaultToleranceModel()
 			switch {
 			case err != nil:
-				return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.deploymentID, *pipe.DeploymentID, err))
+				return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.DeploymentID, *pipe.DeploymentID, err))
 			case model.FaultTolerant():
-				return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance (%s), so it resumed from a checkpoint: checking what it restored, then replaying from the slot", p.deploymentID, *pipe.DeploymentID, model)
+				return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance (%s), so it resumed from a checkpoint: checking what it restored, then replaying from the slot", p.DeploymentID, *pipe.DeploymentID, model)
 			case c.cfg.SnapshotMode == SnapshotNever:
 				c.logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
 					"deployment_id", *pipe.DeploymentID)
-				p.deploymentID = *pipe.DeploymentID
-				p.incarnation = "" // read again below, next time
+				p.DeploymentID = *pipe.DeploymentID
+				p.Incarnation = "" // read again below, next time
 				return nil
 			}
-			return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.deploymentID, *pipe.DeploymentID)
+			return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.DeploymentID, *pipe.DeploymentID)
 		}
 	}
 	if statsErr != nil || st.GlobalMetrics.IncarnationUUID == "" {
@@ -259,17 +259,17 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 	}
 	now := st.GlobalMetrics.IncarnationUUID
 	switch {
-	case p.incarnation == "":
-		p.incarnation = now
-	case now == p.incarnation:
+	case p.Incarnation == "":
+		p.Incarnation = now
+	case now == p.Incarnation:
 		c.seenAt.Store(began.UnixNano()) // what completed before began, the session's process completed
-	case p.faultTolerant:
-		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s): checking what it restored, then replaying from the slot", p.incarnation, now, p.model)
+	case p.FaultTolerant:
+		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s): checking what it restored, then replaying from the slot", p.Incarnation, now, p.Model)
 	case c.cfg.SnapshotMode == SnapshotNever:
 		c.logger.Error("feldera pipeline restarted without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot", "incarnation_uuid", now)
-		p.incarnation = now
+		p.Incarnation = now
 	default:
-		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s) without fault tolerance: its state is lost; resnapshotting", p.incarnation, now)
+		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s) without fault tolerance: its state is lost; resnapshotting", p.Incarnation, now)
 	}
 	return nil
 }
@@ -279,7 +279,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *plan) error {
 // while a checkpoint is written is answered by that one, which may not
 // cover step), so it reads coverage from /checkpoints and asks again
 // while it falls short.
-func (c *Connector) awaitCheckpoint(ctx context.Context, p *plan, step uint64) error {
+func (c *Connector) awaitCheckpoint(ctx context.Context, p *Plan, step uint64) error {
 	var seq uint64
 	for attempt := 0; ; attempt++ {
 		if attempt%20 == 0 { // at once, then every 2 s
