@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // Why a session ended, for pgfeldera_reconnects_total{cause}: by the kind
@@ -26,7 +27,7 @@ func TestSessionCause(t *testing.T) {
 	}{
 		{"completion timeout", fmt.Errorf("%w: batch 3 on users not complete", ErrFelderaUnavailable), CauseCompletionTimeout},
 		{"completion timeout marked Feldera's", fromFeldera(fmt.Errorf("wait: %w", ErrFelderaUnavailable)), CauseCompletionTimeout},
-		{"a fatal completion timeout", fatal(fmt.Errorf("%w: commit stalled", ErrFelderaUnavailable)), CauseCompletionTimeout},
+		{"a fatal completion timeout", fatal.Wrap(fmt.Errorf("%w: commit stalled", ErrFelderaUnavailable)), CauseCompletionTimeout},
 		{"Feldera API error", fmt.Errorf("post users: %w", api), CauseFeldera},
 		{"Feldera, no answer", &feldera.APIError{Op: "GET /stats", Err: io.ErrUnexpectedEOF}, CauseFeldera},
 		{"watcher: a restart", fromFeldera(errors.New("feldera pipeline restarted (incarnation a → b)")), CauseFeldera},

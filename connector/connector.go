@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -349,32 +349,12 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	return c, nil
 }
 
-// FatalError is an error retrying cannot fix: the process should exit.
-type FatalError struct{ Err error }
-
-func (e *FatalError) Error() string { return e.Err.Error() }
-func (e *FatalError) Unwrap() error { return e.Err }
-
-func fatal(err error) error {
-	if err == nil {
-		return nil
-	}
-	var fe *FatalError
-	if errors.As(err, &fe) {
-		return err
-	}
-	return &FatalError{Err: err}
-}
+// FatalError is an error retrying cannot fix: the process should exit
+// (fatal.Error).
+type FatalError = fatal.Error
 
 // isFatal reports whether a session error must end the process.
-func isFatal(err error) bool {
-	var fe *FatalError
-	var re *decode.RefusalError
-	var pe *decode.ParseError
-	var ce *catalog.RefusedError
-	var ie *incremental.FatalError
-	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || errors.As(err, &ce) || errors.As(err, &ie) || feldera.IsParseErrors(err)
-}
+func isFatal(err error) bool { return fatal.Is(err) }
 
 // ErrNoProgress is returned when nothing was acknowledged for
 // NO_PROGRESS_TIMEOUT while work was pending.

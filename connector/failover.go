@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -70,7 +71,7 @@ func (c *Connector) identify(ctx context.Context, conn *pgconn.PgConn) (server, 
 	switch c.cfg.SlotFailover {
 	case FailoverOn:
 		if major < minFailoverVersion {
-			return srv, fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: PostgreSQL %d has no failover slots (17 or later does); set PG_SLOT_FAILOVER=off or auto", major))
+			return srv, fatal.Wrap(fmt.Errorf("PG_SLOT_FAILOVER=on: PostgreSQL %d has no failover slots (17 or later does); set PG_SLOT_FAILOVER=off or auto", major))
 		}
 		srv.failover = true
 	case FailoverOff:
@@ -154,7 +155,7 @@ func (c *Connector) standbySlots(ctx context.Context, conn *pgconn.PgConn) (stri
 		// failover (the promoted server has no standby yet) only warns:
 		// stopping the stream would turn one failure into an outage.
 		if c.cfg.SlotFailover == FailoverOn && c.stats.Sessions.Load() == 0 {
-			return "", fatal(fmt.Errorf("PG_SLOT_FAILOVER=on: %w", err))
+			return "", fatal.Wrap(fmt.Errorf("PG_SLOT_FAILOVER=on: %w", err))
 		}
 		c.logger.Warn("failover: PHANTOM-ROW WINDOW: " + err.Error())
 		return "", nil
@@ -237,7 +238,7 @@ func (c *Connector) recordServer(srv server) error {
 	}
 	st.SystemID, st.Timeline = srv.systemID, srv.timeline
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
-		return fatal(err)
+		return fatal.Wrap(err)
 	}
 	return nil
 }

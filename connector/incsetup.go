@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -71,7 +72,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *Plan, rconn *pgconn
 		return err
 	}
 	if c.test.failAfterSlot {
-		return fatal(errors.New("test hook: stopped after creating the slot, before the state records it"))
+		return fatal.Wrap(errors.New("test hook: stopped after creating the slot, before the state records it"))
 	}
 	for i := range st.Tables {
 		st.Tables[i].Status, st.Tables[i].Retract = state.Incremental, retract
@@ -80,7 +81,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *Plan, rconn *pgconn
 	// recordServer has none of its own to do.
 	st.SystemID, st.Timeline = c.srv.systemID, c.srv.timeline
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
-		return fatal(err)
+		return fatal.Wrap(err)
 	}
 	c.logger.Info("snapshot: incremental: created the slot without an exported snapshot; streaming, and reading the tables in chunks meanwhile",
 		"consistent_point", created.ConsistentPoint, "chunk_rows", c.chunkRows(), "retract_first", retract)
@@ -117,10 +118,10 @@ func (c *Connector) newIncremental(ctx context.Context, p *Plan) (*incSession, e
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fatal(err)
+		return nil, fatal.Wrap(err)
 	}
 	if len(st.Tables) != len(p.Rels) {
-		return nil, fatal(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.Rels)))
+		return nil, fatal.Wrap(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.Rels)))
 	}
 	inc := &incSession{
 		hand: incremental.NewHandoff(c.chunkRows(), c.cfg.SnapshotParallelism), st: st,
@@ -157,7 +158,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *Plan) (*incSession, e
 		}
 		if t.Blocks == nil && t.After != nil && len(t.After) != len(k.Cols) {
 			conn.Close(context.WithoutCancel(ctx))
-			return nil, fatal(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.Cols)))
+			return nil, fatal.Wrap(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.Cols)))
 		}
 		inc.add(i)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // Batches in flight: the stream POSTs them in source order, one request at
@@ -156,7 +157,7 @@ func (s *stream) completer() *delivery.Completer {
 		Emit: func(d delivery.Completion) {
 			err := d.Err
 			if errors.Is(err, delivery.ErrNoStep) {
-				err = fatal(err) // retrying cannot bring the step back
+				err = fatal.Wrap(err) // retrying cannot bring the step back
 			}
 			s.emit(event{kind: evComplete, id: d.ID, step: d.Step, err: err})
 		},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // run is the session's loop: apply what the session's goroutines
@@ -356,7 +357,7 @@ func truncatedRoutes(rels []*decode.Rel, groups [][]int) ([]*decode.Rel, error) 
 	}
 	for _, r := range rels {
 		if n := len(groups[r.Target.Route]); perRoute[r.Target.Route] < n {
-			return nil, fatal(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
+			return nil, fatal.Wrap(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
 				r.Target.Qualified(), n, r.Target.Dest.Name))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
@@ -54,8 +55,8 @@ type Mode int
 
 const (
 	ForRun    Mode = iota
-	ForVerify             // reads only: a Paused pipeline is accepted; no stats, no gate
-	ForCheck              // reads only, and a pipeline that cannot be used is a problem, not a retry
+	ForVerify      // reads only: a Paused pipeline is accepted; no stats, no gate
+	ForCheck       // reads only, and a pipeline that cannot be used is a problem, not a retry
 )
 
 // prepare runs the startup checks: wal_level, the publication and its
@@ -200,10 +201,10 @@ func (c *Connector) preparePipeline(ctx context.Context, p *Plan, mode Mode, ps 
 	if err != nil {
 		var ae *feldera.APIError
 		if errors.As(err, &ae) && (ae.StatusCode == 404 || ae.StatusCode == 401 || ae.StatusCode == 403) {
-			err = fatal(fmt.Errorf("read feldera pipeline: %w", err))
+			err = fatal.Wrap(fmt.Errorf("read feldera pipeline: %w", err))
 		}
 		if mode == ForCheck {
-			ps.add(subject, fatal(fmt.Errorf("read feldera pipeline: %w", err)))
+			ps.add(subject, fatal.Wrap(fmt.Errorf("read feldera pipeline: %w", err)))
 			return nil, nil
 		}
 		if isFatal(err) {
@@ -232,7 +233,7 @@ func (c *Connector) preparePipeline(ctx context.Context, p *Plan, mode Mode, ps 
 	p.ProgramVersion = pipe.ProgramVersion
 	model, err := pipe.FaultToleranceModel()
 	if err != nil {
-		ps.add(subject, fatal(fmt.Errorf("feldera pipeline %s: %w", pipe.Name, err)))
+		ps.add(subject, fatal.Wrap(fmt.Errorf("feldera pipeline %s: %w", pipe.Name, err)))
 		return pipe, nil
 	}
 	p.Model, p.FaultTolerant = model, model.FaultTolerant()
@@ -289,7 +290,7 @@ func (c *Connector) chooseGate(ctx context.Context, p *Plan) error {
 	if p.FaultTolerant && !c.probed {
 		if _, err := c.sink.RequestCheckpoint(ctx); err != nil {
 			if feldera.IsCheckpointUnsupported(err) {
-				return fatal(fmt.Errorf("feldera pipeline reports fault tolerance (%s) but answers POST /checkpoint with 501 EnterpriseFeature: this Feldera cannot checkpoint, so it cannot keep the state it reports it keeps; use an Enterprise Feldera, or remove fault_tolerance from the runtime configuration (pgfeldera then resnapshots after each Feldera restart)", p.Model))
+				return fatal.Wrap(fmt.Errorf("feldera pipeline reports fault tolerance (%s) but answers POST /checkpoint with 501 EnterpriseFeature: this Feldera cannot checkpoint, so it cannot keep the state it reports it keeps; use an Enterprise Feldera, or remove fault_tolerance from the runtime configuration (pgfeldera then resnapshots after each Feldera restart)", p.Model))
 			}
 			return fmt.Errorf("feldera: probe POST /checkpoint: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // prepareTable checks one mapped table, its publication, its replica
@@ -46,7 +47,7 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t
 	opts := c.decodeOptions(p.Types)
 	drel, warnings, err := decode.NewRel(0, target, si.Ident, dcols, &opts, nil)
 	if err != nil {
-		ps.add(name, fatal(err))
+		ps.add(name, fatal.Wrap(err))
 		return nil
 	}
 	var leaves []string

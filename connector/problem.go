@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // Problem is one prerequisite of a run that does not hold: what is wrong
@@ -30,7 +31,7 @@ func (p *Problem) Unwrap() error { return p.err }
 
 // refuse is a Problem as a fatal error: retrying cannot fix it.
 func refuse(subject, what, fix string) error {
-	return fatal(&Problem{Subject: subject, What: what, Fix: fix})
+	return fatal.Wrap(&Problem{Subject: subject, What: what, Fix: fix})
 }
 
 // Problems is every problem one look at the prerequisites found. A run
@@ -91,5 +92,5 @@ func (ps *problems) err() error {
 	if len(ps.list) == 0 {
 		return nil
 	}
-	return fatal(ps.list)
+	return fatal.Wrap(ps.list)
 }

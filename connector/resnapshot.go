@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -59,7 +60,7 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	r := state.Request{ID: w.Resnapshot, Tables: w.Tables}
 	save := func() error {
 		if err := state.Save(s.c.cfg.StateFile, st); err != nil {
-			return fatal(err)
+			return fatal.Wrap(err)
 		}
 		return nil
 	}

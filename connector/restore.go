@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -186,7 +187,7 @@ func (c *Connector) reconcile(p *Plan, st *state.State) (why string, err error) 
 	}
 	if changed {
 		if err := state.Save(c.cfg.StateFile, st); err != nil {
-			return "", fatal(err)
+			return "", fatal.Wrap(err)
 		}
 	}
 	return "", nil

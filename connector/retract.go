@@ -13,6 +13,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -20,7 +21,7 @@ const retractChunk = 500
 
 func queryHint(err error, table string) error {
 	if feldera.IsAdHocQueryError(err) {
-		return fatal(fmt.Errorf("cannot read the rows of Feldera table %s to retract them: %w (declare a PRIMARY KEY or add WITH ('materialized' = 'true'))", table, err))
+		return fatal.Wrap(fmt.Errorf("cannot read the rows of Feldera table %s to retract them: %w (declare a PRIMARY KEY or add WITH ('materialized' = 'true'))", table, err))
 	}
 	return fmt.Errorf("query feldera table %s: %w", table, err)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
@@ -75,7 +76,7 @@ type stream struct {
 func replicationConfig(dsn string) (*pgconn.Config, error) {
 	cfg, err := replconn.Config(dsn)
 	if err != nil {
-		return nil, fatal(fmt.Errorf("PG_DSN: %w", err))
+		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
 	}
 	return cfg, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -74,7 +75,7 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 	if t.Columns == nil || len(changed) == 0 {
 		t.Columns = now // the first shape recorded, or a column no longer fed
 		if err := state.Save(s.c.cfg.StateFile, st); err != nil {
-			return fatal(err)
+			return fatal.Wrap(err)
 		}
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -26,7 +27,7 @@ func (c *Connector) startup(ctx context.Context, p *Plan, rconn *pgconn.PgConn) 
 	if errors.Is(err, state.ErrNotExist) {
 		st = nil
 	} else if err != nil {
-		return fatal(err)
+		return fatal.Wrap(err)
 	}
 	slot, err := readSlot(ctx, rconn, c.cfg.Slot)
 	if err != nil {
@@ -129,7 +130,7 @@ func (c *Connector) snapshot(ctx context.Context, p *Plan, rconn *pgconn.PgConn,
 	}
 	st.SettleRequests()
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
-		return fatal(err)
+		return fatal.Wrap(err)
 	}
 	c.logger.Info("snapshot: complete; streaming from the slot's consistent point")
 	return nil
@@ -148,7 +149,7 @@ func (c *Connector) pendingState(ctx context.Context, p *Plan, rconn *pgconn.PgC
 	st.CarryRequests(old)
 	if !c.test.noPendingFirst {
 		if err := state.Save(c.cfg.StateFile, st); err != nil {
-			return nil, fatal(err)
+			return nil, fatal.Wrap(err)
 		}
 	}
 	if slotExists {
@@ -264,7 +265,7 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *Plan, b
 			return nil, fmt.Errorf("snapshot: wait for completion of %s after the commit: %w", table, err)
 		}
 		if step == 0 && c.Gate() == GateCheckpoint {
-			return nil, fatal(fmt.Errorf("feldera reported the snapshot of %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs: upgrade Feldera", table))
+			return nil, fatal.Wrap(fmt.Errorf("feldera reported the snapshot of %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs: upgrade Feldera", table))
 		}
 		raise(&c.maxStep, step)
 	}

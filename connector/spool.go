@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // spoolPrefix names the spool files of a slot: only this connector
@@ -38,7 +39,7 @@ func (c *Connector) spoolQuery(ctx context.Context, sql, table string) (*increme
 	dir, prefix := c.spoolPrefix()
 	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
-		return nil, fatal(fmt.Errorf("spool file for Feldera table %s: %w", table, err))
+		return nil, fatal.Wrap(fmt.Errorf("spool file for Feldera table %s: %w", table, err))
 	}
 	sp := incremental.NewSpool(f)
 	err = c.query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
@@ -48,7 +49,7 @@ func (c *Connector) spoolQuery(ctx context.Context, sql, table string) (*increme
 	}
 	if err := sp.Flush(); err != nil {
 		sp.Close()
-		return nil, fatal(fmt.Errorf("spool file %s for Feldera table %s: %w", f.Name(), table, err))
+		return nil, fatal.Wrap(fmt.Errorf("spool file %s for Feldera table %s: %w", f.Name(), table, err))
 	}
 	if err := sp.Rewind(); err != nil {
 		sp.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // WALLevel is what a server's settings say about logical decoding.
@@ -57,7 +58,7 @@ func (w WALLevel) Check() (note string, warn bool, err error) {
 		if w.Version >= 190000 {
 			need = "set wal_level = replica (logical decoding then turns on with the first logical slot) or logical, and restart postgres"
 		}
-		return "", false, fatal(fmt.Errorf("postgres wal_level is %q: %s", w.Setting, need))
+		return "", false, fatal.Wrap(fmt.Errorf("postgres wal_level is %q: %s", w.Setting, need))
 	}
 	note = "wal_level = replica: PostgreSQL decodes logically while a logical slot exists (effective_wal_level = " + w.Effective + ")"
 	if w.OtherSlots > 0 {

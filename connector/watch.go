@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // Watching the pipeline while a session streams: restarts, redeploys and,
@@ -241,7 +242,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *Plan) error {
 			model, err := pipe.FaultToleranceModel()
 			switch {
 			case err != nil:
-				return fatal(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.DeploymentID, *pipe.DeploymentID, err))
+				return fatal.Wrap(fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s): %w", p.DeploymentID, *pipe.DeploymentID, err))
 			case model.FaultTolerant():
 				return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s); it has fault tolerance (%s), so it resumed from a checkpoint: checking what it restored, then replaying from the slot", p.DeploymentID, *pipe.DeploymentID, model)
 			case c.cfg.SnapshotMode == SnapshotNever:

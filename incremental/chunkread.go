@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
@@ -110,7 +111,7 @@ func (w *Worker) chunkQuery(t *Table, r *laneRun, seq uint64, after []string) (*
 			}
 		}
 		if q.from > r.to {
-			return nil, fatal(fmt.Errorf("chunk %d of %s: resumes at block %d, past its range's end %d", seq, rel.Target.Qualified(), q.from, r.to))
+			return nil, fatal.Wrap(fmt.Errorf("chunk %d of %s: resumes at block %d, past its range's end %d", seq, rel.Target.Qualified(), q.from, r.to))
 		}
 		r.prevBlocks = min(snapshot.BlocksPerChunk(w.H.limit, w.MaxBytes, r.rowsPerBlock, r.bytesPerBlock, r.prevBlocks), r.to-q.from)
 		q.to = q.from + r.prevBlocks

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -46,7 +47,7 @@ func (w *Worker) resumeBlocks(st *state.Table) ([]*laneRun, error) {
 			r.to, err = parseBlock(l.Hi)
 		}
 		if err != nil {
-			return nil, fatal(fmt.Errorf("state file %s: table %s: lane %d: %w", w.StateFile, st.Source, i, err))
+			return nil, fatal.Wrap(fmt.Errorf("state file %s: table %s: lane %d: %w", w.StateFile, st.Source, i, err))
 		}
 		runs = append(runs, r)
 	}

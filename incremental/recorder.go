@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -137,7 +138,7 @@ func (r *Recorder) tableRead(t *state.Table) {
 // last written; each is then durable and recorded (the crash point).
 func (r *Recorder) Write() error {
 	if err := state.Save(r.StateFile, r.St); err != nil {
-		return fatal(err)
+		return fatal.Wrap(err)
 	}
 	r.savedAt = time.Now()
 	for ; r.unsaved > 0; r.unsaved-- {

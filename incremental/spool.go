@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // A Spool holds the rows of one ad-hoc query in a file beside the state
@@ -50,7 +52,7 @@ func (sp *Spool) Each(fn func(row []byte) error) error {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fatal(fmt.Errorf("spool file %s: %w", sp.f.Name(), err))
+		return fatal.Wrap(fmt.Errorf("spool file %s: %w", sp.f.Name(), err))
 	}
 	return nil
 }

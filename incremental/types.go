@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -128,7 +129,7 @@ type Save struct {
 func ChunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.KeyCol, []int, error) {
 	t := rel.Target
 	if !rel.Keyed() {
-		return nil, nil, fatal(fmt.Errorf("SNAPSHOT_MODE=incremental: Feldera table %s (from %s) has no PRIMARY KEY: a keyless table cannot be read in chunks exactly (a stream change to a row not yet copied would count it twice); declare a key or use SNAPSHOT_MODE=initial", t.Dest.Name, t.Qualified()))
+		return nil, nil, fatal.Wrap(fmt.Errorf("SNAPSHOT_MODE=incremental: Feldera table %s (from %s) has no PRIMARY KEY: a keyless table cannot be read in chunks exactly (a stream change to a row not yet copied would count it twice); declare a key or use SNAPSHOT_MODE=initial", t.Dest.Name, t.Qualified()))
 	}
 	pk, err := catalog.PrimaryKey(ctx, conn, t.Source())
 	if err != nil {
@@ -162,7 +163,7 @@ func ChunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 		if len(pg) > 0 {
 			pk = "(" + strings.Join(pg, ", ") + ")"
 		}
-		return nil, nil, fatal(fmt.Errorf("SNAPSHOT_MODE=incremental: table %s has primary key %s in Postgres, but Feldera table %s is keyed by (%s): chunks are ranges of the Postgres primary key and are reconciled by the Feldera key, so they must be the same columns (use SNAPSHOT_MODE=initial for this mapping)",
+		return nil, nil, fatal.Wrap(fmt.Errorf("SNAPSHOT_MODE=incremental: table %s has primary key %s in Postgres, but Feldera table %s is keyed by (%s): chunks are ranges of the Postgres primary key and are reconciled by the Feldera key, so they must be the same columns (use SNAPSHOT_MODE=initial for this mapping)",
 			t.Qualified(), pk, t.Dest.Name, strings.Join(fel, ", ")))
 	}
 	return key, at, nil
@@ -227,19 +228,4 @@ func NudgeAt(handed, lastStatus time.Time) (at time.Time, ok bool) {
 		from = lastStatus
 	}
 	return from.Add(WatermarkNudge), true
-}
-
-// FatalError is an error of the incremental snapshot that retrying cannot
-// fix (a table that cannot be read in chunks, a state file that does not
-// fit the table): the process ends.
-type FatalError struct{ Err error }
-
-func (e *FatalError) Error() string { return e.Err.Error() }
-func (e *FatalError) Unwrap() error { return e.Err }
-
-func fatal(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &FatalError{Err: err}
 }
