@@ -11,13 +11,14 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // CheckReport is what check found: every problem that would stop a run,
 // and, for the reader, what the run would do.
 type CheckReport struct {
-	Problems Problems `json:"problems"`
+	Problems setup.Problems `json:"problems"`
 	// Model is the pipeline's fault-tolerance model and Gate the ack gate
 	// it implies ("complete" or "checkpoint"); empty when the pipeline
 	// could not be read.
@@ -46,23 +47,23 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 		return nil, err
 	}
 	r := &CheckReport{}
-	var ps problems
-	ps.add("STATE_FILE", checkStateFile(c.cfg.StateFile))
-	p, err := c.prepare(ctx, ForCheck)
-	var found Problems
+	var ps setup.Found
+	ps.Add("STATE_FILE", checkStateFile(c.cfg.StateFile))
+	p, err := c.prepare(ctx, setup.ForCheck)
+	var found setup.Problems
 	switch {
 	case errors.As(err, &found):
-		ps.list = append(ps.list, found...)
+		ps.List = append(ps.List, found...)
 	case errors.As(err, new(*pgconn.ConnectError)):
 		// No connection: nothing on the Postgres side can be read.
-		ps.add("PG_DSN", refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
-		if _, err := c.preparePipeline(ctx, &Plan{}, ForCheck, &ps); err != nil {
+		ps.Add("PG_DSN", setup.Refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
+		if _, err := setup.ReadPipeline(ctx, c.sink, c.logger, &setup.Plan{}, setup.ForCheck, &ps); err != nil {
 			return nil, err
 		}
-		r.Problems = ps.list
+		r.Problems = ps.List
 		return r, nil
 	case err != nil:
-		if !ps.add("", err) {
+		if !ps.Add("", err) {
 			return nil, err
 		}
 	}
@@ -79,7 +80,7 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 	if err := c.checkReplication(ctx, &ps); err != nil {
 		return nil, err
 	}
-	r.Problems = ps.list
+	r.Problems = ps.List
 	return r, nil
 }
 
@@ -93,7 +94,7 @@ func checkStateFile(path string) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".pgfeldera-check-*")
 	if err != nil {
-		return refuse("STATE_FILE", fmt.Sprintf("the directory of STATE_FILE %s cannot hold it: %v", path, err),
+		return setup.Refuse("STATE_FILE", fmt.Sprintf("the directory of STATE_FILE %s cannot hold it: %v", path, err),
 			"create "+dir+", writable by the user pgfeldera runs as")
 	}
 	f.Close()
@@ -101,10 +102,10 @@ func checkStateFile(path string) error {
 	lock, err := state.Lock(path)
 	var locked *state.LockedError
 	if errors.As(err, &locked) {
-		return refuse("STATE_FILE", locked.Error(), "")
+		return setup.Refuse("STATE_FILE", locked.Error(), "")
 	}
 	if err != nil {
-		return refuse("STATE_FILE", err.Error(), "make "+state.LockPath(path)+" writable by the user pgfeldera runs as")
+		return setup.Refuse("STATE_FILE", err.Error(), "make "+state.LockPath(path)+" writable by the user pgfeldera runs as")
 	}
 	return lock.Unlock()
 }
@@ -113,19 +114,19 @@ func checkStateFile(path string) error {
 // identifies the server (the role's REPLICATION, pg_hba.conf's
 // replication lines and a free walsender all show here), then looks at
 // the slot: free for another consumer, or room for a new one.
-func (c *Connector) checkReplication(ctx context.Context, ps *problems) error {
+func (c *Connector) checkReplication(ctx context.Context, ps *setup.Found) error {
 	rcfg, err := replicationConfig(c.cfg.DSN)
-	if ps.add("PG_DSN", err) || err != nil {
-		return orNil(err)
+	if ps.Add("PG_DSN", err) || err != nil {
+		return setup.OrNil(err)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, rcfg)
 	if err != nil {
-		ps.add("PG_DSN", refuse("PG_DSN", "replication connection: "+err.Error(), replicationFix(err, rcfg.User)))
+		ps.Add("PG_DSN", setup.Refuse("PG_DSN", "replication connection: "+err.Error(), replicationFix(err, rcfg.User)))
 		return nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := c.identify(ctx, conn); ps.add("PG_SLOT_FAILOVER", err) || err != nil {
-		return orNil(err)
+	if _, err := c.identify(ctx, conn); ps.Add("PG_SLOT_FAILOVER", err) || err != nil {
+		return setup.OrNil(err)
 	}
 	slot, err := replconn.ReadSlot(ctx, conn, c.cfg.Slot)
 	if err != nil {
@@ -137,10 +138,10 @@ func (c *Connector) checkReplication(ctx context.Context, ps *problems) error {
 	}
 	switch {
 	case slot.Exists && slot.ActivePID != 0:
-		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", c.cfg.Slot, slot.ActivePID),
+		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", c.cfg.Slot, slot.ActivePID),
 			"stop the other consumer, or give this connector its own PG_SLOT"))
 	case !slot.Exists && used >= max:
-		ps.add("PG_SLOT", refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", c.cfg.Slot, used, max),
+		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", c.cfg.Slot, used, max),
 			"drop an unused slot (pg_drop_replication_slot), or raise max_replication_slots and restart postgres"))
 	}
 	return nil

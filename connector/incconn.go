@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // startWorker starts a worker when tables are queued and none runs; an
@@ -86,7 +87,7 @@ func (c *Connector) closeChunkConn() {
 
 // chunkKeys is every table's key (chunkKey), read once per session: a
 // refusal is the table's err; a failed query is returned.
-func (p *Plan) chunkKeys(ctx context.Context, conn *pgx.Conn) ([]incremental.Key, error) {
+func chunkKeys(ctx context.Context, p *setup.Plan, conn *pgx.Conn) ([]incremental.Key, error) {
 	if p.Keys != nil {
 		return p.Keys, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -43,7 +44,7 @@ type incSession struct {
 // batch, the keys Feldera holds and Postgres lacks, then reads the table
 // in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
 // The resnapshot requests of old (the state replaced) are kept.
-func (c *Connector) startIncremental(ctx context.Context, p *Plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
+func (c *Connector) startIncremental(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
 	// The connection that checks the keys is kept for the session's
 	// worker to read chunks on (a connection costs a backend's start:
 	// milliseconds on the path to the first chunk).
@@ -51,7 +52,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *Plan, rconn *pgconn
 	if err != nil {
 		return fmt.Errorf("incremental snapshot: %w", err)
 	}
-	keys, err := p.chunkKeys(ctx, conn)
+	keys, err := chunkKeys(ctx, p, conn)
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return err
@@ -112,7 +113,7 @@ func (c *Connector) chunkRows() int {
 // file: the tables it leaves incremental are queued for the worker.
 // It is nil only without a state file (a first run under
 // SNAPSHOT_MODE=never, which no request can change).
-func (c *Connector) newIncremental(ctx context.Context, p *Plan) (*incSession, error) {
+func (c *Connector) newIncremental(ctx context.Context, p *setup.Plan) (*incSession, error) {
 	st, err := state.Load(c.cfg.StateFile)
 	if errors.Is(err, state.ErrNotExist) {
 		return nil, nil
@@ -139,7 +140,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *Plan) (*incSession, e
 			return nil, fmt.Errorf("incremental snapshot: %w", err)
 		}
 	}
-	if inc.keys, err = p.chunkKeys(ctx, conn); err != nil {
+	if inc.keys, err = chunkKeys(ctx, p, conn); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}

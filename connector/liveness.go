@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // liveness is the replication stream's heartbeat rule, the one
@@ -90,7 +91,7 @@ func (c *Connector) endSilentWalsender(ctx context.Context, conn *pgconn.PgConn)
 
 // replicationTimeout is the session's liveness timeout (0: none, a test
 // hook's unsafe variant).
-func (c *Connector) replicationTimeout(p *Plan) time.Duration {
+func (c *Connector) replicationTimeout(p *setup.Plan) time.Duration {
 	if c.test.noHeartbeat {
 		return 0
 	}

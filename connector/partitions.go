@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -84,7 +85,7 @@ func (c *Connector) reconcilePartitions(t *state.Table, now []string, keyed bool
 // while it streams, on a connection of its own.
 type partitionWatch struct {
 	c    *Connector
-	p    *Plan
+	p    *setup.Plan
 	conn *pgx.Conn
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -132,7 +133,7 @@ func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
 //     everything acknowledged).
 //
 // It saves the state when anything changed.
-func (c *Connector) reconcile(p *Plan, st *state.State) (why string, err error) {
+func (c *Connector) reconcile(p *setup.Plan, st *state.State) (why string, err error) {
 	changed := false
 	for i := range st.Tables {
 		t := &st.Tables[i]

@@ -20,6 +20,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 	"github.com/pgfeldera/pgfeldera/internal/waitfor"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // script is a replication source that sends what a test pushes, as a
@@ -155,7 +156,7 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 		t.Fatal(err)
 	}
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
-	p := &Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
+	p := &setup.Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
 		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
 	c.acked, c.srv.walEnd = scriptStart, scriptStart
 	src := newScript()

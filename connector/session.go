@@ -16,6 +16,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
@@ -23,7 +24,7 @@ import (
 // every position; the flusher goroutine only sees the batch it was handed.
 type stream struct {
 	c        *Connector
-	plan     *Plan
+	plan     *setup.Plan
 	src      replSource // the replication connection
 	dec      *decode.Decoder
 	targets  []*decode.Target // per route: its Feldera table (see plan.routes)
@@ -83,7 +84,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 
 func (c *Connector) session(ctx context.Context) error {
 	c.maxStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
-	p, err := c.prepare(ctx, ForRun)
+	p, err := c.prepare(ctx, setup.ForRun)
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,7 @@ func (c *Connector) openReplication(ctx context.Context) (*pgconn.PgConn, error)
 // begin decides where the session starts: which server this is, whether
 // its state can be continued, the snapshot or resnapshot the startup
 // plan needs, and the slot's confirmed position.
-func (c *Connector) begin(ctx context.Context, p *Plan, conn *pgconn.PgConn) error {
+func (c *Connector) begin(ctx context.Context, p *setup.Plan, conn *pgconn.PgConn) error {
 	// Which server this is (after a failover, the promoted standby): its
 	// identity decides whether the state can be continued (failover.go).
 	var err error
@@ -203,7 +204,7 @@ func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) e
 }
 
 // newStream is the session's loop state, starting at the slot's position.
-func (c *Connector) newStream(p *Plan, src replSource, inc *incSession) *stream {
+func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incSession) *stream {
 	dec := decode.NewDecoder(p.Targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.Types)

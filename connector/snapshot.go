@@ -13,13 +13,14 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // startup makes sure the slot exists and the target is seeded before the
 // stream starts, following the startup plan.
-func (c *Connector) startup(ctx context.Context, p *Plan, rconn *pgconn.PgConn) error {
+func (c *Connector) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn) error {
 	if c.cfg.SnapshotMode == SnapshotNever {
 		return c.ensureSlot(ctx, rconn)
 	}
@@ -79,7 +80,7 @@ func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.
 // removes from Feldera what an earlier attempt left that no longer exists.
 // The resnapshot requests of old (the state it replaces) are kept, and
 // settle with the copy.
-func (c *Connector) snapshot(ctx context.Context, p *Plan, rconn *pgconn.PgConn, old *state.State, slotExists, retract bool, mappings []snapshot.Mapping) error {
+func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, old *state.State, slotExists, retract bool, mappings []snapshot.Mapping) error {
 	st, err := c.pendingState(ctx, p, rconn, old, slotExists, mappings)
 	if err != nil {
 		return err
@@ -141,7 +142,7 @@ func (c *Connector) snapshot(ctx context.Context, p *Plan, rconn *pgconn.PgConn,
 // written before anything else (a crash from here until the state records
 // the new slot means "read the tables again", never "stream from a slot
 // the state does not know"), then the old slot dropped.
-func (c *Connector) pendingState(ctx context.Context, p *Plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
+func (c *Connector) pendingState(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
 	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, ProgramVersion: p.ProgramVersion}
 	for i, m := range mappings {
 		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.Targets[i].Dest), Columns: columnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
@@ -163,7 +164,7 @@ func (c *Connector) pendingState(ctx context.Context, p *Plan, rconn *pgconn.PgC
 
 // copyAll copies each table through the decoder into batches flushed to
 // Feldera (waiting for completion), then retracts leftovers.
-func (c *Connector) copyAll(ctx context.Context, p *Plan, snapName string, retract bool) ([]int64, error) {
+func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string, retract bool) ([]int64, error) {
 	conn, err := replconn.Connect(ctx, c.cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot connection: %w", err)
@@ -228,7 +229,7 @@ func (c *Connector) copyAll(ctx context.Context, p *Plan, snapName string, retra
 // the last token of each table, and cross-checks the counts. Any failure
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
-func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *Plan, b *batch, counts []int64) ([]int64, error) {
+func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *batch, counts []int64) ([]int64, error) {
 	if err := c.waitFence(ctx); err != nil {
 		return nil, err
 	}

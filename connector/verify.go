@@ -11,6 +11,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/verify"
 )
@@ -39,7 +40,7 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.prepare(ctx, ForVerify)
+	p, err := c.prepare(ctx, setup.ForVerify)
 	if err != nil {
 		return nil, err
 	}

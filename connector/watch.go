@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // Watching the pipeline while a session streams: restarts, redeploys and,
@@ -35,7 +36,7 @@ const checkpointPoll = 500 * time.Millisecond
 //
 // Its goroutine is counted in wg and ends when ctx is canceled; the
 // session joins it before it ends, since it writes into p.
-func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *Plan, alert, looked func()) <-chan error {
+func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *setup.Plan, alert, looked func()) <-chan error {
 	lost := make(chan error, 1)
 	c.checkpointed.Store(0)
 	c.seenAt.Store(0)
@@ -88,7 +89,7 @@ func (c *Connector) watchPipeline(ctx context.Context, wg *sync.WaitGroup, p *Pl
 // it publishes the newest checkpoint that covers what this session
 // completed, asks for one when ask says it is due, and reports a
 // requested checkpoint that failed.
-func (c *Connector) lookAtCheckpoints(ctx context.Context, p *Plan, ask *asker) {
+func (c *Connector) lookAtCheckpoints(ctx context.Context, p *setup.Plan, ask *asker) {
 	cp, ok, same := c.freshCheckpoint(ctx, p)
 	now := time.Now()
 	if ok {
@@ -188,7 +189,7 @@ func (a *asker) due(now, waiting time.Time, wal, budget int64, after time.Durati
 // checkpoint listed new was taken by it. When /stats cannot be read, no
 // checkpoint counts (ok false): coverage waits, it is never assumed. same
 // reports that /stats answered with the session's incarnation.
-func (c *Connector) freshCheckpoint(ctx context.Context, p *Plan) (cp feldera.Checkpoint, ok, same bool) {
+func (c *Connector) freshCheckpoint(ctx context.Context, p *setup.Plan) (cp feldera.Checkpoint, ok, same bool) {
 	cps, err := c.sink.Checkpoints(ctx)
 	if err != nil {
 		return cp, false, false
@@ -229,7 +230,7 @@ func (c *Connector) checkFailure(ctx context.Context, seq uint64) {
 
 // checkRestart compares the pipeline's deployment and incarnation with
 // the ones the session started with (see watchPipeline).
-func (c *Connector) checkRestart(ctx context.Context, p *Plan) error {
+func (c *Connector) checkRestart(ctx context.Context, p *setup.Plan) error {
 	began := time.Now()
 	// /stats before the pipeline: a redeploy replaces the deployment id
 	// before its new process (a new incarnation) answers, so a look that
@@ -280,7 +281,7 @@ func (c *Connector) checkRestart(ctx context.Context, p *Plan) error {
 // while a checkpoint is written is answered by that one, which may not
 // cover step), so it reads coverage from /checkpoints and asks again
 // while it falls short.
-func (c *Connector) awaitCheckpoint(ctx context.Context, p *Plan, step uint64) error {
+func (c *Connector) awaitCheckpoint(ctx context.Context, p *setup.Plan, step uint64) error {
 	var seq uint64
 	for attempt := 0; ; attempt++ {
 		if attempt%20 == 0 { // at once, then every 2 s

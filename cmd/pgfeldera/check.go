@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // runCheck looks at every prerequisite of a run at once and prints each
@@ -24,7 +25,7 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 		return exitFatal
 	}
 	if report.Problems == nil {
-		report.Problems = connector.Problems{}
+		report.Problems = setup.Problems{}
 	}
 	output(stdout, asJSON, struct {
 		OK bool `json:"ok"`

@@ -17,6 +17,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/metrics"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -64,7 +65,7 @@ type Status struct {
 	// and why (PostgreSQL 19 decodes under wal_level = replica while a
 	// logical slot exists).
 	Postgres struct {
-		connector.WALLevel
+		setup.WALLevel
 		Note string `json:"note,omitempty"`
 	} `json:"postgres"`
 	Tables []TableStatus `json:"tables"`
@@ -177,7 +178,7 @@ func collectSlot(ctx context.Context, conn *pgx.Conn, cfg *Config, st *Status) e
 	default:
 		s.Exists = true
 	}
-	wl, err := connector.ReadWALLevel(ctx, conn, cfg.Slot)
+	wl, err := setup.ReadWALLevel(ctx, conn, cfg.Slot)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package connector
+package setup
 
 import (
 	"errors"
@@ -29,8 +29,8 @@ func (p *Problem) Error() string {
 
 func (p *Problem) Unwrap() error { return p.err }
 
-// refuse is a Problem as a fatal error: retrying cannot fix it.
-func refuse(subject, what, fix string) error {
+// Refuse is a Problem as a fatal error: retrying cannot fix it.
+func Refuse(subject, what, fix string) error {
 	return fatal.Wrap(&Problem{Subject: subject, What: what, Fix: fix})
 }
 
@@ -60,20 +60,20 @@ func (ps Problems) Unwrap() []error {
 	return out
 }
 
-// problems collects what one look at the prerequisites finds.
-type problems struct{ list Problems }
+// Found collects what one look at the prerequisites finds.
+type Found struct{ List Problems }
 
-// add records err when it is a refusal (fatal: a setting or the schema is
+// Add records err when it is a refusal (fatal: a setting or the schema is
 // wrong) and reports whether it did; any other error (a connection that
 // failed, a query that timed out) is not a problem of the prerequisites,
 // and the caller returns it.
-func (ps *problems) add(subject string, err error) bool {
-	if err == nil || !isFatal(err) {
+func (ps *Found) Add(subject string, err error) bool {
+	if err == nil || !fatal.Is(err) {
 		return false
 	}
 	var p *Problem
 	if errors.As(err, &p) {
-		ps.list = append(ps.list, p)
+		ps.List = append(ps.List, p)
 		return true
 	}
 	var re *decode.RefusalError
@@ -83,14 +83,14 @@ func (ps *problems) add(subject string, err error) bool {
 			subject += "." + re.Column
 		}
 	}
-	ps.list = append(ps.list, &Problem{Subject: subject, What: err.Error(), err: err})
+	ps.List = append(ps.List, &Problem{Subject: subject, What: err.Error(), err: err})
 	return true
 }
 
-// err is the collected problems as one fatal error, or nil.
-func (ps *problems) err() error {
-	if len(ps.list) == 0 {
+// Err is the collected problems as one fatal error, or nil.
+func (ps *Found) Err() error {
+	if len(ps.List) == 0 {
 		return nil
 	}
-	return fatal.Wrap(ps.list)
+	return fatal.Wrap(ps.List)
 }

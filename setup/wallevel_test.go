@@ -1,9 +1,11 @@
-package connector
+package setup
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 func TestWALLevel_Check(t *testing.T) {
@@ -29,7 +31,7 @@ func TestWALLevel_Check(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			note, warn, err := tc.w.Check()
 			if tc.err != "" {
-				var fe *FatalError
+				var fe *fatal.Error
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.As(err, &fe) {
 					t.Fatalf("Check() = %v, want a fatal error containing %q", err, tc.err)
 				}

@@ -1,4 +1,4 @@
-package connector
+package setup
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // column, and adds its decoding plan to p. A table with a problem is
 // recorded in ps and left out of p; pipe nil (Feldera unknown, forCheck)
 // checks the Postgres side only.
-func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t catalog.Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *problems) error {
+func (c *checker) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t catalog.Table, route, i int, pipe *feldera.Pipeline, published map[string]bool, ps *Found) error {
 	name := t.Schema + "." + t.Name
 	si, ok, err := c.sourceTable(ctx, conn, t, published, ps)
 	if !ok || err != nil || pipe == nil {
@@ -25,16 +25,16 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t
 	}
 	rel, ok := pipe.ProgramInfo.Schema.Input(quoteIfNeeded(t.Dest))
 	if !ok {
-		ps.add(name, refuse(name, fmt.Sprintf("feldera pipeline %s has no table %s (destination of %s)", pipe.Name, t.Dest, name),
+		ps.Add(name, Refuse(name, fmt.Sprintf("feldera pipeline %s has no table %s (destination of %s)", pipe.Name, t.Dest, name),
 			"declare it (pgfeldera ddl prints it), or map "+name+" to another table in TABLES"))
 		return nil
 	}
-	if ps.add(name, identityProblem(t, rel, si, c.cfg.RequirePrimaryKey)) {
+	if ps.Add(name, identityProblem(t, rel, si, c.cfg.RequirePrimaryKey)) {
 		return nil
 	}
 	target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: route, Dest: rel}
 	target.Filter, target.Query = si.Filter, si.Partitioned || si.Generated || si.Filter != ""
-	if c.test.ignoreFilter {
+	if c.cfg.IgnoreFilter {
 		target.Filter = ""
 	}
 	if si.Filter != "" {
@@ -44,16 +44,16 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t
 	for i, col := range si.Cols {
 		dcols[i] = decode.Column{Key: col.InKey, Name: col.Name, TypeOID: col.TypeOID, TypeMod: col.Typmod}
 	}
-	opts := c.decodeOptions(p.Types)
+	opts := c.cfg.Options(p.Types)
 	drel, warnings, err := decode.NewRel(0, target, si.Ident, dcols, &opts, nil)
 	if err != nil {
-		ps.add(name, fatal.Wrap(err))
+		ps.Add(name, fatal.Wrap(err))
 		return nil
 	}
 	var leaves []string
 	if si.Partitioned {
-		if leaves, err = catalog.CheckLeaves(ctx, conn, drel); ps.add(name, err) || err != nil {
-			return orNil(err)
+		if leaves, err = catalog.CheckLeaves(ctx, conn, drel); ps.Add(name, err) || err != nil {
+			return OrNil(err)
 		}
 		// pgoutput does not send a TRUNCATE of one partition of a
 		// table published through its root (pgoutput_truncate skips
@@ -78,13 +78,13 @@ func (c *Connector) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t
 // publication, readable by the role) and reads its columns; ok is false
 // when there is nothing more to check of it (a problem recorded, or no
 // publication to read it from).
-func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Table, published map[string]bool, ps *problems) (si catalog.Source, ok bool, err error) {
+func (c *checker) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Table, published map[string]bool, ps *Found) (si catalog.Source, ok bool, err error) {
 	name := t.Schema + "." + t.Name
 	if published == nil {
 		return si, false, nil // no publication: nothing more to learn of its tables
 	}
 	if !published[name] {
-		ps.add(name, refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
+		ps.Add(name, Refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
 			"ALTER PUBLICATION "+catalog.QuoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
 		return si, false, nil
 	}
@@ -95,12 +95,12 @@ func (c *Connector) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.T
 	if !canSelect {
 		// A snapshot, a resnapshot after Feldera lost its state and verify
 		// all read the table.
-		ps.add(name, refuse(name, fmt.Sprintf("the role of PG_DSN has no SELECT on %s: the snapshot cannot read it", name),
+		ps.Add(name, Refuse(name, fmt.Sprintf("the role of PG_DSN has no SELECT on %s: the snapshot cannot read it", name),
 			"GRANT SELECT ON "+t.Source()+" TO "+catalog.QuoteIdent(c.user(conn))))
 	}
 	si, err = catalog.ReadSource(ctx, conn, t, c.cfg.Publication)
-	if ps.add(name, err) || err != nil {
-		return si, false, orNil(err)
+	if ps.Add(name, err) || err != nil {
+		return si, false, OrNil(err)
 	}
 	return si, true, nil
 }
@@ -113,31 +113,31 @@ func identityProblem(t catalog.Table, rel feldera.Relation, si catalog.Source, r
 	identName := map[byte]string{'n': "NOTHING", 'd': "DEFAULT", 'i': "USING INDEX", 'f': "FULL"}[si.Ident]
 	switch {
 	case len(rel.PrimaryKey) == 0 && requireKey:
-		return refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows", rel.Name),
+		return Refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows", rel.Name),
 			"declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that")
 	case len(rel.PrimaryKey) == 0 && si.Ident != 'f':
 		// A keyless Feldera table is a multiset: an UPDATE must delete
 		// the old row by its whole value, which only REPLICA IDENTITY
 		// FULL sends. Without it the new row is inserted and the old
 		// one stays: a duplicate per update.
-		return refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY, so an update must retract the old row by its whole value, but its source table %s has REPLICA IDENTITY %s, which does not send the old row: every UPDATE would leave a duplicate",
+		return Refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY, so an update must retract the old row by its whole value, but its source table %s has REPLICA IDENTITY %s, which does not send the old row: every UPDATE would leave a duplicate",
 			rel.Name, name, identName), "ALTER TABLE "+t.Source()+" REPLICA IDENTITY FULL, or declare a PRIMARY KEY in Feldera")
 	case len(rel.PrimaryKey) > 0 && (si.Ident == 'n' || si.Ident == 'd' && !catalog.AnyKey(si.Cols)):
-		return refuse(name, fmt.Sprintf("table %s has REPLICA IDENTITY %s and no usable key, but Feldera table %s has a PRIMARY KEY: deletes and key changes could not be retracted",
+		return Refuse(name, fmt.Sprintf("table %s has REPLICA IDENTITY %s and no usable key, but Feldera table %s has a PRIMARY KEY: deletes and key changes could not be retracted",
 			name, identName, rel.Name), "add a primary key or set REPLICA IDENTITY FULL")
 	}
 	return nil
 }
 
-// orNil is err unless it is fatal (then it was recorded as a problem).
-func orNil(err error) error {
-	if isFatal(err) {
+// OrNil is err unless it is fatal (then it was recorded as a problem).
+func OrNil(err error) error {
+	if fatal.Is(err) {
 		return nil
 	}
 	return err
 }
 
 // user is the role PG_DSN connects as.
-func (c *Connector) user(conn *pgx.Conn) string {
+func (c *checker) user(conn *pgx.Conn) string {
 	return conn.Config().User
 }

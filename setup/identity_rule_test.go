@@ -1,4 +1,4 @@
-package connector
+package setup
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // identityProblem: which source replica identities keep a Feldera table
@@ -40,7 +41,7 @@ func TestIdentityProblem(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 				t.Fatalf("err = %v, want %q", err, c.want)
-			case err != nil && !isFatal(err):
+			case err != nil && !fatal.Is(err):
 				t.Fatalf("not fatal: %v", err)
 			}
 		})

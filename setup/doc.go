@@ -1,0 +1,14 @@
+// Package setup is the look at every prerequisite before a session
+// streams, and the Plan it yields: wal_level and the WAL limits, the
+// publication and its tables, each mapped table's replica identity,
+// columns and decoding plan against its Feldera table, and the Feldera
+// pipeline's status, program and fault-tolerance model. Every refusal
+// found is collected (Found) and reported at once (Problems), so that a
+// user fixes a new database in one pass; `pgfeldera check` shows the same
+// list.
+//
+// It starts no goroutines. Prepare opens its own Postgres connection and
+// closes it before it returns; a Plan is read-only once built, except for
+// the fields the session fills (Gate, Incarnation, Keys) before its
+// goroutines start.
+package setup
