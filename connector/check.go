@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -125,7 +126,7 @@ func (c *Connector) checkReplication(ctx context.Context, ps *setup.Found) error
 		return nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := c.identify(ctx, conn); ps.Add("PG_SLOT_FAILOVER", err) || err != nil {
+	if _, err := failover.Identify(ctx, conn, c.cfg.SlotFailover); ps.Add("PG_SLOT_FAILOVER", err) || err != nil {
 		return setup.OrNil(err)
 	}
 	slot, err := replconn.ReadSlot(ctx, conn, c.cfg.Slot)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/delivery"
+	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -193,7 +194,7 @@ type Connector struct {
 	logger *slog.Logger
 
 	// srv is the server the current session reached (failover.go).
-	srv server
+	srv failover.Server
 	// spareConn: a connection for chunks startup opened, which the
 	// session's incremental snapshot takes (keepChunkConn).
 	spareConn *pgx.Conn

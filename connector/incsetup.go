@@ -68,7 +68,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *setup.Plan, rconn *
 	if err != nil {
 		return err
 	}
-	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover)
+	created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.Failover)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func (c *Connector) startIncremental(ctx context.Context, p *setup.Plan, rconn *
 	}
 	// The slot is this server's: recorded in this write, so that
 	// recordServer has none of its own to do.
-	st.SystemID, st.Timeline = c.srv.systemID, c.srv.timeline
+	st.SystemID, st.Timeline = c.srv.SystemID, c.srv.Timeline
 	if err := state.Save(c.cfg.StateFile, st); err != nil {
 		return fatal.Wrap(err)
 	}

@@ -158,7 +158,7 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
 	p := &setup.Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
 		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
-	c.acked, c.srv.walEnd = scriptStart, scriptStart
+	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())
 	sc := &scripted{src: src, fel: fel, done: make(chan error, 1), stop: stop}

@@ -13,6 +13,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
+	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -152,16 +153,16 @@ func (c *Connector) begin(ctx context.Context, p *setup.Plan, conn *pgconn.PgCon
 	// Which server this is (after a failover, the promoted standby): its
 	// identity decides whether the state can be continued (failover.go).
 	var err error
-	if c.srv, err = c.identify(ctx, conn); err != nil {
+	if c.srv, err = failover.Identify(ctx, conn, c.cfg.SlotFailover); err != nil {
 		return err
 	}
-	if err := c.preflight(ctx, conn, c.srv); err != nil {
+	if err := c.failoverChecker().Preflight(ctx, conn, c.srv); err != nil {
 		return err
 	}
 	if err := c.startup(ctx, p, conn); err != nil {
 		return err
 	}
-	if err := c.recordServer(c.srv); err != nil {
+	if err := failover.RecordServer(c.cfg.StateFile, c.srv); err != nil {
 		return err
 	}
 	// Positions come from the server, never from an earlier session's
@@ -222,7 +223,7 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incSession) *s
 		led:      delivery.NewLedger(p.Gate, c.acked, p.Model == feldera.FTExactlyOnce),
 		sentAck:  c.acked, // the slot's: a status repeating it moves nothing
 		inc:      inc,
-		startEnd: c.srv.walEnd,
+		startEnd: c.srv.WALEnd,
 	}
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.Routes))
@@ -283,7 +284,7 @@ func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	if err != nil || slot.Exists {
 		return err
 	}
-	if _, err := snapshot.CreateSlot(ctx, conn, c.cfg.Slot, false, c.srv.failover); err != nil {
+	if _, err := snapshot.CreateSlot(ctx, conn, c.cfg.Slot, false, c.srv.Failover); err != nil {
 		return err
 	}
 	c.logger.Info("session: created replication slot (stream only, no snapshot)")

@@ -34,7 +34,7 @@ func (c *Connector) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.Pg
 	if err != nil {
 		return err
 	}
-	if slot.Diverged, err = c.diverged(ctx, rconn, st, c.srv); err != nil {
+	if slot.Diverged, err = c.failoverChecker().Diverged(ctx, rconn, st, c.srv, c.acked, c.sentHigh); err != nil {
 		return err
 	}
 	mappings := make([]snapshot.Mapping, len(c.cfg.Tables))
@@ -89,7 +89,7 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
 		c.logger.Warn("SNAPSHOT_MODE=inconsistent: copying BEFORE creating the slot; rows committed in between are LOST. Use only to demonstrate that loss.")
 	} else {
-		created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, true, c.srv.failover)
+		created, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, true, c.srv.Failover)
 		if err != nil {
 			return err
 		}
@@ -107,7 +107,7 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 		c.test.afterCopy()
 	}
 	if c.cfg.SnapshotMode == SnapshotInconsistent {
-		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.failover); err != nil {
+		if _, err := snapshot.CreateSlot(ctx, rconn, c.cfg.Slot, false, c.srv.Failover); err != nil {
 			return err
 		}
 	}

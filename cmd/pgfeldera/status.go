@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/metrics"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -80,7 +81,7 @@ type Status struct {
 }
 
 // StandbyStatus is one standby's copy of the slot.
-type StandbyStatus = connector.StandbySlot
+type StandbyStatus = failover.StandbySlot
 
 // TableStatus compares one mapped table's row counts.
 type TableStatus struct {
@@ -145,7 +146,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	if err := collectSlot(ctx, conn, cfg, st); err != nil {
 		return nil, err
 	}
-	st.Standbys = connector.StandbySlots(ctx, cfg.DSN, cfg.Slot)
+	st.Standbys = failover.StandbySlots(ctx, cfg.DSN, cfg.Slot)
 	collectState(cfg, st)
 	st.Feldera.Pipeline = cfg.Pipeline
 	client, err := feldera.New(feldera.Config{URL: cfg.FelderaURL, Pipeline: cfg.Pipeline, APIKey: cfg.APIKey, RetryMax: -1, RequestTimeout: 10 * time.Second})
