@@ -61,9 +61,9 @@ func (s *stream) checkpointed() (bool, error) {
 	}
 	moved := false
 	if s.led.Confirms() {
-		moved = s.led.ConfirmedAt(time.Unix(0, s.c.seenAt.Load()))
+		moved = s.led.ConfirmedAt(time.Unix(0, s.c.cp.SeenAt.Load()))
 	}
-	steps := s.c.checkpointed.Load()
+	steps := s.c.cp.Steps.Load()
 	if steps > s.led.Covered() {
 		if err := s.recordCheckpoint(); err != nil {
 			return false, err
@@ -81,7 +81,7 @@ func (s *stream) checkpointed() (bool, error) {
 // everything completed is durable (up to the checkpoint by it, after it
 // by the journal), so the gate goes back to completion.
 func (s *stream) recordCheckpoint() error {
-	cps := s.c.lastCheckpoints.Load()
+	cps := s.c.cp.Last.Load()
 	if s.inc == nil || cps == nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (s *stream) stalledGate() error {
 		return nil
 	}
 	why := "no Feldera checkpoint came"
-	if e := s.c.health.checkpointError.Load(); e != nil && s.c.health.checkpointFailed.Load() {
+	if e := s.c.cp.Error.Load(); e != nil && s.c.cp.Failed.Load() {
 		why = "Feldera's checkpoints fail: " + *e
 	}
 	return &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT): completed work waited that long for a checkpoint to cover it (%s), so nothing could be acknowledged and the slot retained WAL", ErrNoProgress, time.Since(at).Round(time.Second), why)}
@@ -127,11 +127,11 @@ func (s *stream) stalledGate() error {
 func (s *stream) publishWait() {
 	// The WAL figure first: a look that sees work waiting reads the
 	// figure of that work, not of the work before.
-	s.c.checkpointWAL.Store(int64(s.led.WaitingWAL()))
+	s.c.cp.WAL.Store(int64(s.led.WaitingWAL()))
 	if at, ok := s.led.Waiting(); ok {
-		s.c.checkpointWaits.Store(at.UnixNano())
+		s.c.cp.Waits.Store(at.UnixNano())
 	} else {
-		s.c.checkpointWaits.Store(0)
+		s.c.cp.Waits.Store(0)
 	}
 }
 

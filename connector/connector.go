@@ -227,18 +227,13 @@ type Connector struct {
 	observer     Observer
 	stats        Stats
 
-	gate            atomic.Int32                         // the Gate of the current session (status, metrics)
-	checkpointWaits atomic.Int64                         // unix nanos since completed work waits for a checkpoint; 0: none waits
-	checkpointWAL   atomic.Int64                         // bytes of WAL that completed work waiting for a checkpoint holds
-	checkpointed    atomic.Uint64                        // the newest checkpoint's steps the watcher saw
-	seenAt          atomic.Int64                         // unix ns: when the watcher's last look that found the session's process began
-	lastCheckpoints atomic.Pointer[[]feldera.Checkpoint] // the list whose newest is the session's newest fresh checkpoint (freshCheckpoint)
-	failedSeq       atomic.Uint64                        // the last failed checkpoint reported
-	maxStep         atomic.Uint64                        // the highest step any completion reported
-	probed          bool                                 // POST /checkpoint was tried once under fault tolerance
-	warnedOutputs   bool
-	spoolOnce       sync.Once // stale spool files removed (spool.go)
-	test            testHooks // zero in production; set only by export_test.go
+	gate          atomic.Int32         // the Gate of the current session (status, metrics)
+	cp            delivery.Checkpoints // what the session, the watcher and the metrics share of checkpoints
+	maxStep       atomic.Uint64        // the highest step any completion reported
+	probed        bool                 // POST /checkpoint was tried once under fault tolerance
+	warnedOutputs bool
+	spoolOnce     sync.Once // stale spool files removed (spool.go)
+	test          testHooks // zero in production; set only by export_test.go
 }
 
 // testHooks are the seams the tests use, among them the unsafe variants
@@ -334,6 +329,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	if c.observer == nil {
 		c.observer = nopObserver{}
 	}
+	c.cp.Failures = &c.stats.CheckpointFailures
 	c.fence = delivery.NewFence(cfg.IngressFence, c.logger)
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
 		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout,

@@ -21,12 +21,13 @@
 //   - the incremental snapshot's worker (incremental.Worker, started by
 //     incconn.go's startWorker), and the lane readers it starts and joins
 //     itself; it shares only the incremental.Handoff with the loop;
-//   - the pipeline watcher (watch.go), which reads /stats and
+//   - the pipeline watcher (delivery.Watcher), which reads /stats and
 //     /checkpoints and reports a restart or a new checkpoint.
 //
 // They report to the loop by events (a buffered channel whose sends never
-// block, see newStream) and through atomics on Connector (the newest
-// checkpoint's steps, the step watermark, checkpoint waits). A failure in
+// block, see newStream) and through atomics on Connector (the step
+// watermark; delivery.Checkpoints: the newest checkpoint's steps and the
+// checkpoint waits). A failure in
 // any of them ends the session; the next one replays from the slot. A
 // graceful stop drains what is in flight, up to STOP_TIMEOUT.
 //

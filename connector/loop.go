@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
@@ -116,8 +117,8 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 // look, whichever comes first. The heartbeat may end the session.
 func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
 	deadline := s.nextStatus
-	if s.led.Queued() && now.Add(checkpointPoll).Before(deadline) {
-		deadline = now.Add(checkpointPoll) // look at the watcher's checkpoint
+	if s.led.Queued() && now.Add(delivery.CheckpointPoll).Before(deadline) {
+		deadline = now.Add(delivery.CheckpointPoll) // look at the watcher's checkpoint
 	}
 	if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
 		deadline = ld

@@ -62,15 +62,16 @@ type stream struct {
 	abort    context.CancelFunc
 
 	nextStatus time.Time
-	lastStatus time.Time        // when the last status update was sent
-	sentAck    pglogrepl.LSN    // the flush position the last status update carried
-	startEnd   pglogrepl.LSN    // the server's WAL end when the session began (idleKeepalive)
-	lost       <-chan error     // the Feldera pipeline restarted or lost its state
-	alertCtx   context.Context  // canceled when lost has something: ends a receive
-	led        *delivery.Ledger // the acknowledgement rule: the only writer of the acknowledged position
-	live       liveness         // the replication connection's heartbeat
-	inc        *incSession      // the incremental snapshot under way, nil when none
-	clock      stageClock       // times each source transaction to each stage
+	lastStatus time.Time         // when the last status update was sent
+	sentAck    pglogrepl.LSN     // the flush position the last status update carried
+	startEnd   pglogrepl.LSN     // the server's WAL end when the session began (idleKeepalive)
+	lost       <-chan error      // the Feldera pipeline restarted or lost its state
+	alertCtx   context.Context   // canceled when lost has something: ends a receive
+	watcher    *delivery.Watcher // the pipeline watcher: restarts, redeploys, checkpoints
+	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
+	live       liveness          // the replication connection's heartbeat
+	inc        *incSession       // the incremental snapshot under way, nil when none
+	clock      stageClock        // times each source transaction to each stage
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -259,10 +260,14 @@ func (s *stream) serve(ctx context.Context) error {
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
 	var watched sync.WaitGroup
-	s.lost = c.watchPipeline(watchCtx, &watched, s.plan, alert, s.wake.fire)
+	pw := &partitionWatch{c: c, p: s.plan}
+	s.watcher = c.newWatcher(s.plan)
+	s.watcher.Also = pw.every
+	s.lost = s.watcher.Start(watchCtx, &watched, alert, s.wake.fire)
 	defer func() {
 		stopWatch()
-		watched.Wait() // the watcher writes into the plan: it ends first
+		watched.Wait() // the watcher moves its pipeline: it ends first
+		pw.close()
 	}()
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(s.plan.Targets),
@@ -328,7 +333,7 @@ func (s *stream) shutdown() error {
 		// at_least_once: what completed is durable once a checkpoint
 		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
 		// still uncovered then is replayed by the next start.
-		if err := s.c.awaitCheckpoint(s.c.stopContext(context.Background()), s.plan, s.led.HighestPending()); err != nil {
+		if err := s.watcher.AwaitCheckpoint(s.c.stopContext(context.Background()), s.led.HighestPending()); err != nil {
 			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
 		}
 		if _, err := s.checkpointed(); err != nil {

@@ -117,10 +117,10 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 		// would restore a checkpoint without the rows, and the startup
 		// would stream on).
 		c.logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", c.maxStep.Load())
-		if err := c.awaitCheckpoint(ctx, p, c.maxStep.Load()); err != nil {
+		if err := c.newWatcher(p).AwaitCheckpoint(ctx, c.maxStep.Load()); err != nil {
 			return err
 		}
-		if cps := c.lastCheckpoints.Load(); cps != nil {
+		if cps := c.cp.Last.Load(); cps != nil {
 			st.Checkpoint = ref(*cps) // it holds the copy: a restore must find it, or a later one
 		}
 	}

@@ -74,10 +74,6 @@ type health struct {
 	progress     atomic.Int64 // unix nanos of the last snapshot row
 	flushSince   atomic.Int64 // unix nanos the in-flight flush started; 0 when none
 	flushFailed  atomic.Bool  // the last flush failed; cleared by a success
-	// checkpointFailed: a checkpoint asked for failed, and none succeeded
-	// since (checkpointError says why).
-	checkpointFailed atomic.Bool
-	checkpointError  atomic.Pointer[string]
 }
 
 // Gate is the acknowledgement gate of the current session.
@@ -86,7 +82,7 @@ func (c *Connector) Gate() Gate { return Gate(c.gate.Load()) }
 // CheckpointWait is how long completed work has waited for a checkpoint
 // (the checkpoint gate); 0 when nothing waits.
 func (c *Connector) CheckpointWait() time.Duration {
-	if at := c.checkpointWaits.Load(); at != 0 {
+	if at := c.cp.Waits.Load(); at != 0 {
 		return time.Since(time.Unix(0, at))
 	}
 	return 0
@@ -96,10 +92,10 @@ func (c *Connector) CheckpointWait() time.Duration {
 // for a checkpoint holds in the slot (the checkpoint gate); 0 when
 // nothing waits. FELDERA_CHECKPOINT_WAL bounds it.
 func (c *Connector) CheckpointWaitWAL() uint64 {
-	if c.checkpointWaits.Load() == 0 {
+	if c.cp.Waits.Load() == 0 {
 		return 0
 	}
-	return uint64(c.checkpointWAL.Load())
+	return uint64(c.cp.WAL.Load())
 }
 
 // ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a flush
@@ -124,9 +120,9 @@ func (c *Connector) Ready() (bool, string) {
 	if h.flushFailed.Load() {
 		return false, "the last flush to Feldera failed"
 	}
-	if h.checkpointFailed.Load() {
+	if c.cp.Failed.Load() {
 		why := "a Feldera checkpoint failed"
-		if e := h.checkpointError.Load(); e != nil {
+		if e := c.cp.Error.Load(); e != nil {
 			why += ": " + *e
 		}
 		return false, why

@@ -12,14 +12,19 @@
 //     after newer ones, across processes through the fence file;
 //   - the Completer, which polls the completion tokens of the batches in
 //     flight;
-//   - Transactions, the Feldera transaction protocol (txn.go).
+//   - Transactions, the Feldera transaction protocol (txn.go);
+//   - the Watcher, which watches the pipeline while a session streams
+//     (restarts, redeploys, checkpoints, asking for one when completed
+//     work waited), and waits for a checkpoint to cover a step.
 //
 // Each part declares the small interface it needs of Feldera (Ingester,
-// Poller, TxnAPI, Observer); *feldera.Client satisfies them all.
+// Poller, TxnAPI, WatchAPI, Observer); *feldera.Client satisfies them
+// all.
 //
-// It starts no goroutines: the session starts Completer.Run and joins it.
-// A Ledger belongs to the session goroutine and is not safe for
+// Goroutines: the session starts Completer.Run and joins it; Watcher.Start
+// starts one goroutine, counted in the WaitGroup it is given, which the
+// session waits for. A Ledger belongs to the session goroutine and is not safe for
 // concurrent use; Transactions is used by one goroutine at a time (the
-// poster, or the session between posters) except its Clock; a Fence and
-// a TxnClock are safe for concurrent use.
+// poster, or the session between posters) except its Clock; a Fence, a
+// TxnClock and Checkpoints are safe for concurrent use.
 package delivery

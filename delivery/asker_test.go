@@ -1,4 +1,4 @@
-package connector
+package delivery
 
 import (
 	"errors"
