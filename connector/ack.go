@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // pending reports whether anything read is not yet acknowledged.
@@ -85,7 +86,7 @@ func (s *stream) recordCheckpoint() error {
 	if s.inc == nil || cps == nil {
 		return nil
 	}
-	cp := ref(*cps)
+	cp := setup.CheckpointRef(*cps)
 	if s.inc.st.Checkpoint != nil && s.inc.st.Checkpoint.UUID == cp.UUID {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,58 +27,6 @@ import (
 // partitionCheckEvery is how many watcher ticks pass between two reads of
 // the partitions (about 10 s).
 const partitionCheckEvery = 5
-
-// partitionsMoved lists the leaves now has that known lacks (attached)
-// and the ones known has that now lacks (detached).
-func partitionsMoved(known, now []string) (attached, detached []string) {
-	for _, l := range now {
-		if !slices.Contains(known, l) {
-			attached = append(attached, l)
-		}
-	}
-	for _, l := range known {
-		if !slices.Contains(now, l) {
-			detached = append(detached, l)
-		}
-	}
-	return attached, detached
-}
-
-// movedText says what moved, for a log or an error.
-func movedText(attached, detached []string) string {
-	var parts []string
-	if len(attached) > 0 {
-		parts = append(parts, "attached "+strings.Join(attached, ", "))
-	}
-	if len(detached) > 0 {
-		parts = append(parts, "detached "+strings.Join(detached, ", "))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// reconcilePartitions compares t's recorded partitions with the leaves the
-// catalog lists now (nil: not a partitioned table) at a start that streams
-// from the slot. A keyed table whose partitions moved is read again while
-// streaming; a keyless one cannot be, and why names it for a resnapshot
-// of every table. It records the leaves and reports whether t changed.
-func (c *Connector) reconcilePartitions(t *state.Table, now []string, keyed bool) (changed bool, why string) {
-	if now == nil || c.test.ignoreShape || t.Partitions != nil && slices.Equal(t.Partitions, now) {
-		return false, ""
-	}
-	if t.Partitions != nil {
-		// A table being read already is read again from its beginning:
-		// chunks read before the move did not see an attached leaf.
-		moved := movedText(partitionsMoved(t.Partitions, now))
-		if !keyed {
-			return false, fmt.Sprintf("the partitions of %s changed since its rows were read (%s), and keyless Feldera table %s is read again only with every table", t.Source, moved, t.Dest)
-		}
-		c.logger.Warn("startup: the partitions of a table changed since its rows were read (ATTACH or DETACH PARTITION, which the WAL does not carry as rows); reading it again while the other tables stream",
-			"table", t.Source, "moved", moved)
-		*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Fingerprint: t.Fingerprint, Columns: t.Columns}
-	}
-	t.Partitions = now
-	return true, ""
-}
 
 // partitionWatch reads the leaves of the session's partitioned tables
 // while it streams, on a connection of its own.
@@ -117,8 +64,8 @@ func (w *partitionWatch) check(ctx context.Context) error {
 		for j, l := range leaves {
 			now[j] = l.Name
 		}
-		if attached, detached := partitionsMoved(known, now); len(attached)+len(detached) > 0 {
-			return fmt.Errorf("the partitions of %s changed while streaming (%s): the session restarts to read the table again", w.p.Targets[i].Qualified(), movedText(attached, detached))
+		if attached, detached := setup.PartitionsMoved(known, now); len(attached)+len(detached) > 0 {
+			return fmt.Errorf("the partitions of %s changed while streaming (%s): the session restarts to read the table again", w.p.Targets[i].Qualified(), setup.MovedText(attached, detached))
 		}
 	}
 	return nil
@@ -129,4 +76,17 @@ func (w *partitionWatch) close() {
 		w.conn.Close(context.Background())
 		w.conn = nil
 	}
+}
+
+// reconcile checks what the restarted Feldera and the catalog hold
+// against the state (setup.Reconcile), under this connector's rules, and
+// publishes the gate a journal gap moved.
+func (c *Connector) reconcile(p *setup.Plan, st *state.State) (string, error) {
+	before := p.Gate
+	why, err := setup.Reconcile(p, st, setup.Rules{StateFile: c.cfg.StateFile, Logger: c.logger,
+		TrustRestores: c.test.trustRestores, IgnoreShape: c.test.ignoreShape, GateForced: c.test.forceGate != nil})
+	if p.Gate != before {
+		c.gate.Store(int32(p.Gate))
+	}
+	return why, err
 }

@@ -43,7 +43,7 @@ func (c *Connector) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.Pg
 	}
 	target := snapshot.Target{DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, FaultTolerant: p.FaultTolerant, NoCheckpoint: p.NoCheckpoint}
 	if st != nil && p.FaultTolerant && !c.test.trustRestores {
-		if ok, why := restoredEnough(st.Checkpoint, p.Checkpoints); !ok {
+		if ok, why := setup.RestoredEnough(st.Checkpoint, p.Checkpoints); !ok {
 			target.Lost = why
 		}
 	}
@@ -121,7 +121,7 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 			return err
 		}
 		if cps := c.cp.Last.Load(); cps != nil {
-			st.Checkpoint = ref(*cps) // it holds the copy: a restore must find it, or a later one
+			st.Checkpoint = setup.CheckpointRef(*cps) // it holds the copy: a restore must find it, or a later one
 		}
 	}
 	crashtest.Point("snapshot_before_state")
@@ -145,7 +145,7 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 func (c *Connector) pendingState(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
 	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, ProgramVersion: p.ProgramVersion}
 	for i, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: fingerprint(p.Targets[i].Dest), Columns: columnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: setup.Fingerprint(p.Targets[i].Dest), Columns: columnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
 	}
 	st.CarryRequests(old)
 	if !c.test.noPendingFirst {

@@ -7,6 +7,11 @@
 // user fixes a new database in one pass; `pgfeldera check` shows the same
 // list.
 //
+// At a start that streams from the slot, Reconcile holds the state file
+// against what a restarted Feldera restored (RestoredEnough), tables
+// whose definition changed (Fingerprint) and partitions that moved, and
+// decides which tables are read again.
+//
 // It starts no goroutines. Prepare opens its own Postgres connection and
 // closes it before it returns; a Plan is read-only once built, except for
 // the fields the session fills (Gate, Incarnation, Keys) before its

@@ -1,4 +1,4 @@
-package connector
+package setup
 
 import (
 	"strings"
@@ -33,12 +33,12 @@ func TestRestoredEnough(t *testing.T) {
 		{"empty store, then more input and checkpoints", []feldera.Checkpoint{cp("X", 12, 710), cp("Y", 50, 900)}, false, "its oldest checkpoint, X"},
 		{"back to one before the records", []feldera.Checkpoint{cp("Z", 5, 50)}, false, "its oldest checkpoint, Z"},
 	} {
-		ok, why := restoredEnough(rec, tc.cps)
+		ok, why := RestoredEnough(rec, tc.cps)
 		if ok != tc.ok || !strings.Contains(why, tc.why) {
 			t.Errorf("%s: ok=%v why=%q, want ok=%v and %q", tc.name, ok, why, tc.ok, tc.why)
 		}
 	}
-	if ok, _ := restoredEnough(nil, nil); !ok {
+	if ok, _ := RestoredEnough(nil, nil); !ok {
 		t.Error("nothing recorded: anything restored is enough")
 	}
 }
@@ -50,11 +50,11 @@ func TestRef(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		cps = append(cps, feldera.Checkpoint{UUID: string(rune('a' + i)), Steps: uint64(i)})
 	}
-	r := ref(cps)
+	r := CheckpointRef(cps)
 	if r.UUID != "t" || len(r.Before) != refBefore || r.Before[0] != "d" || r.Before[refBefore-1] != "s" {
 		t.Fatalf("ref = %+v", r)
 	}
-	if r := ref(cps[:1]); r.UUID != "a" || len(r.Before) != 0 {
+	if r := CheckpointRef(cps[:1]); r.UUID != "a" || len(r.Before) != 0 {
 		t.Fatalf("ref of one = %+v", r)
 	}
 }

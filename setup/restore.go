@@ -1,16 +1,17 @@
-package connector
+package setup
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -27,12 +28,12 @@ import (
 //   - a pipeline can come back with an empty store or an older checkpoint:
 //     the state file records the checkpoint that held everything
 //     acknowledged, and a start that finds neither it nor a later one
-//     resnapshots (restoredEnough).
+//     resnapshots (RestoredEnough).
 
-// fingerprint identifies a Feldera table's definition: its fields with
+// Fingerprint identifies a Feldera table's definition: its fields with
 // their types, its key, materialized, and its other properties (values
 // only: Feldera also sends where in the program each was written).
-func fingerprint(rel feldera.Relation) string {
+func Fingerprint(rel feldera.Relation) string {
 	props := make([]string, 0, len(rel.Properties))
 	for k, v := range rel.Properties {
 		props = append(props, k+"="+v.Value)
@@ -48,7 +49,7 @@ func fingerprint(rel feldera.Relation) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// restoredEnough reports whether the checkpoints a fault-tolerant Feldera
+// RestoredEnough reports whether the checkpoints a fault-tolerant Feldera
 // lists can hold what the state file says was acknowledged: rec, the
 // checkpoint recorded as holding it, or only later ones. Feldera drops old
 // checkpoints oldest first, so rec may have rolled out of the list behind
@@ -58,7 +59,7 @@ func fingerprint(rel feldera.Relation) string {
 // checkpoint, and an empty store from zero). A checkpoint listed from
 // before rec, or one with fewer steps or records, means the pipeline went
 // back. When it did, why says what was found.
-func restoredEnough(rec *state.CheckpointRef, cps []feldera.Checkpoint) (ok bool, why string) {
+func RestoredEnough(rec *state.CheckpointRef, cps []feldera.Checkpoint) (ok bool, why string) {
 	if rec == nil {
 		return true, ""
 	}
@@ -104,9 +105,9 @@ func journalResumed(gap string, cps []feldera.Checkpoint) bool {
 // refBefore keeps this many of the checkpoints listed before a recorded one.
 const refBefore = 16
 
-// ref names the newest checkpoint of a list for the state file, with the
+// CheckpointRef names the newest checkpoint of a list for the state file, with the
 // ones listed before it.
-func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
+func CheckpointRef(cps []feldera.Checkpoint) *state.CheckpointRef {
 	cp := cps[len(cps)-1]
 	r := &state.CheckpointRef{UUID: cp.UUID, Steps: cp.Steps, ProcessedRecords: cp.ProcessedRecords}
 	for _, b := range cps[max(0, len(cps)-1-refBefore) : len(cps)-1] {
@@ -115,7 +116,7 @@ func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
 	return r
 }
 
-// reconcile brings the state file of a start that streams from the slot
+// Reconcile brings the state file of a start that streams from the slot
 // up to what Feldera is now:
 //
 //   - a table whose definition changed since its rows were written was
@@ -124,24 +125,24 @@ func ref(cps []feldera.Checkpoint) *state.CheckpointRef {
 //     read that way, and then why names it, for a resnapshot of every
 //     table;
 //   - a partitioned table whose partitions moved since its rows were read
-//     is read again the same way (reconcilePartitions);
+//     is read again the same way (Rules.reconcilePartitions);
 //   - under exactly_once a program change opens a journal gap, closed by
 //     the first checkpoint after it; while it is open the checkpoint gate
-//     applies (p.gate);
+//     applies (p.Gate);
 //   - the fingerprints, the program version and the newest checkpoint are
-//     recorded (restoredEnough has passed: that checkpoint holds
+//     recorded (RestoredEnough has passed: that checkpoint holds
 //     everything acknowledged).
 //
 // It saves the state when anything changed.
-func (c *Connector) reconcile(p *setup.Plan, st *state.State) (why string, err error) {
+func Reconcile(p *Plan, st *state.State, c Rules) (why string, err error) {
 	changed := false
 	for i := range st.Tables {
 		t := &st.Tables[i]
-		fp := fingerprint(p.Targets[i].Dest)
+		fp := Fingerprint(p.Targets[i].Dest)
 		switch {
 		case t.Fingerprint == fp:
 			continue
-		case c.test.trustRestores:
+		case c.TrustRestores:
 			continue
 		case t.Fingerprint == "":
 			// Written before fingerprints were: the rows are taken to be
@@ -149,7 +150,7 @@ func (c *Connector) reconcile(p *setup.Plan, st *state.State) (why string, err e
 		case !p.Rels[i].Keyed():
 			return fmt.Sprintf("the definition of Feldera table %s changed since %s was copied into it: Feldera started it empty, and a keyless table is read again only with every table", t.Dest, t.Source), nil
 		default:
-			c.logger.Warn("startup: the definition of a Feldera table changed: Feldera started it empty (bootstrapping after a program change); reading it again while the other tables stream",
+			c.Logger.Warn("startup: the definition of a Feldera table changed: Feldera started it empty (bootstrapping after a program change); reading it again while the other tables stream",
 				"table", t.Dest, "source", t.Source)
 			*t = state.Table{Source: t.Source, Dest: t.Dest, Status: state.Incremental, Retract: true, Columns: t.Columns, Partitions: t.Partitions}
 		}
@@ -169,7 +170,7 @@ func (c *Connector) reconcile(p *setup.Plan, st *state.State) (why string, err e
 			st.JournalGap = p.Checkpoints[n-1].UUID
 		}
 		changed = true
-		c.logger.Warn("startup: the Feldera program changed under exactly_once: Feldera discarded its input journal and keeps none until its next checkpoint; acknowledging only what a checkpoint covers until then",
+		c.Logger.Warn("startup: the Feldera program changed under exactly_once: Feldera discarded its input journal and keeps none until its next checkpoint; acknowledging only what a checkpoint covers until then",
 			"program_version", p.ProgramVersion, "was", st.ProgramVersion)
 	}
 	if st.ProgramVersion != p.ProgramVersion {
@@ -177,19 +178,31 @@ func (c *Connector) reconcile(p *setup.Plan, st *state.State) (why string, err e
 	}
 	if st.JournalGap != "" && (p.Model != feldera.FTExactlyOnce || journalResumed(st.JournalGap, p.Checkpoints)) {
 		st.JournalGap, changed = "", true
-		c.logger.Info("startup: a checkpoint was taken since the program change: Feldera journals its input again")
+		c.Logger.Info("startup: a checkpoint was taken since the program change: Feldera journals its input again")
 	}
-	if st.JournalGap != "" && p.Gate == GateComplete && c.test.forceGate == nil {
-		p.Gate = GateCheckpoint
-		c.gate.Store(int32(p.Gate))
+	if st.JournalGap != "" && p.Gate == delivery.GateComplete && !c.GateForced {
+		p.Gate = delivery.GateCheckpoint
 	}
 	if n := len(p.Checkpoints); p.FaultTolerant && n > 0 && (st.Checkpoint == nil || st.Checkpoint.UUID != p.Checkpoints[n-1].UUID) {
-		st.Checkpoint, changed = ref(p.Checkpoints), true
+		st.Checkpoint, changed = CheckpointRef(p.Checkpoints), true
 	}
 	if changed {
-		if err := state.Save(c.cfg.StateFile, st); err != nil {
+		if err := state.Save(c.StateFile, st); err != nil {
 			return "", fatal.Wrap(err)
 		}
 	}
 	return "", nil
+}
+
+// Rules are what Reconcile reads besides the plan and the state: where
+// the state is saved, the log, and the tests' unsafe variants.
+type Rules struct {
+	StateFile string
+	Logger    *slog.Logger
+	// TrustRestores checks nothing a restart restored (unsafe).
+	TrustRestores bool
+	// IgnoreShape reads no table again when its partitions moved (unsafe).
+	IgnoreShape bool
+	// GateForced: a test chose the gate; a journal gap leaves it.
+	GateForced bool
 }

@@ -1,4 +1,4 @@
-package connector
+package setup
 
 import (
 	"io"
@@ -23,7 +23,7 @@ func TestPartitionsMoved(t *testing.T) {
 		{"all gone", []string{}, nil, known},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, d := partitionsMoved(known, tc.now)
+			a, d := PartitionsMoved(known, tc.now)
 			if !slices.Equal(a, tc.attached) || !slices.Equal(d, tc.detached) {
 				t.Fatalf("moved = %v, %v; want %v, %v", a, d, tc.attached, tc.detached)
 			}
@@ -32,7 +32,7 @@ func TestPartitionsMoved(t *testing.T) {
 }
 
 func TestReconcilePartitions(t *testing.T) {
-	c := &Connector{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c := Rules{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	complete := state.Table{Source: "public.m", Dest: "m", Status: state.Complete, Rows: 40, Fingerprint: "f", Partitions: []string{"public.m_1"}}
 	for _, tc := range []struct {
 		name    string
