@@ -217,7 +217,6 @@ type Connector struct {
 	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
 	txns         *delivery.Transactions // the Feldera transaction held open, if any
 	snapTokens   map[string]string      // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	incarnation  string                 // the pipeline process the session feeds
 	stopping     <-chan struct{}        // Run's context: closed on a graceful stop
 	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
 	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends

@@ -90,7 +90,6 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.incarnation = p.Incarnation
 	c.txns.Incarnation = p.Incarnation
 	// A Feldera transaction left open (by a failed session, or a process
 	// that crashed) is committed before anything else is sent: a snapshot
