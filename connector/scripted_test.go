@@ -18,9 +18,11 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // script is a replication source that sends what a test pushes, as a
@@ -130,6 +132,13 @@ var usersRel = []pgoutputtest.Col{{Name: "id", OID: pgvalue.OIDInt8, Key: true},
 
 func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *scripted {
 	t.Helper()
+	return runScriptedWith(t, fc, set, nil)
+}
+
+// runScriptedWith is runScripted with the incremental snapshot inc makes
+// of the session's (nil: none).
+func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), inc func(c *Connector) *incSession) *scripted {
+	t.Helper()
 	fc.Pipeline = "p"
 	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
 	fel, err := felderatest.NewServer(fc)
@@ -162,7 +171,11 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())
 	sc := &scripted{src: src, fel: fel, done: make(chan error, 1), stop: stop}
-	go func() { sc.done <- c.newStream(p, src, nil).serve(ctx) }()
+	var is *incSession
+	if inc != nil {
+		is = inc(c)
+	}
+	go func() { sc.done <- c.newStream(p, src, is).serve(ctx) }()
 	t.Cleanup(func() {
 		stop()
 		<-sc.done
@@ -311,5 +324,26 @@ func TestScripted_LingerWaitsForTheCommit(t *testing.T) {
 	sc.src.waitFlushed(t, 0x3010)
 	if n := sc.fel.Len("users"); n != 2 {
 		t.Fatalf("Feldera holds %d rows, want 2", n)
+	}
+}
+
+// A chunk handed and waiting for its high watermark makes the idle loop
+// send a status update (a nudge that wakes a walsender asleep before the
+// watermark's flush) every incremental.WatermarkNudge; without it the
+// loop sends none before the status interval, which the plan's
+// wal_sender_timeout makes 10 s here.
+func TestScripted_WatermarkNudges(t *testing.T) {
+	start := time.Now()
+	sc := runScriptedWith(t, felderatest.Config{}, nil, func(c *Connector) *incSession {
+		hand := incremental.NewHandoff(10, 1)
+		hand.Hand(&incremental.Chunk{Seq: 1})
+		st := &state.State{}
+		return &incSession{hand: hand, st: st, loop: incremental.NewLoop(),
+			rec: incremental.NewRecorder(st, "", c.logger, func(int) *incremental.Progress { return &incremental.Progress{} })}
+	})
+	sc.src.waitCount(t, 3)
+	// Three nudges take 1.5 s; the first regular status would come at 10 s.
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("3 status updates took %s: the loop did not nudge every %s", took, incremental.WatermarkNudge)
 	}
 }

@@ -95,6 +95,16 @@ func (inc *Handoff) SetConn(conn *pgx.Conn) {
 	inc.mu.Unlock()
 }
 
+// Hand leaves ch for the loop, which takes it at its high watermark
+// (Taken); until then it counts as awaited (Awaited).
+func (inc *Handoff) Hand(ch *Chunk) {
+	ch.handedAt = time.Now()
+	inc.mu.Lock()
+	inc.handed[ch.Seq] = ch
+	inc.nHanded.Store(int32(len(inc.handed)))
+	inc.mu.Unlock()
+}
+
 // Taken is the chunk handed under seq, which the loop takes at its high
 // watermark (nil when none was: a replay, or a chunk already taken).
 func (inc *Handoff) Taken(seq uint64) *Chunk {

@@ -115,11 +115,7 @@ func (w *Worker) hand(ctx context.Context, conn *pgx.Conn, ch *Chunk) error {
 // and wakes the loop, which then bounds its receive by the chunk's nudge
 // (WatermarkNudge).
 func (w *Worker) put(ch *Chunk) {
-	ch.handedAt = time.Now()
-	w.H.mu.Lock()
-	w.H.handed[ch.Seq] = ch
-	w.H.nHanded.Store(int32(len(w.H.handed)))
-	w.H.mu.Unlock()
+	w.H.Hand(ch)
 	w.Wake() // a receive under way has no nudge deadline yet
 }
 
