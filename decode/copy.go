@@ -3,6 +3,8 @@ package decode
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 )
 
 // CopyRow decodes COPY ... TO STDOUT text-format rows of one relation into
@@ -75,7 +77,7 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 		case 'x':
 			v, n := 0, 0
 			for n < 2 && i+1 < len(s) {
-				h, ok := unhex(s[i+1])
+				h, ok := pgvalue.Unhex(s[i+1])
 				if !ok {
 					break
 				}
@@ -100,19 +102,6 @@ func unescapeCopy(dst, s []byte) ([]byte, error) {
 		}
 	}
 	return dst, nil
-}
-
-// unhex is the value of the hex digit c; ok is false for any other byte.
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
 }
 
 // AppendKeyText appends the Feldera key of the row the last AppendInsert

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 )
 
 // unescapeRef is the byte-at-a-time unescaping unescapeCopy replaced with
@@ -35,7 +37,7 @@ func unescapeRef(dst, s []byte) ([]byte, bool) {
 		case 'x':
 			v, n := 0, 0
 			for n < 2 && i+1 < len(s) {
-				h, ok := unhex(s[i+1])
+				h, ok := pgvalue.Unhex(s[i+1])
 				if !ok {
 					break
 				}

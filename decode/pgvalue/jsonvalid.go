@@ -160,7 +160,7 @@ func endOfString(s []byte, i int) int {
 					return -1
 				}
 				for _, h := range s[i+1 : i+5] {
-					if _, ok := unhex(h); !ok {
+					if _, ok := Unhex(h); !ok {
 						return -1
 					}
 				}

@@ -406,8 +406,8 @@ func encBytea(dst, s []byte) ([]byte, error) {
 	}
 	dst = append(dst, '[')
 	for i := 2; i < len(s); i += 2 {
-		hi, ok1 := unhex(s[i])
-		lo, ok2 := unhex(s[i+1])
+		hi, ok1 := Unhex(s[i])
+		lo, ok2 := Unhex(s[i+1])
 		if !ok1 || !ok2 {
 			return dst, fmt.Errorf("invalid hex in bytea value")
 		}
@@ -419,7 +419,8 @@ func encBytea(dst, s []byte) ([]byte, error) {
 	return append(dst, ']'), nil
 }
 
-func unhex(c byte) (byte, bool) {
+// Unhex is the value of the hex digit c; ok is false for any other byte.
+func Unhex(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':
 		return c - '0', true
