@@ -20,7 +20,7 @@
 //   - one retraction at a time (loop.go, truncate), for a TRUNCATE;
 //   - the incremental snapshot's worker (incremental.Worker, started by
 //     incconn.go's startWorker), and the lane readers it starts and joins
-//     itself; it shares only the incremental.Handoff with the loop;
+//     itself; it hands chunks to the loop through the incremental.Handoff;
 //   - the pipeline watcher (delivery.Watcher), which reads /stats and
 //     /checkpoints and reports a restart or a new checkpoint.
 //

@@ -74,6 +74,25 @@ type Watcher struct {
 	// test's unsafe variant).
 	TrustCheckpoints bool
 	Logger           *slog.Logger
+
+	// mu guards P's DeploymentID and Incarnation, which the watcher's
+	// goroutine moves while the session may wait for a checkpoint
+	// (AwaitCheckpoint during a graceful stop, before the join).
+	mu sync.Mutex
+}
+
+// follow moves P to the deployment and process the watcher follows now.
+func (c *Watcher) follow(deployment, incarnation string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.P.DeploymentID, c.P.Incarnation = deployment, incarnation
+}
+
+// incarnation is the process P follows ("" until known).
+func (c *Watcher) incarnation() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.P.Incarnation
 }
 
 // CheckpointPoll is how often the watcher reads /checkpoints while
@@ -85,7 +104,7 @@ const CheckpointPoll = 500 * time.Millisecond
 //
 //   - a new incarnation_uuid under the same deployment_id is a restart in
 //     place: the session ends, and the next one checks what the restart
-//     restored (connector's restoredEnough) before it replays from the slot; without
+//     restored (setup.RestoredEnough) before it replays from the slot; without
 //     fault tolerance the state is gone, and the next startup resnapshots.
 //   - a new deployment_id without fault tolerance: the same resnapshot.
 //     With fault tolerance the pipeline resumed from its checkpoint: the
@@ -97,7 +116,7 @@ const CheckpointPoll = 500 * time.Millisecond
 // checkpoint that failed.
 //
 // Its goroutine is counted in wg and ends when ctx is canceled; the
-// session joins it before it ends, and before it reads P again.
+// session joins it before it ends. P moves meanwhile (follow), under mu.
 func (c *Watcher) Start(ctx context.Context, wg *sync.WaitGroup, alert, looked func()) <-chan error {
 	lost := make(chan error, 1)
 	p := &c.P
@@ -260,7 +279,8 @@ func (c *Watcher) freshCheckpoint(ctx context.Context, p *Pipeline) (cp feldera.
 		return cps[len(cps)-1], true, true
 	}
 	st, err := c.API.Stats(ctx)
-	if err != nil || p.Incarnation == "" || st.GlobalMetrics.IncarnationUUID != p.Incarnation {
+	inc := c.incarnation()
+	if err != nil || inc == "" || st.GlobalMetrics.IncarnationUUID != inc {
 		return cp, false, false
 	}
 	if len(cps) == 0 || p.CkptBefore[cps[len(cps)-1].UUID] {
@@ -290,7 +310,7 @@ func (c *Watcher) checkFailure(ctx context.Context, seq uint64) {
 }
 
 // checkRestart compares the pipeline's deployment and incarnation with
-// the ones the session started with (see watchPipeline).
+// the ones the session started with (see Start).
 func (c *Watcher) checkRestart(ctx context.Context, p *Pipeline) error {
 	began := time.Now()
 	// /stats before the pipeline: a redeploy replaces the deployment id
@@ -310,8 +330,7 @@ func (c *Watcher) checkRestart(ctx context.Context, p *Pipeline) error {
 			case c.Never:
 				c.Logger.Error("feldera pipeline was redeployed without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot",
 					"deployment_id", *pipe.DeploymentID)
-				p.DeploymentID = *pipe.DeploymentID
-				p.Incarnation = "" // read again below, next time
+				c.follow(*pipe.DeploymentID, "") // the process is read again below, next time
 				return nil
 			}
 			return fmt.Errorf("feldera pipeline was redeployed (deployment %s → %s) without fault tolerance: its state is lost; resnapshotting", p.DeploymentID, *pipe.DeploymentID)
@@ -323,14 +342,14 @@ func (c *Watcher) checkRestart(ctx context.Context, p *Pipeline) error {
 	now := st.GlobalMetrics.IncarnationUUID
 	switch {
 	case p.Incarnation == "":
-		p.Incarnation = now
+		c.follow(p.DeploymentID, now)
 	case now == p.Incarnation:
 		c.CP.SeenAt.Store(began.UnixNano()) // what completed before began, the session's process completed
 	case p.FaultTolerant:
 		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s); it has fault tolerance (%s): checking what it restored, then replaying from the slot", p.Incarnation, now, p.Model)
 	case c.Never:
 		c.Logger.Error("feldera pipeline restarted without fault tolerance: it lost the rows pgfeldera acknowledged, and SNAPSHOT_MODE=never cannot reseed it; run with SNAPSHOT_MODE=initial to resnapshot", "incarnation_uuid", now)
-		p.Incarnation = now
+		c.follow(p.DeploymentID, now)
 	default:
 		return fmt.Errorf("feldera pipeline restarted in place (incarnation %s → %s) without fault tolerance: its state is lost; resnapshotting", p.Incarnation, now)
 	}

@@ -114,7 +114,7 @@ func (l *Loop) Commit(commit, end pglogrepl.LSN) *Chunk {
 	return h
 }
 
-// Low opens the window of chunk seq on route, at the Low watermark of the
+// Low opens the window of chunk seq on route, at the low watermark of the
 // transaction being read.
 func (l *Loop) Low(seq uint64, route int) error {
 	if l.wins[seq] != nil {
@@ -126,7 +126,7 @@ func (l *Loop) Low(seq uint64, route int) error {
 	return nil
 }
 
-// High closes the window at chunk seq's High watermark with ch, the rows
+// High closes the window at chunk seq's high watermark with ch, the rows
 // the worker read. why says why the chunk must be read again ("" when it
 // need not); otherwise the rows the stream did not change between the
 // watermarks are held for the transaction's commit. keepAll keeps every

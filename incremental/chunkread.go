@@ -302,7 +302,7 @@ type Chunk struct {
 	Seq   uint64
 	Table *Table
 	Buf   []byte // NDJSON insert lines
-	Ends  []int  // end offset of each line in buf
+	Ends  []int  // end offset of each line in Buf
 	// each line's Feldera key (decode.KeyText), concatenated: key i ends at keyEnds[i]
 	keyBuf  []byte
 	keyEnds []int

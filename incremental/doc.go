@@ -16,6 +16,7 @@
 // Goroutines: the session starts Worker.Run on a goroutine of its own and
 // joins it; Run starts the lane readers of a table and joins them before
 // it moves on. The Handoff is the only state the worker and the loop
-// share, and is safe for concurrent use; a Loop and a Recorder belong to
-// the stream loop's goroutine.
+// share, and is safe for concurrent use (a handed chunk's contents cross
+// through it); a Loop and a Recorder belong to the stream loop's
+// goroutine.
 package incremental

@@ -16,8 +16,10 @@ import (
 
 // Handoff is the only state the worker and the stream loop share: the
 // tables queued for the worker, the chunks it handed and the loop has not
-// taken yet, the chunk buffers to reuse, and the chunk numbers. Safe for
-// concurrent use.
+// taken yet, the chunk buffers to reuse, and the chunk numbers. What a
+// chunk (and its table's block plan) carries from the worker to the loop
+// is written before Hand and read after Taken, so its mutex publishes
+// it. Safe for concurrent use.
 type Handoff struct {
 	run   string // this session's run: its watermarks' Run
 	limit int    // a chunk's rows at most (SNAPSHOT_CHUNK_ROWS)

@@ -34,7 +34,7 @@ import (
 // WatermarkPrefix is the logical message prefix of the watermarks.
 const WatermarkPrefix = "pgfeldera"
 
-// Watermark is a logical message's content: a chunk's Watermark, or a
+// Watermark is a logical message's content: a chunk's watermark, or a
 // resnapshot request (Resnapshot set). Slot and Run tell this session's
 // watermarks from another connector's on the same database and from an
 // earlier session's, which a replay sends again.
@@ -99,7 +99,7 @@ type laneRun struct {
 // before it knows how wide its rows are.
 const firstKeyChunk = 16
 
-// Key is what chunkKey found for one table: its primary key, or why
+// Key is what ChunkKey found for one table: its primary key, or why
 // it cannot be read in chunks.
 type Key struct {
 	Cols []snapshot.KeyCol
@@ -108,7 +108,7 @@ type Key struct {
 }
 
 // Save is a chunk in the outbox: the state records it once the
-// acknowledged position reaches lsn (the end of its high watermark's
+// acknowledged position reaches LSN (the end of its high watermark's
 // transaction).
 type Save struct {
 	Lane    int

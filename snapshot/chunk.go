@@ -32,7 +32,7 @@ import (
 //     at T. If the stream inserted it after T, that insert is in the
 //     outbox; if it was deleted before T, the delete is (after L) or it was
 //     gone before L, and only a resnapshot's retraction has to remove it
-//     from Feldera (connector/resnapshot.go: it runs before the chunks,
+//     from Feldera (incremental/retract.go: it runs before the chunks,
 //     batch by batch under the same window and xip rule).
 //   - A key beyond the chunks copied so far: a stream upsert or delete of
 //     it is an upsert or delete in Feldera, harmless, because the key's
