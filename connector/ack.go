@@ -87,10 +87,10 @@ func (s *stream) recordCheckpoint() error {
 		return nil
 	}
 	cp := setup.CheckpointRef(*cps)
-	if s.inc.st.Checkpoint != nil && s.inc.st.Checkpoint.UUID == cp.UUID {
+	if s.inc.rec.St.Checkpoint != nil && s.inc.rec.St.Checkpoint.UUID == cp.UUID {
 		return nil
 	}
-	st := s.inc.st
+	st := s.inc.rec.St
 	st.Checkpoint = cp
 	gap := st.JournalGap != ""
 	st.JournalGap = ""

@@ -21,7 +21,6 @@ import (
 // it shares with the worker is the Handoff.
 type incSession struct {
 	hand   *incremental.Handoff
-	st     *state.State
 	never  bool                 // SNAPSHOT_MODE=never: requests are refused
 	rels   []*decode.Rel        // per table in TABLES
 	keys   []incremental.Key    // per table in TABLES
@@ -125,7 +124,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *setup.Plan) (*incSess
 		return nil, fatal.Wrap(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.Rels)))
 	}
 	inc := &incSession{
-		hand: incremental.NewHandoff(c.chunkRows(), c.cfg.SnapshotParallelism), st: st,
+		hand:  incremental.NewHandoff(c.chunkRows(), c.cfg.SnapshotParallelism),
 		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.Rels, loop: incremental.NewLoop(),
 		rec: incremental.NewRecorder(st, c.cfg.StateFile, c.logger, func(route int) *incremental.Progress {
 			return &c.tableStats[route].Progress
@@ -174,7 +173,7 @@ func (c *Connector) newIncremental(ctx context.Context, p *setup.Plan) (*incSess
 // add queues table i of TABLES for the worker, as the state now records
 // it (the loop's call).
 func (inc *incSession) add(i int) {
-	t := incremental.NewTable(i, inc.rels[i], inc.keys[i], inc.st.Tables[i])
+	t := incremental.NewTable(i, inc.rels[i], inc.keys[i], inc.rec.St.Tables[i])
 	inc.tables = append(inc.tables, t)
 	inc.hand.Queue(t)
 }

@@ -52,7 +52,7 @@ func ResnapshotMessage(slot, id string, tables []string) (prefix, content string
 // request is a resnapshot request at lsn, read from the stream.
 func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	inc := s.inc
-	st := inc.st
+	st := inc.rec.St
 	if st.Request(w.Resnapshot) != nil {
 		s.logger.Debug("resnapshot: request already taken (a replay)", "id", w.Resnapshot, "lsn", lsn)
 		return nil
@@ -107,7 +107,7 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 // requested is the indexes in TABLES of the tables a resnapshot request
 // names, each once; why says why the request is refused instead.
 func (inc *incSession) requested(names []string) (idx []int, why string) {
-	st := inc.st
+	st := inc.rec.St
 	for _, name := range names {
 		i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == name })
 		if i < 0 {

@@ -338,7 +338,7 @@ func TestScripted_WatermarkNudges(t *testing.T) {
 		hand := incremental.NewHandoff(10, 1)
 		hand.Hand(&incremental.Chunk{Seq: 1})
 		st := &state.State{}
-		return &incSession{hand: hand, st: st, loop: incremental.NewLoop(),
+		return &incSession{hand: hand, loop: incremental.NewLoop(),
 			rec: incremental.NewRecorder(st, "", c.logger, func(int) *incremental.Progress { return &incremental.Progress{} })}
 	})
 	sc.src.waitCount(t, 3)

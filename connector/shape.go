@@ -60,7 +60,7 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 	if rel == nil || s.inc == nil || s.c.test.ignoreShape {
 		return nil // a table TABLES does not map, or no state file: nothing was read under a known shape
 	}
-	st := s.inc.st
+	st := s.inc.rec.St
 	source := rel.Target.Qualified()
 	i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == source })
 	if i < 0 {
