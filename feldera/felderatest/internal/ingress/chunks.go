@@ -33,19 +33,3 @@ func ReadChunks(body io.Reader, size int, fn func([]byte) error) error {
 		}
 	}
 }
-
-// countLines counts newlines while streaming the body through a small buffer.
-func countLines(r io.Reader) (int, error) {
-	buf := make([]byte, 32<<10)
-	n := 0
-	for {
-		k, err := r.Read(buf)
-		n += bytes.Count(buf[:k], []byte{'\n'})
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-}
