@@ -36,10 +36,6 @@ func (s *stream) landed(id uint64) {
 	}
 }
 
-// step is the ledger's step watermark: the highest step any completion
-// or retraction reported.
-func (s *stream) step() uint64 { return s.c.maxStep.Load() }
-
 // ack publishes what the ledger's last rule did (moved: the position
 // moved) and sends the status update that carries a moved position.
 func (s *stream) ack(moved bool) error {

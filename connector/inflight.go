@@ -36,7 +36,7 @@ type event struct {
 	kind   eventKind
 	b      *batch // evPosted
 	id     uint64 // the frontier's id of the batch
-	step   uint64 // evComplete: the step that processed it
+	step   uint64 // evComplete: the step that processed it; evRetracted: the highest step of the retraction
 	ackNow bool   // evPosted under ACK_MODE=accepted: complete at the POST's answer
 	err    error
 }

@@ -201,7 +201,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// below ServerWALEnd was read, so idle slots release WAL (writes
 		// to unpublished tables move the WAL head too).
 		idle := !s.pending()
-		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), s.step(), time.Now())
+		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), time.Now())
 		if idle && idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
 			s.c.healthy = time.Now()
 		}
@@ -259,7 +259,7 @@ func (s *stream) event(ev *decode.Event) error {
 		// is durable (ledger.committed). Only the second needs publishing:
 		// a recorded COMMIT moves nothing.
 		buffered := s.filling.total > 0
-		moved := s.led.Committed(ev.Commit.EndLSN, buffered, s.step(), time.Now())
+		moved := s.led.Committed(ev.Commit.EndLSN, buffered, time.Now())
 		if !buffered {
 			if err := s.ack(moved); err != nil {
 				return err
@@ -327,7 +327,9 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 				break
 			}
 		}
-		s.emit(event{kind: evRetracted, err: err})
+		// The retraction's steps reach the gate through the ledger's
+		// step watermark: it is no batch of the frontier.
+		s.emit(event{kind: evRetracted, step: s.c.maxStep.Load(), err: err})
 	}()
 	if err := s.drain(); err != nil {
 		return err
@@ -335,7 +337,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	if s.filling.total == 0 {
 		// Every buffered row was of the truncated tables: the COMMITs
 		// they carried need nothing more.
-		s.led.Emptied(s.step(), time.Now())
+		s.led.Emptied(time.Now())
 		s.advance()
 		s.publishWait()
 	}
@@ -460,6 +462,7 @@ func (s *stream) apply(ev event) error {
 		s.c.health.flushFailed.Store(false)
 	case evRetracted:
 		s.retracting = false
+		s.led.Stepped(ev.step)
 		s.c.health.flushFailed.Store(false)
 	}
 	s.setFlushSince()

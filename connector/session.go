@@ -225,6 +225,10 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incSession) *s
 		inc:      inc,
 		startEnd: c.srv.WALEnd,
 	}
+	// The steps a snapshot or retraction at startup waited for: a
+	// position reached before anything of the session completes waits
+	// for a checkpoint to cover them too.
+	s.led.Stepped(c.maxStep.Load())
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.Routes))
 	}
@@ -324,7 +328,7 @@ func (s *stream) shutdown() error {
 			return err
 		}
 	} else {
-		s.led.Emptied(s.step(), time.Now())
+		s.led.Emptied(time.Now())
 		s.advance()
 		s.publishWait()
 	}

@@ -26,9 +26,12 @@ import (
 //   - completions, checkpoints and (exactly_once) looks at the pipeline
 //     move the frontier.
 //
-// step, where a rule takes one, is the step watermark: the highest step
-// any completion or retraction reported, which a reached position must
-// wait for a checkpoint to cover under the checkpoint gate.
+// The ledger keeps the session's step watermark: the highest step any
+// completion or retraction reported. A reached position (a COMMIT with
+// nothing buffered, an emptied batch, a quiet keepalive) must wait for a
+// checkpoint to cover it under the checkpoint gate: a TRUNCATE's
+// retraction is no batch of the frontier, and reaches the gate only
+// through it.
 //
 // The position never moves back. It starts at the slot's confirmed
 // position.
@@ -36,6 +39,7 @@ type Ledger struct {
 	front  *frontier
 	acked  pglogrepl.LSN // the acknowledged position
 	commit pglogrepl.LSN // the last COMMIT whose rows the filling batch holds; 0: none
+	step   uint64        // the step watermark
 }
 
 // NewLedger starts a session's ledger at the slot's confirmed position
@@ -64,7 +68,7 @@ func (l *Ledger) set(durable pglogrepl.LSN) bool {
 
 // Committed applies a COMMIT that ends at end; buffered says the filling
 // batch holds rows (of this transaction or an earlier one).
-func (l *Ledger) Committed(end pglogrepl.LSN, buffered bool, step uint64, now time.Time) bool {
+func (l *Ledger) Committed(end pglogrepl.LSN, buffered bool, now time.Time) bool {
 	if buffered {
 		l.commit = max(l.commit, end)
 		return false
@@ -72,7 +76,7 @@ func (l *Ledger) Committed(end pglogrepl.LSN, buffered bool, step uint64, now ti
 	if end <= l.acked {
 		return false
 	}
-	return l.set(l.front.reach(end, step, now))
+	return l.set(l.front.reach(end, l.step, now))
 }
 
 // Seal enters the filling batch, about to be sent, with the COMMIT it
@@ -87,22 +91,22 @@ func (l *Ledger) Seal(now time.Time) (uint64, pglogrepl.LSN) {
 // Emptied applies a filling batch that holds no rows but recorded a
 // COMMIT (a TRUNCATE discarded its rows): the COMMITs need nothing more
 // than what was sent before them.
-func (l *Ledger) Emptied(step uint64, now time.Time) bool {
+func (l *Ledger) Emptied(now time.Time) bool {
 	if l.commit == 0 {
 		return false
 	}
 	to := l.commit
 	l.commit = 0
-	return l.set(l.front.reach(to, step, now))
+	return l.set(l.front.reach(to, l.step, now))
 }
 
 // Keepalive applies a keepalive whose server WAL end is walEnd; quiet
 // says the session has nothing open, buffered or in flight.
-func (l *Ledger) Keepalive(walEnd pglogrepl.LSN, quiet bool, step uint64, now time.Time) bool {
+func (l *Ledger) Keepalive(walEnd pglogrepl.LSN, quiet bool, now time.Time) bool {
 	if !quiet || l.Pending() {
 		return false
 	}
-	return l.set(l.front.reach(walEnd, step, now))
+	return l.set(l.front.reach(walEnd, l.step, now))
 }
 
 // Accepted applies Feldera's 200 to batch id in accepted mode.
@@ -112,8 +116,18 @@ func (l *Ledger) Accepted(id uint64, now time.Time) bool {
 
 // Completed applies batch id's completion at step.
 func (l *Ledger) Completed(id, step uint64, now time.Time) bool {
+	l.Stepped(step)
 	return l.set(l.front.done(id, step, now))
 }
+
+// Stepped raises the step watermark to step: the steps of work sent
+// outside the frontier's batches (a TRUNCATE's retraction, which waits
+// for its own completions), which a position reached after it must wait
+// for a checkpoint to cover.
+func (l *Ledger) Stepped(step uint64) { l.step = max(l.step, step) }
+
+// Step is the step watermark.
+func (l *Ledger) Step() uint64 { return l.step }
 
 // Checkpointed applies the newest checkpoint that covers the session's
 // work, by its steps.

@@ -18,9 +18,18 @@ type ledgerStep struct {
 
 var t0 = time.Unix(1000, 0)
 
-func commit(end pglogrepl.LSN, buffered bool, step uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{fmt.Sprintf("COMMIT %s buffered=%v step=%d", end, buffered, step), func(l *Ledger, _ map[string]uint64) bool {
-		return l.Committed(end, buffered, step, t0)
+func commit(end pglogrepl.LSN, buffered bool, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("COMMIT %s buffered=%v", end, buffered), func(l *Ledger, _ map[string]uint64) bool {
+		return l.Committed(end, buffered, t0)
+	}, want}
+}
+
+// stepped is work outside the frontier's batches (a TRUNCATE's
+// retraction) completed at step.
+func stepped(step uint64, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("retraction complete at step %d", step), func(l *Ledger, _ map[string]uint64) bool {
+		l.Stepped(step)
+		return false
 	}, want}
 }
 
@@ -43,14 +52,14 @@ func accept(name string, want pglogrepl.LSN) ledgerStep {
 	}, want}
 }
 
-func keepalive(walEnd pglogrepl.LSN, quiet bool, step uint64, want pglogrepl.LSN) ledgerStep {
+func keepalive(walEnd pglogrepl.LSN, quiet bool, want pglogrepl.LSN) ledgerStep {
 	return ledgerStep{fmt.Sprintf("keepalive %s quiet=%v", walEnd, quiet), func(l *Ledger, _ map[string]uint64) bool {
-		return l.Keepalive(walEnd, quiet, step, t0)
+		return l.Keepalive(walEnd, quiet, t0)
 	}, want}
 }
 
-func emptied(step uint64, want pglogrepl.LSN) ledgerStep {
-	return ledgerStep{"emptied", func(l *Ledger, _ map[string]uint64) bool { return l.Emptied(step, t0) }, want}
+func emptied(want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{"emptied", func(l *Ledger, _ map[string]uint64) bool { return l.Emptied(t0) }, want}
 }
 
 func checkpoint(steps uint64, want pglogrepl.LSN) ledgerStep {
@@ -71,75 +80,91 @@ func TestLedger(t *testing.T) {
 		steps []ledgerStep
 	}{
 		{"a COMMIT whose rows are buffered waits for the batch that carries it", GateComplete, []ledgerStep{
-			commit(200, true, 0, from),
+			commit(200, true, from),
 			seal("b1", from),
 			complete("b1", 1, 200),
 		}},
 		{"a batch that ends inside a transaction acknowledges nothing", GateComplete, []ledgerStep{
 			seal("b1", from), // rows of an open transaction, no COMMIT yet
 			complete("b1", 1, from),
-			commit(300, true, 1, from), // the rest of it buffered
+			commit(300, true, from), // the rest of it buffered
 			seal("b2", from),
 			complete("b2", 2, 300),
 		}},
 		{"a COMMIT with nothing buffered and nothing pending moves at once", GateComplete, []ledgerStep{
-			commit(200, false, 0, 200),
+			commit(200, false, 200),
 		}},
 		{"a COMMIT with nothing buffered waits for the batches sent before it", GateComplete, []ledgerStep{
-			commit(200, true, 0, from),
+			commit(200, true, from),
 			seal("b1", from),
-			commit(300, false, 0, from), // its rows went out in b1
+			commit(300, false, from), // its rows went out in b1
 			complete("b1", 1, 300),
 		}},
 		{"a COMMIT at or below the position changes nothing", GateComplete, []ledgerStep{
-			commit(200, false, 0, 200),
-			commit(150, false, 0, 200),
+			commit(200, false, 200),
+			commit(150, false, 200),
 		}},
 		{"batches become durable in order, whatever order they complete in", GateComplete, []ledgerStep{
-			commit(200, true, 0, from),
+			commit(200, true, from),
 			seal("b1", from),
-			commit(300, true, 0, from),
+			commit(300, true, from),
 			seal("b2", from),
 			complete("b2", 2, from),
 			complete("b1", 1, 300),
 		}},
 		{"a quiet keepalive releases the WAL below the server's end", GateComplete, []ledgerStep{
-			keepalive(500, true, 0, 500),
-			keepalive(400, true, 0, 500), // never back
+			keepalive(500, true, 500),
+			keepalive(400, true, 500), // never back
 		}},
 		{"a keepalive while a transaction is open or rows are buffered releases nothing", GateComplete, []ledgerStep{
-			keepalive(500, false, 0, from),
+			keepalive(500, false, from),
 		}},
 		{"a keepalive while a COMMIT waits for its batch releases nothing", GateComplete, []ledgerStep{
-			commit(200, true, 0, from),
-			keepalive(500, true, 0, from),
+			commit(200, true, from),
+			keepalive(500, true, from),
 		}},
 		{"a keepalive while a batch is not yet durable releases nothing", GateComplete, []ledgerStep{
-			commit(200, true, 0, from),
+			commit(200, true, from),
 			seal("b1", from),
-			keepalive(500, true, 0, from),
+			keepalive(500, true, from),
 			complete("b1", 1, 200),
-			keepalive(500, true, 1, 500),
+			keepalive(500, true, 500),
 		}},
 		{"a TRUNCATE that empties the batch leaves its COMMITs nothing to wait for", GateComplete, []ledgerStep{
-			commit(200, true, 0, from),
-			emptied(0, 200),
-			emptied(0, 200), // once
+			commit(200, true, from),
+			emptied(200),
+			emptied(200), // once
 		}},
 		{"under the checkpoint gate a completion waits for a checkpoint covering its step", GateCheckpoint, []ledgerStep{
-			commit(200, true, 0, from),
+			commit(200, true, from),
 			seal("b1", from),
 			complete("b1", 5, from),
 			checkpoint(4, from),
 			checkpoint(5, 200),
 		}},
 		{"under the checkpoint gate a reached COMMIT waits for the step watermark (a retraction's steps)", GateCheckpoint, []ledgerStep{
-			commit(200, false, 7, from),
+			stepped(7, from),
+			commit(200, false, from),
 			checkpoint(6, from),
 			checkpoint(7, 200),
 		}},
+		{"under the checkpoint gate a TRUNCATE's retraction holds the COMMITs of the batch it emptied until a checkpoint covers it", GateCheckpoint, []ledgerStep{
+			commit(200, true, from),
+			stepped(9, from),
+			emptied(from),
+			checkpoint(8, from),
+			checkpoint(9, 200),
+		}},
+		{"the step watermark never goes back", GateCheckpoint, []ledgerStep{
+			stepped(9, from),
+			stepped(4, from),
+			commit(300, false, from),
+			checkpoint(4, from),
+			checkpoint(9, 300),
+		}},
 		{"under the checkpoint gate a quiet keepalive waits for the step watermark", GateCheckpoint, []ledgerStep{
-			keepalive(500, true, 3, from),
+			stepped(3, from),
+			keepalive(500, true, from),
 			checkpoint(3, 500),
 		}},
 	} {
@@ -167,7 +192,7 @@ func TestLedger_AcceptedModeMovesAtAcceptance(t *testing.T) {
 	l := NewLedger(GateComplete, 100, false)
 	ids := map[string]uint64{}
 	for i, st := range []ledgerStep{
-		commit(200, true, 0, 100),
+		commit(200, true, 100),
 		seal("b1", 100),
 		accept("b1", 200),
 	} {
@@ -185,7 +210,7 @@ func TestLedger_Pending(t *testing.T) {
 	if l.Pending() {
 		t.Fatal("a new ledger is pending")
 	}
-	l.Committed(200, true, 0, t0)
+	l.Committed(200, true, t0)
 	if !l.Pending() {
 		t.Fatal("a COMMIT waiting for its batch is not pending")
 	}
