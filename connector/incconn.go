@@ -62,7 +62,7 @@ func (c *Connector) chunkConn(ctx context.Context) (*pgx.Conn, error) {
 
 // chunkConnSetup is chunkConn's one query (the simple protocol: Exec
 // without arguments).
-var chunkConnSetup = strings.Join(pinnedGUCs, ";") +
+var chunkConnSetup = strings.Join(replconn.PinnedGUCs, ";") +
 	";SELECT set_config('synchronous_commit', 'local', false) WHERE current_setting('synchronous_commit') = 'off'"
 
 // keepChunkConn keeps a connection startup opened for the session's

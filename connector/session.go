@@ -137,7 +137,7 @@ func (c *Connector) openReplication(ctx context.Context) (*pgconn.PgConn, error)
 	if err != nil {
 		return nil, fromPostgres(fmt.Errorf("replication connection: %w", err))
 	}
-	for _, q := range pinnedGUCs {
+	for _, q := range replconn.PinnedGUCs {
 		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
 			conn.Close(context.WithoutCancel(ctx))
 			return nil, fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))

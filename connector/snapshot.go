@@ -170,7 +170,7 @@ func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string,
 		return nil, fmt.Errorf("snapshot connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := snapshot.Begin(ctx, conn, snapName, pinnedGUCs); err != nil {
+	if err := snapshot.Begin(ctx, conn, snapName, replconn.PinnedGUCs); err != nil {
 		return nil, err
 	}
 	counts := make([]int64, len(p.Targets))
