@@ -3,8 +3,20 @@ package connector
 import (
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
 )
+
+// incEvent hands a decoded event to the incremental snapshot
+// (incsession.Session.Event), and appends the chunk it returns at a high
+// watermark's COMMIT.
+func (s *stream) incEvent(ev *decode.Event) error {
+	ch, err := s.inc.Event(ev)
+	if err != nil || ch == nil {
+		return err
+	}
+	return s.appendChunk(ch)
+}
 
 // appendChunk adds a chunk's kept rows to the outbox at its high
 // watermark's COMMIT, after every change before it. The watermark's
@@ -57,3 +69,16 @@ func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) erro
 	}
 	return nil
 }
+
+// relationShape hands a RELATION to the incremental snapshot, which
+// reads the table again when its shape changed (incsession.Session.Shape).
+func (s *stream) relationShape(rel *decode.Rel) error {
+	if s.inc == nil {
+		return nil // no state file: nothing was read under a known shape
+	}
+	return s.inc.Shape(rel, s.received)
+}
+
+// saveChunks records in the state each chunk the acknowledged position
+// passed (incsession.Session.Save).
+func (s *stream) saveChunks(force bool) error { return s.inc.Save(s.c.acked, force) }

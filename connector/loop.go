@@ -63,7 +63,7 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 		return now, nudge, err
 	}
 	if s.inc != nil {
-		if err := s.inc.Save(s.c.acked, false); err != nil {
+		if err := s.saveChunks(false); err != nil {
 			return now, nudge, err
 		}
 	}
@@ -237,14 +237,8 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 
 func (s *stream) event(ev *decode.Event) error {
 	if s.inc != nil {
-		ch, err := s.inc.Event(ev)
-		if err != nil {
+		if err := s.incEvent(ev); err != nil {
 			return err
-		}
-		if ch != nil {
-			if err := s.appendChunk(ch); err != nil {
-				return err
-			}
 		}
 	} else if ev.Kind == decode.KindMessage && ev.Message.Prefix == incremental.WatermarkPrefix {
 		s.logger.Warn("resnapshot: ignoring a request: there is no state file yet (SNAPSHOT_MODE=never, first run), so nothing could record it", "lsn", ev.Message.LSN)
@@ -288,10 +282,7 @@ func (s *stream) event(ev *decode.Event) error {
 		for _, w := range ev.Warnings {
 			s.logger.Warn(w)
 		}
-		if s.inc == nil {
-			return nil // no state file: nothing was read under a known shape
-		}
-		return s.inc.Shape(ev.Rel, s.received)
+		return s.relationShape(ev.Rel)
 	case decode.KindTruncate:
 		return s.truncate(ev.Truncated)
 	}

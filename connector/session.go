@@ -348,7 +348,7 @@ func (s *stream) shutdown() error {
 		return err
 	}
 	if s.inc != nil {
-		if err := s.inc.Save(s.c.acked, true); err != nil {
+		if err := s.saveChunks(true); err != nil {
 			return err
 		}
 	}
