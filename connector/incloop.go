@@ -5,7 +5,18 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/incsession"
 )
+
+// incStream is what the incremental snapshot needs of the stream: the
+// worker runs under the flush context, counted in the session's
+// WaitGroup, and ends the session with an evChunk event.
+func (s *stream) incStream() incsession.Stream {
+	return incsession.Stream{
+		Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.timeout,
+		Fail: func(err error) { s.emit(event{kind: evChunk, err: err}) },
+	}
+}
 
 // incEvent hands a decoded event to the incremental snapshot
 // (incsession.Session.Event), and appends the chunk it returns at a high

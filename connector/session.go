@@ -254,10 +254,7 @@ func (s *stream) serve(ctx context.Context) error {
 		k.Run(s.flushCtx)
 	}()
 	if s.inc != nil {
-		s.inc.Start(incsession.Stream{ // starts a worker when the state leaves a table to read
-			Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.timeout,
-			Fail: func(err error) { s.emit(event{kind: evChunk, err: err}) },
-		})
+		s.inc.Start(s.incStream()) // starts a worker when the state leaves a table to read
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var alert context.CancelFunc
