@@ -69,7 +69,7 @@ func (inc *Session) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 		inc.cfg.Logger.Error("resnapshot: request refused", "id", r.ID, "tables", strings.Join(r.Tables, ","), "lsn", lsn, "why", why)
 		return save()
 	}
-	if inc.never {
+	if inc.cfg.Never {
 		return refuse("SNAPSHOT_MODE=never: this connector copies no table")
 	}
 	if len(w.Tables) == 0 {

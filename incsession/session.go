@@ -23,7 +23,6 @@ import (
 type Session struct {
 	cfg    Config
 	hand   *incremental.Handoff
-	never  bool                 // SNAPSHOT_MODE=never: requests are refused
 	rels   []*decode.Rel        // per table in TABLES
 	keys   []incremental.Key    // per table in TABLES
 	groups [][]int              // per route: the indexes of its tables
@@ -41,7 +40,7 @@ type Config struct {
 	DSN         string // PG_DSN: the connections that read chunks
 	Slot        string // PG_SLOT: whose watermarks and requests are the session's
 	StateFile   string
-	Never       bool // SNAPSHOT_MODE=never
+	Never       bool // SNAPSHOT_MODE=never: requests are refused
 	ChunkRows   int  // SNAPSHOT_CHUNK_ROWS (0: DefaultChunkRows)
 	Parallelism int  // SNAPSHOT_PARALLELISM: the lanes of a table
 	MaxBytes    int  // BATCH_MAX_BYTES: a chunk's and a retraction batch's bound
@@ -132,7 +131,7 @@ func New(ctx context.Context, cfg Config, p *setup.Plan, spare *Spare) (*Session
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if inc.never {
+	if inc.cfg.Never {
 		conn.Close(context.WithoutCancel(ctx))
 		return inc, nil
 	}
@@ -163,9 +162,9 @@ func New(ctx context.Context, cfg Config, p *setup.Plan, spare *Spare) (*Session
 // (New queues those the state leaves incremental) and no key read.
 func NewSession(cfg Config, st *state.State, p *setup.Plan) *Session {
 	return &Session{
-		cfg:   cfg,
-		hand:  incremental.NewHandoff(ChunkRows(cfg.ChunkRows), cfg.Parallelism),
-		never: cfg.Never, rels: p.Rels, groups: p.Groups, loop: incremental.NewLoop(),
+		cfg:  cfg,
+		hand: incremental.NewHandoff(ChunkRows(cfg.ChunkRows), cfg.Parallelism),
+		rels: p.Rels, groups: p.Groups, loop: incremental.NewLoop(),
 		rec: incremental.NewRecorder(st, cfg.StateFile, cfg.Logger, cfg.Progress),
 	}
 }

@@ -85,7 +85,7 @@ func (inc *Session) Shape(rel *decode.Rel, received pglogrepl.LSN) error {
 	// Refused here, before the new shape is saved: a restart meets the
 	// same RELATION and refuses again, never streams on past it.
 	switch {
-	case inc.never:
+	case inc.cfg.Never:
 		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; SNAPSHOT_MODE=never reads no table again: remove the state file and the slot, and start with another SNAPSHOT_MODE"}
 	case inc.keys[i].Err != nil:
 		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; it cannot be read again while streaming (" + inc.keys[i].Err.Error() + "): remove the state file and the slot to read every table again"}
