@@ -83,14 +83,8 @@ func (s *stream) recordCheckpoint() error {
 		return nil
 	}
 	cp := setup.CheckpointRef(*cps)
-	if s.inc.rec.St.Checkpoint != nil && s.inc.rec.St.Checkpoint.UUID == cp.UUID {
-		return nil
-	}
-	st := s.inc.rec.St
-	st.Checkpoint = cp
-	gap := st.JournalGap != ""
-	st.JournalGap = ""
-	if err := s.writeChunks(); err != nil {
+	gap, err := s.inc.Checkpoint(cp)
+	if err != nil {
 		return err
 	}
 	if gap && s.plan.Model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {

@@ -13,13 +13,13 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -195,9 +195,9 @@ type Connector struct {
 
 	// srv is the server the current session reached (failover.go).
 	srv failover.Server
-	// spareConn: a connection for chunks startup opened, which the
-	// session's incremental snapshot takes (keepChunkConn).
-	spareConn *pgx.Conn
+	// spare: a connection for chunks startup opened, which the
+	// session's incremental snapshot takes (incsession.Spare).
+	spare incsession.Spare
 	// sentHigh is the highest WAL position of a change this process sent
 	// Feldera: after a failover, a fork before it means phantom rows.
 	sentHigh pglogrepl.LSN

@@ -1,99 +1,32 @@
 package connector
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/incsession"
 )
 
-// incEvent is the loop's side of every decoded event while an incremental
-// snapshot runs: it remembers which transactions changed a table still to
-// read (for the xip rule), feeds the open window the keys of its table,
-// poisons it on a TRUNCATE of that table, and handles the watermarks.
+// incStream is what the incremental snapshot needs of the stream: the
+// worker runs under the flush context, counted in the session's
+// WaitGroup, and ends the session with an evChunk event.
+func (s *stream) incStream() incsession.Stream {
+	return incsession.Stream{
+		Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.timeout,
+		Fail: func(err error) { s.emit(event{kind: evChunk, err: err}) },
+	}
+}
+
+// incEvent hands a decoded event to the incremental snapshot
+// (incsession.Session.Event), and appends the chunk it returns at a high
+// watermark's COMMIT.
 func (s *stream) incEvent(ev *decode.Event) error {
-	l := s.inc.loop
-	switch ev.Kind {
-	case decode.KindBegin:
-		l.Begin(ev.Begin.Xid, ev.Begin.FinalLSN)
-	case decode.KindRows:
-		l.Rows(ev.Route, ev.Keys, ev.KeyUnknown)
-	case decode.KindTruncate:
-		for _, r := range ev.Truncated {
-			l.Truncated(r.Target.Route)
-		}
-	case decode.KindCommit:
-		if ch := l.Commit(ev.Commit.CommitLSN, ev.Commit.EndLSN); ch != nil {
-			return s.appendChunk(ch)
-		}
-	case decode.KindMessage:
-		if ev.Message.Prefix == incremental.WatermarkPrefix {
-			return s.message(ev.Message)
-		}
-	}
-	return nil
-}
-
-func (s *stream) message(m decode.Message) error {
-	inc := s.inc
-	var w incremental.Watermark
-	if err := json.Unmarshal(m.Content, &w); err != nil {
-		s.logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+incremental.WatermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
-		return nil
-	}
-	if w.Slot != s.c.cfg.Slot {
-		return nil // another connector's
-	}
-	if w.Resnapshot != "" {
-		return s.request(w, m.LSN)
-	}
-	if w.Run != inc.hand.Run() {
-		return nil // an earlier session's, replayed
-	}
-	switch w.W {
-	case "low":
-		t := inc.table(w.Table)
-		if t == nil {
-			return fmt.Errorf("incremental snapshot: low watermark of chunk %d names table %d, which this snapshot does not read", w.Chunk, w.Table)
-		}
-		if err := inc.loop.Low(w.Chunk, t.Rel.Target.Route); err != nil {
-			return err
-		}
-		s.dec.WantKeys[t.Rel.Target.Route] = true
-	case "high":
-		return s.highWatermark(w.Chunk)
-	}
-	return nil
-}
-
-// highWatermark closes the window: the chunk is read again when the
-// window cannot be trusted, else its kept rows enter the outbox at the
-// watermark's COMMIT (incEvent), so that the batches they fill end
-// between source transactions.
-func (s *stream) highWatermark(seq uint64) error {
-	inc := s.inc
-	ch := inc.hand.Taken(seq)
-	route := inc.loop.RouteOf(seq)
-	why, err := inc.loop.High(seq, ch, s.c.test.noWindow)
-	if err != nil {
+	ch, err := s.inc.Event(ev)
+	if err != nil || ch == nil {
 		return err
 	}
-	s.dec.WantKeys[route] = inc.loop.Watching(route)
-	if why != "" && !ch.Discard {
-		inc.rec.Retries++
-		what := "chunk"
-		if ch.Retract {
-			what = "retraction batch"
-		}
-		s.logger.Info("snapshot: incremental: reading a "+what+" again", "table", ch.Table.Rel.Target.Qualified(), "chunk", ch.Seq, "why", why)
-	}
-	ch.Answer(why != "")
-	if why != "" {
-		s.inc.hand.Recycle(ch) // the lane reads it again, or drops it
-	}
-	return nil
+	return s.appendChunk(ch)
 }
 
 // appendChunk adds a chunk's kept rows to the outbox at its high
@@ -116,7 +49,7 @@ func (s *stream) appendChunk(ch *incremental.Chunk) error {
 	if ch.Done && s.filling.total > 0 {
 		s.filling.sealNow = true
 	}
-	return s.chunkAppended(ch)
+	return s.inc.Appended(ch)
 }
 
 // copyChunk copies a chunk's rows into the outbox, sealing batches at
@@ -148,17 +81,15 @@ func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) erro
 	return nil
 }
 
-// chunkAppended counts a chunk the outbox took and frees its buffers.
-func (s *stream) chunkAppended(ch *incremental.Chunk) error {
-	route := ch.Table.Rel.Target.Route
-	kept := int64(len(ch.Ends))
-	s.inc.hand.Recycle(ch)
-	if ch.Retract {
-		s.c.stats.Retracted.Add(kept)
-		return nil
+// relationShape hands a RELATION to the incremental snapshot, which
+// reads the table again when its shape changed (incsession.Session.Shape).
+func (s *stream) relationShape(rel *decode.Rel) error {
+	if s.inc == nil {
+		return nil // no state file: nothing was read under a known shape
 	}
-	s.c.stats.SnapshotRows.Add(kept)
-	s.c.tableStats[route].Copied.Add(kept)
-	ch.Table.Copied += kept
-	return nil
+	return s.inc.Shape(rel, s.received)
 }
+
+// saveChunks records in the state each chunk the acknowledged position
+// passed (incsession.Session.Save).
+func (s *stream) saveChunks(force bool) error { return s.inc.Save(s.c.acked, force) }

@@ -3,32 +3,17 @@ package connector
 import (
 	"context"
 	"errors"
-	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
-
-// incSession is the stream loop's side of a session's incremental
-// snapshots: the tables the state leaves incremental, and those
-// resnapshot requests add while it streams. Only the loop touches it; what
-// it shares with the worker is the Handoff.
-type incSession struct {
-	hand   *incremental.Handoff
-	never  bool                 // SNAPSHOT_MODE=never: requests are refused
-	rels   []*decode.Rel        // per table in TABLES
-	keys   []incremental.Key    // per table in TABLES
-	tables []*incremental.Table // being read, or queued
-
-	loop *incremental.Loop     // the rule, fed by the stream loop
-	rec  *incremental.Recorder // records the chunks durable in the state file
-}
 
 // startIncremental writes the first run of an incremental snapshot: the
 // slot without an exported snapshot (nothing pins xmin), then the state
@@ -41,28 +26,14 @@ type incSession struct {
 // old slot (slotExists), creates the new one, and records every table as
 // incremental with its retraction to do: the worker deletes, batch by
 // batch, the keys Feldera holds and Postgres lacks, then reads the table
-// in chunks, as for a `pgfeldera resnapshot` request (resnapshot.go).
+// in chunks, as for a `pgfeldera resnapshot` request
+// (incsession/resnapshot.go).
 // The resnapshot requests of old (the state replaced) are kept.
 func (c *Connector) startIncremental(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
-	// The connection that checks the keys is kept for the session's
-	// worker to read chunks on (a connection costs a backend's start:
-	// milliseconds on the path to the first chunk).
-	conn, err := c.chunkConn(ctx)
-	if err != nil {
-		return fmt.Errorf("incremental snapshot: %w", err)
-	}
-	keys, err := chunkKeys(ctx, p, conn)
-	if err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+	if err := incsession.Prepare(ctx, c.cfg.DSN, p, &c.spare); err != nil {
 		return err
 	}
-	c.keepChunkConn(conn)
-	for _, k := range keys {
-		if k.Err != nil {
-			return k.Err
-		}
-	}
-	// Requests carried from old settle as the tables complete (saveChunks).
+	// Requests carried from old settle as the tables complete (incsession.Session.Save).
 	st, err := c.pendingState(ctx, p, rconn, old, slotExists, mappings)
 	if err != nil {
 		return err
@@ -84,106 +55,24 @@ func (c *Connector) startIncremental(ctx context.Context, p *setup.Plan, rconn *
 		return fatal.Wrap(err)
 	}
 	c.logger.Info("snapshot: incremental: created the slot without an exported snapshot; streaming, and reading the tables in chunks meanwhile",
-		"consistent_point", created.ConsistentPoint, "chunk_rows", c.chunkRows(), "retract_first", retract)
+		"consistent_point", created.ConsistentPoint, "chunk_rows", incsession.ChunkRows(c.cfg.SnapshotChunkRows), "retract_first", retract)
 	return nil
 }
 
-// DefaultChunkRows is a chunk's rows when SNAPSHOT_CHUNK_ROWS is empty.
-// A chunk is also bounded by BATCH_MAX_BYTES, which bounds its memory
-// (two per lane), so more rows cost no memory over that bound; each chunk
-// costs the backend a plan, a scan's start and a transaction, and the
-// lane a round trip with the backend idle, so fewer, larger chunks read
-// faster: bench k measured 0.62 and 0.73 × initial with 30,000-row chunks
-// against 0.54 and 0.65 with 10,000 (BATCH_MAX_ROWS, the default before),
-// alternating in one run each; the 4 MiB byte bound holds those chunks
-// near 32,000 rows.
-const DefaultChunkRows = 50000
+// DefaultChunkRows is a chunk's rows when SNAPSHOT_CHUNK_ROWS is empty
+// (incsession.DefaultChunkRows says why).
+const DefaultChunkRows = incsession.DefaultChunkRows
 
-// chunkRows is how many rows a chunk reads at most: SNAPSHOT_CHUNK_ROWS,
-// else DefaultChunkRows.
-func (c *Connector) chunkRows() int {
-	if c.cfg.SnapshotChunkRows > 0 {
-		return c.cfg.SnapshotChunkRows
+// incConfig is what the session's incremental snapshots need of the
+// Connector (incsession.Config).
+func (c *Connector) incConfig() incsession.Config {
+	return incsession.Config{
+		DSN: c.cfg.DSN, Slot: c.cfg.Slot, StateFile: c.cfg.StateFile, Never: c.cfg.SnapshotMode == SnapshotNever,
+		ChunkRows: c.cfg.SnapshotChunkRows, Parallelism: c.cfg.SnapshotParallelism, MaxBytes: c.cfg.BatchMaxBytes,
+		Logger: c.logger, Spool: c.spoolQuery,
+		SnapshotRows: &c.stats.SnapshotRows, Retracted: &c.stats.Retracted,
+		Copied:   func(route int) *atomic.Int64 { return &c.tableStats[route].Copied },
+		Progress: func(route int) *incremental.Progress { return &c.tableStats[route].Progress },
+		Hooks:    incsession.Hooks{Worker: c.test.worker, NoWindow: c.test.noWindow, IgnoreShape: c.test.ignoreShape},
 	}
-	return DefaultChunkRows
-}
-
-// newIncremental plans the session's incremental snapshots from the state
-// file: the tables it leaves incremental are queued for the worker.
-// It is nil only without a state file (a first run under
-// SNAPSHOT_MODE=never, which no request can change).
-func (c *Connector) newIncremental(ctx context.Context, p *setup.Plan) (*incSession, error) {
-	st, err := state.Load(c.cfg.StateFile)
-	if errors.Is(err, state.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fatal.Wrap(err)
-	}
-	if len(st.Tables) != len(p.Rels) {
-		return nil, fatal.Wrap(fmt.Errorf("state file %s lists %d tables, TABLES %d", c.cfg.StateFile, len(st.Tables), len(p.Rels)))
-	}
-	inc := &incSession{
-		hand:  incremental.NewHandoff(c.chunkRows(), c.cfg.SnapshotParallelism),
-		never: c.cfg.SnapshotMode == SnapshotNever, rels: p.Rels, loop: incremental.NewLoop(),
-		rec: incremental.NewRecorder(st, c.cfg.StateFile, c.logger, func(route int) *incremental.Progress {
-			return &c.tableStats[route].Progress
-		}),
-	}
-	// Every table's key is read now, so that a resnapshot request is
-	// answered at once, in the stream loop, without a query. The
-	// connection is kept for the worker when a table is left to read.
-	conn := c.takeChunkConn()
-	if conn == nil {
-		if conn, err = c.chunkConn(ctx); err != nil {
-			return nil, fmt.Errorf("incremental snapshot: %w", err)
-		}
-	}
-	if inc.keys, err = chunkKeys(ctx, p, conn); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	if inc.never {
-		conn.Close(context.WithoutCancel(ctx))
-		return inc, nil
-	}
-	for i, t := range st.Tables {
-		if t.Status != state.Incremental {
-			continue
-		}
-		k := inc.keys[i]
-		if k.Err != nil {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, k.Err
-		}
-		if t.Blocks == nil && t.After != nil && len(t.After) != len(k.Cols) {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fatal.Wrap(fmt.Errorf("state file %s: table %s resumes after a key of %d values, its primary key has %d columns", c.cfg.StateFile, t.Source, len(t.After), len(k.Cols)))
-		}
-		inc.add(i)
-	}
-	if inc.hand.Queued() {
-		inc.hand.SetConn(conn)
-	} else {
-		conn.Close(context.WithoutCancel(ctx))
-	}
-	return inc, nil
-}
-
-// add queues table i of TABLES for the worker, as the state now records
-// it (the loop's call).
-func (inc *incSession) add(i int) {
-	t := incremental.NewTable(i, inc.rels[i], inc.keys[i], inc.rec.St.Tables[i])
-	inc.tables = append(inc.tables, t)
-	inc.hand.Queue(t)
-}
-
-// table is the table TABLES lists at idx, if this snapshot reads it.
-func (inc *incSession) table(idx int) *incremental.Table {
-	for _, t := range inc.tables {
-		if t.Idx == idx {
-			return t
-		}
-	}
-	return nil
 }

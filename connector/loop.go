@@ -96,7 +96,7 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 	if s.inc == nil {
 		return now, nudge, nil
 	}
-	handed := s.inc.hand.Awaited()
+	handed := s.inc.Handoff().Awaited()
 	nudge, waiting := incremental.NudgeAt(handed, s.lastStatus)
 	if !waiting {
 		return now, time.Time{}, nil

@@ -9,16 +9,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
-// pinnedGUCs fix the text output of values: the decoder parses text, so the
-// snapshot connection and the replication connection must agree.
-var pinnedGUCs = []string{
-	"SET TimeZone = 'UTC'",
-	"SET DateStyle = 'ISO'",
-	"SET IntervalStyle = 'iso_8601'",
-	"SET bytea_output = 'hex'",
-	"SET extra_float_digits = 3",
-}
-
 // prepare runs the startup checks (setup.Prepare) and, for a run, reads
 // the Feldera process it feeds and chooses the ack gate.
 func (c *Connector) prepare(ctx context.Context, mode setup.Mode) (*setup.Plan, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -16,7 +17,7 @@ import (
 // `pgfeldera resnapshot` does.
 func (e *env) requestResnapshot(id string, tables ...string) {
 	e.t.Helper()
-	prefix, content := connector.ResnapshotMessage(e.slot, id, tables)
+	prefix, content := incsession.ResnapshotMessage(e.slot, id, tables)
 	e.exec(fmt.Sprintf("SELECT pg_logical_emit_message(true, '%s', '%s')", prefix, strings.ReplaceAll(content, "'", "''")))
 }
 

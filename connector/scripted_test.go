@@ -19,6 +19,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -137,7 +138,7 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 
 // runScriptedWith is runScripted with the incremental snapshot inc makes
 // of the session's (nil: none).
-func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), inc func(c *Connector) *incSession) *scripted {
+func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), inc func(c *Connector) *incsession.Session) *scripted {
 	t.Helper()
 	fc.Pipeline = "p"
 	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
@@ -171,7 +172,7 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), inc
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())
 	sc := &scripted{src: src, fel: fel, done: make(chan error, 1), stop: stop}
-	var is *incSession
+	var is *incsession.Session
 	if inc != nil {
 		is = inc(c)
 	}
@@ -334,12 +335,12 @@ func TestScripted_LingerWaitsForTheCommit(t *testing.T) {
 // wal_sender_timeout makes 10 s here.
 func TestScripted_WatermarkNudges(t *testing.T) {
 	start := time.Now()
-	sc := runScriptedWith(t, felderatest.Config{}, nil, func(c *Connector) *incSession {
-		hand := incremental.NewHandoff(10, 1)
-		hand.Hand(&incremental.Chunk{Seq: 1})
-		st := &state.State{}
-		return &incSession{hand: hand, loop: incremental.NewLoop(),
-			rec: incremental.NewRecorder(st, "", c.logger, func(int) *incremental.Progress { return &incremental.Progress{} })}
+	sc := runScriptedWith(t, felderatest.Config{}, nil, func(c *Connector) *incsession.Session {
+		cfg := incsession.Config{ChunkRows: 10, Parallelism: 1, Logger: c.logger,
+			Progress: func(int) *incremental.Progress { return &incremental.Progress{} }}
+		inc := incsession.NewSession(cfg, &state.State{}, &setup.Plan{})
+		inc.Handoff().Hand(&incremental.Chunk{Seq: 1})
+		return inc
 	})
 	sc.src.waitCount(t, 3)
 	// Three nudges take 1.5 s; the first regular status would come at 10 s.

@@ -15,6 +15,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -70,8 +71,9 @@ type stream struct {
 	watcher    *delivery.Watcher // the pipeline watcher: restarts, redeploys, checkpoints
 	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
 	live       liveness          // the replication connection's heartbeat
-	inc        *incSession       // the incremental snapshot under way, nil when none
 	clock      stageClock        // times each source transaction to each stage
+
+	inc *incsession.Session // the incremental snapshot under way, nil when none
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -102,20 +104,20 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	defer c.closeChunkConn()
+	defer c.spare.Close()
 	if err := c.begin(ctx, p, conn); err != nil {
 		return err
 	}
-	inc, err := c.newIncremental(ctx, p)
+	inc, err := incsession.New(ctx, c.incConfig(), p, &c.spare)
 	if err != nil {
 		return err
 	}
 	if inc != nil {
-		// The connection newIncremental kept for the first worker, when
+		// The connection incsession.New kept for the first worker, when
 		// no worker took it (the session ended first). Deferred, so that
 		// a session failing before its loop does not leak it.
 		defer func() {
-			if conn := inc.hand.TakeConn(); conn != nil {
+			if conn := inc.Handoff().TakeConn(); conn != nil {
 				conn.Close(context.WithoutCancel(ctx))
 			}
 		}()
@@ -137,7 +139,7 @@ func (c *Connector) openReplication(ctx context.Context) (*pgconn.PgConn, error)
 	if err != nil {
 		return nil, fromPostgres(fmt.Errorf("replication connection: %w", err))
 	}
-	for _, q := range pinnedGUCs {
+	for _, q := range replconn.PinnedGUCs {
 		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
 			conn.Close(context.WithoutCancel(ctx))
 			return nil, fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
@@ -205,7 +207,7 @@ func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) e
 }
 
 // newStream is the session's loop state, starting at the slot's position.
-func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incSession) *stream {
+func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Session) *stream {
 	dec := decode.NewDecoder(p.Targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
 	dec.Options = c.decodeOptions(p.Types)
@@ -256,7 +258,7 @@ func (s *stream) serve(ctx context.Context) error {
 		k.Run(s.flushCtx)
 	}()
 	if s.inc != nil {
-		s.startWorker() // when the state leaves a table to read
+		s.inc.Start(s.incStream()) // starts a worker when the state leaves a table to read
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var alert context.CancelFunc

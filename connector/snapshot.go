@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -145,7 +146,7 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 func (c *Connector) pendingState(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
 	st := &state.State{Slot: c.cfg.Slot, Publication: c.cfg.Publication, DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, ProgramVersion: p.ProgramVersion}
 	for i, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: setup.Fingerprint(p.Targets[i].Dest), Columns: columnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: setup.Fingerprint(p.Targets[i].Dest), Columns: incsession.ColumnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
 	}
 	st.CarryRequests(old)
 	if !c.test.noPendingFirst {
@@ -170,7 +171,7 @@ func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string,
 		return nil, fmt.Errorf("snapshot connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := snapshot.Begin(ctx, conn, snapName, pinnedGUCs); err != nil {
+	if err := snapshot.Begin(ctx, conn, snapName, replconn.PinnedGUCs); err != nil {
 		return nil, err
 	}
 	counts := make([]int64, len(p.Targets))

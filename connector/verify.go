@@ -49,7 +49,7 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := snapshot.Begin(ctx, conn, "", pinnedGUCs); err != nil {
+	if err := snapshot.Begin(ctx, conn, "", replconn.PinnedGUCs); err != nil {
 		return nil, err
 	}
 	var out []Verdict

@@ -51,6 +51,16 @@ func Connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
+// PinnedGUCs fix the text output of values: the decoder parses text, so the
+// snapshot connection and the replication connection must agree.
+var PinnedGUCs = []string{
+	"SET TimeZone = 'UTC'",
+	"SET DateStyle = 'ISO'",
+	"SET IntervalStyle = 'iso_8601'",
+	"SET bytea_output = 'hex'",
+	"SET extra_float_digits = 3",
+}
+
 // Config parses dsn and asks for a logical replication connection
 // (replication=database) named pgfeldera, dialed with Dial.
 func Config(dsn string) (*pgconn.Config, error) {

@@ -78,7 +78,7 @@ type Table struct {
 	// the table must be read again.
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Columns is the shape the rows were read under: the Postgres columns
-	// feeding Feldera fields, as "name type-oid/typmod" (connector/shape.go).
+	// feeding Feldera fields, as "name type-oid/typmod" (incsession/shape.go).
 	Columns []string `json:"columns,omitempty"`
 	// Partitions are, for a partitioned table, the leaves whose rows were
 	// read (connector/partitions.go).

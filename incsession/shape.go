@@ -1,10 +1,11 @@
-package connector
+package incsession
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -29,8 +30,8 @@ import (
 // state.Table.Columns records the shape the rows were read under, across
 // restarts: a RELATION in a later session compares with it.
 
-// columnsOf lists rel's columns that feed Feldera, as "name oid/typmod".
-func columnsOf(rel *decode.Rel) []string {
+// ColumnsOf lists rel's columns that feed Feldera, as "name oid/typmod".
+func ColumnsOf(rel *decode.Rel) []string {
 	var cols []string
 	for _, c := range rel.Cols {
 		if c.Field != "" {
@@ -53,20 +54,21 @@ func reshaped(known, now []string) []string {
 	return changed
 }
 
-// relationShape compares a RELATION's shape with the one its table's rows
-// were read under, records it, and asks for the table to be read again
-// when a column newly feeds Feldera or changed type.
-func (s *stream) relationShape(rel *decode.Rel) error {
-	if rel == nil || s.inc == nil || s.c.test.ignoreShape {
-		return nil // a table TABLES does not map, or no state file: nothing was read under a known shape
+// Shape compares a RELATION's shape with the one its table's rows were
+// read under, records it, and asks for the table to be read again when a
+// column newly feeds Feldera or changed type; received is the highest WAL
+// position the stream read.
+func (inc *Session) Shape(rel *decode.Rel, received pglogrepl.LSN) error {
+	if rel == nil || inc.cfg.Hooks.IgnoreShape {
+		return nil // a table TABLES does not map: nothing was read under a known shape
 	}
-	st := s.inc.rec.St
+	st := inc.rec.St
 	source := rel.Target.Qualified()
 	i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == source })
 	if i < 0 {
 		return nil
 	}
-	now := columnsOf(rel)
+	now := ColumnsOf(rel)
 	t := &st.Tables[i]
 	if slices.Equal(t.Columns, now) {
 		return nil
@@ -74,7 +76,7 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 	changed := reshaped(t.Columns, now)
 	if t.Columns == nil || len(changed) == 0 {
 		t.Columns = now // the first shape recorded, or a column no longer fed
-		if err := state.Save(s.c.cfg.StateFile, st); err != nil {
+		if err := state.Save(inc.cfg.StateFile, st); err != nil {
 			return fatal.Wrap(err)
 		}
 		return nil
@@ -83,14 +85,14 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 	// Refused here, before the new shape is saved: a restart meets the
 	// same RELATION and refuses again, never streams on past it.
 	switch {
-	case s.inc.never:
+	case inc.cfg.Never:
 		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; SNAPSHOT_MODE=never reads no table again: remove the state file and the slot, and start with another SNAPSHOT_MODE"}
-	case s.inc.keys[i].Err != nil:
-		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; it cannot be read again while streaming (" + s.inc.keys[i].Err.Error() + "): remove the state file and the slot to read every table again"}
+	case inc.keys[i].Err != nil:
+		return &decode.RefusalError{Table: source, Column: changed[0], Reason: why + "; it cannot be read again while streaming (" + inc.keys[i].Err.Error() + "): remove the state file and the slot to read every table again"}
 	}
-	s.logger.Warn("stream: "+why+"; reading the table again while streaming", "table", source, "columns", strings.Join(changed, ","), "lsn", s.received)
+	inc.cfg.Logger.Warn("stream: "+why+"; reading the table again while streaming", "table", source, "columns", strings.Join(changed, ","), "lsn", received)
 	t.Columns = now
-	if err := s.request(incremental.Watermark{Resnapshot: "columns-" + s.received.String(), Tables: []string{source}}, s.received); err != nil {
+	if err := inc.request(incremental.Watermark{Resnapshot: "columns-" + received.String(), Tables: []string{source}}, received); err != nil {
 		return err
 	}
 	// The session's plan reads the columns the catalog had when it began:

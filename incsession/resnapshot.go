@@ -1,4 +1,4 @@
-package connector
+package incsession
 
 import (
 	"encoding/json"
@@ -50,16 +50,15 @@ func ResnapshotMessage(slot, id string, tables []string) (prefix, content string
 }
 
 // request is a resnapshot request at lsn, read from the stream.
-func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
-	inc := s.inc
+func (inc *Session) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	st := inc.rec.St
 	if st.Request(w.Resnapshot) != nil {
-		s.logger.Debug("resnapshot: request already taken (a replay)", "id", w.Resnapshot, "lsn", lsn)
+		inc.cfg.Logger.Debug("resnapshot: request already taken (a replay)", "id", w.Resnapshot, "lsn", lsn)
 		return nil
 	}
 	r := state.Request{ID: w.Resnapshot, Tables: w.Tables}
 	save := func() error {
-		if err := state.Save(s.c.cfg.StateFile, st); err != nil {
+		if err := state.Save(inc.cfg.StateFile, st); err != nil {
 			return fatal.Wrap(err)
 		}
 		return nil
@@ -67,10 +66,10 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	refuse := func(why string) error {
 		r.Refused = why
 		st.AddRequest(r)
-		s.logger.Error("resnapshot: request refused", "id", r.ID, "tables", strings.Join(r.Tables, ","), "lsn", lsn, "why", why)
+		inc.cfg.Logger.Error("resnapshot: request refused", "id", r.ID, "tables", strings.Join(r.Tables, ","), "lsn", lsn, "why", why)
 		return save()
 	}
-	if inc.never {
+	if inc.cfg.Never {
 		return refuse("SNAPSHOT_MODE=never: this connector copies no table")
 	}
 	if len(w.Tables) == 0 {
@@ -92,7 +91,7 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	if err := save(); err != nil {
 		return err
 	}
-	s.logger.Info("resnapshot: request received; retracting and reading the tables again in chunks while streaming",
+	inc.cfg.Logger.Info("resnapshot: request received; retracting and reading the tables again in chunks while streaming",
 		"id", r.ID, "tables", strings.Join(r.Tables, ","), "lsn", lsn)
 	if busy != "" {
 		return fmt.Errorf("resnapshot request %s names %s, whose incremental snapshot is under way: the session restarts to read it again from its beginning", r.ID, busy)
@@ -100,13 +99,13 @@ func (s *stream) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
 	for _, i := range idx {
 		inc.add(i)
 	}
-	s.startWorker()
+	inc.startWorker()
 	return nil
 }
 
 // requested is the indexes in TABLES of the tables a resnapshot request
 // names, each once; why says why the request is refused instead.
-func (inc *incSession) requested(names []string) (idx []int, why string) {
+func (inc *Session) requested(names []string) (idx []int, why string) {
 	st := inc.rec.St
 	for _, name := range names {
 		i := slices.IndexFunc(st.Tables, func(t state.Table) bool { return t.Source == name })
