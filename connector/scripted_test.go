@@ -133,12 +133,17 @@ var usersRel = []pgoutputtest.Col{{Name: "id", OID: pgvalue.OIDInt8, Key: true},
 
 func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *scripted {
 	t.Helper()
-	return runScriptedWith(t, fc, set, nil)
+	return runScriptedWith(t, fc, set, scriptOpts{})
 }
 
-// runScriptedWith is runScripted with the incremental snapshot inc makes
-// of the session's (nil: none).
-func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), inc func(c *Connector) *incsession.Session) *scripted {
+// scriptOpts change the session runScriptedWith starts.
+type scriptOpts struct {
+	inc  func(c *Connector) *incsession.Session // the session's incremental snapshot (nil: none)
+	plan func(p *setup.Plan, c *Connector)       // changes the session's plan
+}
+
+// runScriptedWith is runScripted with the session o describes.
+func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o scriptOpts) *scripted {
 	t.Helper()
 	fc.Pipeline = "p"
 	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
@@ -168,13 +173,16 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), inc
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
 	p := &setup.Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
 		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
+	if o.plan != nil {
+		o.plan(p, c)
+	}
 	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())
 	sc := &scripted{src: src, fel: fel, done: make(chan error, 1), stop: stop}
 	var is *incsession.Session
-	if inc != nil {
-		is = inc(c)
+	if o.inc != nil {
+		is = o.inc(c)
 	}
 	go func() { sc.done <- c.newStream(p, src, is).serve(ctx) }()
 	t.Cleanup(func() {
@@ -299,6 +307,55 @@ func TestScripted_TruncateDiscardsAndRetracts(t *testing.T) {
 	}
 }
 
+// Under the checkpoint gate (at_least_once), a TRUNCATE's retraction
+// holds the position at its COMMIT until a checkpoint covers the step
+// that completed it. The retraction is no batch of the frontier: its
+// steps reach the gate only through the ledger's step watermark, and a
+// COMMIT acknowledged before a checkpoint covers them would let a Feldera
+// restart restore the rows the TRUNCATE removed, with the slot past it.
+func TestScripted_TruncateWaitsForACheckpointCoveringItsRetraction(t *testing.T) {
+	fc := felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`}
+	sc := runScriptedWith(t, fc, func(c *Config) { c.CheckpointAfter = time.Hour }, scriptOpts{plan: func(p *setup.Plan, c *Connector) {
+		st, err := c.sink.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
+		c.gate.Store(int32(GateCheckpoint))
+	}})
+	sc.transaction(0x2000, 0x2010, "1", "2")
+	waitRows(t, sc.fel, 2)
+	if err := sc.fel.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	sc.src.waitFlushed(t, 0x2010)
+
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	sc.src.push(0x4000, pgoutputtest.Begin(0x4000, at, 701))
+	sc.src.push(0x4000, pgoutputtest.Truncate(false, 10))
+	sc.src.push(0x4010, pgoutputtest.Commit(0x4000, 0x4010, at))
+	sc.src.in <- pgoutputtest.Keepalive(0x4010, true) // the answer says the loop read the COMMIT
+	sc.src.waitWritten(t, 0x4010)
+	if n := sc.fel.Len("users"); n != 0 {
+		t.Fatalf("Feldera holds %d rows after the TRUNCATE, want none", n)
+	}
+	if got := sc.src.flushed(); got >= 0x4010 {
+		t.Fatalf("the TRUNCATE's COMMIT was acknowledged (flush %s) before a checkpoint covered its retraction", got)
+	}
+	if err := sc.fel.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	sc.src.waitFlushed(t, 0x4010)
+}
+
+// waitRows waits until Feldera's table users holds n rows.
+func waitRows(t *testing.T, fel *felderatest.Server, n int) {
+	t.Helper()
+	if !waitfor.Until(10*time.Second, time.Millisecond, func() int { return fel.Len("users") }, func() bool { return fel.Len("users") == n }) {
+		t.Fatalf("Feldera holds %d rows of users, want %d", fel.Len("users"), n)
+	}
+}
+
 // The linger sends a committed transaction's rows once it passes, with no
 // further message from the server; it never seals a batch that holds rows
 // of the transaction still open, which waits for its COMMIT.
@@ -335,13 +392,13 @@ func TestScripted_LingerWaitsForTheCommit(t *testing.T) {
 // wal_sender_timeout makes 10 s here.
 func TestScripted_WatermarkNudges(t *testing.T) {
 	start := time.Now()
-	sc := runScriptedWith(t, felderatest.Config{}, nil, func(c *Connector) *incsession.Session {
+	sc := runScriptedWith(t, felderatest.Config{}, nil, scriptOpts{inc: func(c *Connector) *incsession.Session {
 		cfg := incsession.Config{ChunkRows: 10, Parallelism: 1, Logger: c.logger,
 			Progress: func(int) *incremental.Progress { return &incremental.Progress{} }}
 		inc := incsession.NewSession(cfg, &state.State{}, &setup.Plan{})
 		inc.Handoff().Hand(&incremental.Chunk{Seq: 1})
 		return inc
-	})
+	}})
 	sc.src.waitCount(t, 3)
 	// Three nudges take 1.5 s; the first regular status would come at 10 s.
 	if took := time.Since(start); took > 5*time.Second {
