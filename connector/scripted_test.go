@@ -139,7 +139,7 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 // scriptOpts change the session runScriptedWith starts.
 type scriptOpts struct {
 	inc  func(c *Connector) *incsession.Session // the session's incremental snapshot (nil: none)
-	plan func(p *setup.Plan, c *Connector)       // changes the session's plan
+	plan func(p *setup.Plan, c *Connector)      // changes the session's plan
 }
 
 // runScriptedWith is runScripted with the session o describes.
