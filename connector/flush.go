@@ -10,7 +10,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // canPost reports whether the filling batch may be sent now: no POST
@@ -177,8 +176,8 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 				}
 				return fmt.Errorf("wait for completion of %s: %w", s.Table, err)
 			}
-			if step == 0 && c.Gate() == GateCheckpoint {
-				return fatal.Wrap(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.Table))
+			if err := delivery.CheckStep(step, c.Gate() == GateCheckpoint, fmt.Sprintf("batch %d on %s", b.seq, s.Table)); err != nil {
+				return err
 			}
 			raise(&c.maxStep, step)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -265,8 +266,8 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.P
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: wait for completion of %s after the commit: %w", table, err)
 		}
-		if step == 0 && c.Gate() == GateCheckpoint {
-			return nil, fatal.Wrap(fmt.Errorf("feldera reported the snapshot of %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs: upgrade Feldera", table))
+		if err := delivery.CheckStep(step, c.Gate() == GateCheckpoint, "the snapshot of "+table); err != nil {
+			return nil, err
 		}
 		raise(&c.maxStep, step)
 	}
