@@ -21,6 +21,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -58,6 +59,13 @@ type Sink interface {
 const (
 	AckCompleted = "completed"
 	AckAccepted  = "accepted" // unsafe: acks on HTTP 200
+)
+
+// FELDERA_TRANSACTIONS values (outbox/txn.go).
+const (
+	TxnAuto   = outbox.TxnAuto
+	TxnAlways = outbox.TxnAlways
+	TxnOff    = outbox.TxnOff
 )
 
 // Snapshot modes.
@@ -119,7 +127,7 @@ type Config struct {
 	// Transactions is FELDERA_TRANSACTIONS: TxnAuto (default) wraps a
 	// flush that holds several tables or part of a source transaction in
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
-	// txn.go).
+	// outbox/txn.go).
 	Transactions string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table

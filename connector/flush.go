@@ -10,7 +10,13 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
+
+// bounds are the outbox batches' bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES).
+func (c *Connector) bounds() outbox.Bounds {
+	return outbox.Bounds{Rows: c.cfg.BatchMaxRows, Bytes: c.cfg.BatchMaxBytes}
+}
 
 // canPost reports whether the filling batch may be sent now: no POST
 // runs (one at a time keeps source order), no retraction, fewer than
@@ -32,7 +38,7 @@ func (s *stream) canPost() bool {
 		return false
 	}
 	return s.led.InFlight() == 0 ||
-		s.flightRows+s.filling.total <= delivery.QueueRecords && s.flightBytes+s.filling.size() <= delivery.QueueBytes
+		s.flightRows+s.filling.Total <= delivery.QueueRecords && s.flightBytes+s.filling.Size() <= delivery.QueueBytes
 }
 
 // lingerDeadline is when the filling batch is due by its linger, when
@@ -46,10 +52,10 @@ func (s *stream) canPost() bool {
 // read, the COMMIT never came, and the snapshot never completed.)
 func (s *stream) lingerDeadline() (time.Time, bool) {
 	b := s.filling
-	if b.total == 0 || s.c.full(b) || b.sealNow || s.open && s.openRows || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
+	if b.Total == 0 || s.c.bounds().Full(b) || b.SealNow || s.open && s.openRows || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
 		return time.Time{}, false
 	}
-	return b.first.Add(s.c.cfg.BatchLinger), true
+	return b.First.Add(s.c.cfg.BatchLinger), true
 }
 
 // flushDue reports whether the filling batch should be sent now. The
@@ -61,19 +67,19 @@ func (s *stream) lingerDeadline() (time.Time, bool) {
 func (s *stream) flushDue(now time.Time) bool {
 	b := s.filling
 	switch {
-	case b.total == 0:
+	case b.Total == 0:
 		// A Feldera transaction left open by a batch that ended inside a
 		// source transaction, which has ended since: commit it now.
 		return s.txnOpen && !s.open
-	case s.c.full(b):
+	case s.c.bounds().Full(b):
 		// Inside a transaction the next change seals it (see handle).
 		return !s.open
-	case s.c.cfg.BatchLinger == 0 || b.sealNow:
+	case s.c.cfg.BatchLinger == 0 || b.SealNow:
 		return !s.open
 	case s.open && s.openRows:
 		return false
 	}
-	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
+	return !now.Before(b.First.Add(s.c.cfg.BatchLinger))
 }
 
 // startFlush hands the filling batch to the poster: its POSTs run in a
@@ -101,17 +107,17 @@ func (s *stream) startFlush(end bool) {
 				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
 		}
 	}
-	plan := planTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.multi, b.tables())
-	s.txnOpen = plan.in && !plan.end
+	plan := outbox.PlanTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.Multi, b.Tables())
+	s.txnOpen = plan.In && !plan.End
 	crashtest.Point("after_decode")
 	s.seq++
 	s.filling = s.spare
-	s.filling.reset(s.seq)
+	s.filling.Reset(s.seq)
 	s.spare = nil
 	now := time.Now()
 	var id uint64
-	id, b.ackTo = s.led.Seal(now)
-	sz := [2]int{b.total, b.size()}
+	id, b.AckTo = s.led.Seal(now)
+	sz := [2]int{b.Total, b.Size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]
 	s.flightBytes += sz[1]
@@ -125,10 +131,10 @@ func (s *stream) startFlush(end bool) {
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
-				s.flights <- &delivery.Flight{ID: id, Seq: b.seq, Rows: b.total, Tokens: tokens, Start: start, Sent: time.Now(), Txn: mark}
+				s.flights <- &delivery.Flight{ID: id, Seq: b.Seq, Rows: b.Total, Tokens: tokens, Start: start, Sent: time.Now(), Txn: mark}
 			} else {
 				s.c.stats.Batches.Add(1)
-				s.c.observer.Batch(b.total, time.Since(start), 0)
+				s.c.observer.Batch(b.Total, time.Since(start), 0)
 			}
 		}
 		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
@@ -145,7 +151,7 @@ func (s *stream) startFlush(end bool) {
 // price of a hard memory bound, and the primary key reconciles a replay of
 // the seam. The position only ever moves to a COMMIT all of whose rows are
 // complete.
-func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch, wait bool) error {
+func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *outbox.Batch, wait bool) error {
 	c.health.flushSince.Store(time.Now().UnixNano())
 	defer c.health.flushSince.Store(0)
 	failed := true
@@ -159,7 +165,7 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
 		defer cancel()
 		slow := time.AfterFunc(completionLogAfter, func() {
-			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.seq, "rows", b.total)
+			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.Seq, "rows", b.Total)
 		})
 		defer slow.Stop()
 		for _, s := range tokens {
@@ -169,21 +175,21 @@ func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batc
 					c.observer.FelderaError(code)
 				}
 				if wctx.Err() != nil && ctx.Err() == nil {
-					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.seq, s.Table, time.Since(start).Round(time.Millisecond))
+					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.Seq, s.Table, time.Since(start).Round(time.Millisecond))
 				}
 				if feldera.IsRestarted(err) {
-					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.Table, err)
+					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.Seq, s.Table, err)
 				}
 				return fmt.Errorf("wait for completion of %s: %w", s.Table, err)
 			}
-			if err := delivery.CheckStep(step, c.Gate() == GateCheckpoint, fmt.Sprintf("batch %d on %s", b.seq, s.Table)); err != nil {
+			if err := delivery.CheckStep(step, c.Gate() == GateCheckpoint, fmt.Sprintf("batch %d on %s", b.Seq, s.Table)); err != nil {
 				return err
 			}
 			raise(&c.maxStep, step)
 		}
 	}
 	c.stats.Batches.Add(1)
-	c.observer.Batch(b.total, posted.Sub(start), time.Since(posted))
+	c.observer.Batch(b.Total, posted.Sub(start), time.Since(posted))
 	failed = false
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // Batches in flight: the stream POSTs them in source order, one request at
@@ -34,10 +35,10 @@ const (
 
 type event struct {
 	kind   eventKind
-	b      *batch // evPosted
-	id     uint64 // the frontier's id of the batch
-	step   uint64 // evComplete: the step that processed it
-	ackNow bool   // evPosted under ACK_MODE=accepted: complete at the POST's answer
+	b      *outbox.Batch // evPosted
+	id     uint64        // the frontier's id of the batch
+	step   uint64        // evComplete: the step that processed it
+	ackNow bool          // evPosted under ACK_MODE=accepted: complete at the POST's answer
 	err    error
 }
 
@@ -74,37 +75,37 @@ const maxTxnFlight = 1024
 // send is the poster's work for one batch: under its transaction plan,
 // start a Feldera transaction, POST, and commit once Feldera took every
 // record. A failure inside a transaction commits it (there is no abort).
-func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
+func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *outbox.Batch, plan outbox.TxnPlan) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
 	fail := func(err error) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
-		if plan.in {
+		if plan.In {
 			c.abandonTxn()
 		}
 		return nil, time.Time{}, nil, err
 	}
-	if plan.begin {
+	if plan.Begin {
 		if err := c.waitFence(ctx); err != nil {
 			return nil, time.Time{}, nil, err // nothing may be sent yet: not even a transaction opened
 		}
 		if err := c.txns.Begin(ctx); err != nil {
 			return fail(err)
 		}
-	} else if plan.in {
-		if err := c.txns.Room(ctx, b.total, b.size()); err != nil {
+	} else if plan.In {
+		if err := c.txns.Room(ctx, b.Total, b.Size()); err != nil {
 			return fail(err)
 		}
 	}
 	var mark *delivery.TxnMark
-	if plan.in {
+	if plan.In {
 		mark = c.txns.Mark()
 	}
 	tokens, start, err := c.post(ctx, targets, b)
 	if err != nil {
 		return fail(err)
 	}
-	if plan.in {
-		c.txns.Buffered(b.total, b.size())
+	if plan.In {
+		c.txns.Buffered(b.Total, b.Size())
 	}
-	if plan.end {
+	if plan.End {
 		if err := c.absorbedUnlessHooked(ctx); err != nil {
 			return fail(err)
 		}
@@ -119,21 +120,21 @@ func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch
 // the tokens and when the first request began (after any fence: a wait
 // for the fence is not a wait for Feldera). Any failure leaves the
 // position where it was.
-func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch) ([]*delivery.Token, time.Time, error) {
+func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *outbox.Batch) ([]*delivery.Token, time.Time, error) {
 	if err := c.waitFence(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
 	start := time.Now()
 	var tokens []*delivery.Token
-	for route, buf := range b.bufs {
-		if b.rows[route] == 0 {
+	for route, buf := range b.Bufs {
+		if b.Rows[route] == 0 {
 			continue
 		}
 		table := targets[route].Dest.CanonicalName()
-		tok, err := c.fence.Ingress(ctx, c.sink, table, buf, b.rows[route])
+		tok, err := c.fence.Ingress(ctx, c.sink, table, buf, b.Rows[route])
 		if err != nil {
 			c.observer.FelderaError(feldera.ErrorCode(err))
-			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
+			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.Rows[route], table, err)
 		}
 		tokens = append(tokens, &delivery.Token{Table: table, Token: tok})
 		c.txns.Posted(table)

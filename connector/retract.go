@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -33,39 +34,38 @@ type retractor struct {
 	ctx     context.Context
 	targets []*decode.Target
 	route   int
-	b       *batch
+	b       *outbox.Batch
 	n       int
 }
 
 func (c *Connector) newRetractor(ctx context.Context, targets []*decode.Target, route int) *retractor {
-	b := newBatch(len(targets))
-	b.kind = batchRetract
+	b := outbox.NewBatch(len(targets))
 	return &retractor{c: c, ctx: ctx, targets: targets, route: route, b: b}
 }
 
 func (r *retractor) delete(row json.RawMessage) error {
-	buf := &r.b.bufs[r.route]
+	buf := &r.b.Bufs[r.route]
 	*buf = append(*buf, `{"delete":`...)
 	*buf = append(*buf, bytes.TrimSpace(row)...)
 	*buf = append(*buf, "}\n"...)
-	r.b.added(r.route, 1, time.Now())
+	r.b.Added(r.route, 1, time.Now())
 	r.n++
 	r.c.stats.Retracted.Add(1)
-	if r.c.full(r.b) {
+	if r.c.bounds().Full(r.b) {
 		return r.flush()
 	}
 	return nil
 }
 
 func (r *retractor) flush() error {
-	if r.b.total == 0 {
+	if r.b.Total == 0 {
 		return nil
 	}
 	if err := r.c.flush(r.ctx, r.targets, r.b, true); err != nil {
 		return err
 	}
 	crashtest.Point("retract_after_batch")
-	r.b.reset(r.b.seq + 1)
+	r.b.Reset(r.b.Seq + 1)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -175,8 +176,7 @@ func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string,
 		return nil, err
 	}
 	counts := make([]int64, len(p.Targets))
-	b := newBatch(len(p.Routes))
-	b.kind = batchSnapshot
+	b := outbox.NewBatch(len(p.Routes))
 	if c.cfg.SnapshotTransaction && !retract {
 		return c.copyAllInTxn(ctx, conn, p, b, counts)
 	}
@@ -230,7 +230,7 @@ func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string,
 // the last token of each table, and cross-checks the counts. Any failure
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
-func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *batch, counts []int64) ([]int64, error) {
+func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *outbox.Batch, counts []int64) ([]int64, error) {
 	if err := c.waitFence(ctx); err != nil {
 		return nil, err
 	}
@@ -292,8 +292,8 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.P
 // empties it: inside the snapshot's Feldera transaction
 // (SNAPSHOT_TRANSACTION) without waiting, else waiting for its
 // completion.
-func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
-	if b.total == 0 {
+func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Target, b *outbox.Batch) error {
+	if b.Total == 0 {
 		return nil
 	}
 	if c.snapTokens != nil {
@@ -304,14 +304,14 @@ func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Ta
 		return err
 	}
 	crashtest.Point("snapshot_after_batch")
-	b.reset(b.seq + 1)
+	b.Reset(b.Seq + 1)
 	return nil
 }
 
 // postSnapshotBatch is a snapshot batch's flush inside the snapshot's
 // Feldera transaction: POSTed, not waited for.
-func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
-	tokens, _, _, err := c.send(ctx, targets, b, txnPlan{in: true})
+func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *outbox.Batch) error {
+	tokens, _, _, err := c.send(ctx, targets, b, outbox.TxnPlan{In: true})
 	if err != nil {
 		return err
 	}
@@ -322,7 +322,7 @@ func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Tar
 	return nil
 }
 
-func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *batch) (int64, error) {
+func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *outbox.Batch) (int64, error) {
 	t := rel.Target
 	var estimate float64
 	_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", t.Source()).Scan(&estimate)
@@ -341,14 +341,14 @@ func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*de
 	now := time.Now()
 	n, err := snapshot.Copy(ctx, conn, snapshot.SourceOf(t), cols, func(line []byte) error {
 		var err error
-		if b.bufs[t.Route], err = cr.AppendInsert(b.bufs[t.Route], line); err != nil {
+		if b.Bufs[t.Route], err = cr.AppendInsert(b.Bufs[t.Route], line); err != nil {
 			return err
 		}
-		b.added(t.Route, 1, now)
+		b.Added(t.Route, 1, now)
 		rows++
 		c.stats.SnapshotRows.Add(1)
 		c.tableStats[t.Route].Copied.Add(1)
-		if c.full(b) {
+		if c.bounds().Full(b) {
 			if err := flush(); err != nil {
 				return err
 			}
