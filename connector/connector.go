@@ -224,8 +224,8 @@ type Connector struct {
 
 	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
 	txns         *delivery.Transactions // the Feldera transaction held open, if any
+	out          *outbox.Sender         // sends batches through the fence and txns
 	snapTokens   map[string]string      // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	stopping     <-chan struct{}        // Run's context: closed on a graceful stop
 	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
 	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats   []*TableStats
@@ -253,7 +253,6 @@ type testHooks struct {
 	noStartRetract   bool                            // an incremental resnapshot at startup skips the retraction (unsafe)
 	failAfterSlot    bool                            // an incremental start fails right after creating its slot
 	noPendingFirst   bool                            // a snapshot start records no pending state first (unsafe)
-	noFeedWait       bool                            // commit a Feldera transaction without waiting for its input to be fed (unsafe)
 	noSettle         bool                            // ignore the Feldera transaction a crashed process left open (unsafe)
 	sessionHook      func(ctx context.Context) error // replaces session
 	onBackoff        func(interval time.Duration)    // sees each backoff interval
@@ -341,6 +340,11 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
 		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout,
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
+	c.out = &outbox.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
+		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
+		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
+		Step:     &c.maxStep, Batches: &c.stats.Batches,
+		FlushSince: &c.health.flushSince, FlushFailed: &c.health.flushFailed}
 	routes, n := catalog.Routes(cfg.Tables)
 	c.tableStats = make([]*TableStats, n)
 	for i, t := range cfg.Tables {
@@ -396,7 +400,7 @@ func (c *Connector) Run(ctx context.Context) error {
 // unfinished work is abandoned, and the slot replays it. It returns what
 // disarms it.
 func (c *Connector) armStop(ctx context.Context) func() {
-	c.stopping = ctx.Done()
+	c.out.Stopping = ctx.Done()
 	hardStop, abandon := context.WithCancel(context.Background())
 	c.hardStop = hardStop
 	stopAfter := context.AfterFunc(ctx, func() {

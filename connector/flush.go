@@ -1,15 +1,10 @@
 package connector
 
 import (
-	"context"
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
@@ -127,7 +122,7 @@ func (s *stream) startFlush(end bool) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		tokens, start, mark, err := s.c.send(s.flushCtx, s.targets, b, plan)
+		tokens, start, mark, err := s.c.out.Send(s.flushCtx, s.targets, b, plan)
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
@@ -139,63 +134,4 @@ func (s *stream) startFlush(end bool) {
 		}
 		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
 	}()
-}
-
-// flush POSTs each route's lines of b, then (wait) blocks until every
-// token is complete: the snapshot and the retractions, which send one
-// batch at a time. Any failure leaves the position where it was.
-//
-// A batch may hold part of a transaction when the transaction is larger
-// than BATCH_MAX_ROWS: Feldera then sees the first part before the rest.
-// That weakens the source transaction's atomicity in Feldera; it is the
-// price of a hard memory bound, and the primary key reconciles a replay of
-// the seam. The position only ever moves to a COMMIT all of whose rows are
-// complete.
-func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *outbox.Batch, wait bool) error {
-	c.health.flushSince.Store(time.Now().UnixNano())
-	defer c.health.flushSince.Store(0)
-	failed := true
-	defer func() { c.health.flushFailed.Store(failed) }()
-	tokens, start, err := c.post(ctx, targets, b)
-	if err != nil {
-		return err
-	}
-	posted := time.Now()
-	if wait {
-		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
-		defer cancel()
-		slow := time.AfterFunc(completionLogAfter, func() {
-			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.Seq, "rows", b.Total)
-		})
-		defer slow.Stop()
-		for _, s := range tokens {
-			step, err := c.sink.WaitCompleteStep(wctx, s.Token)
-			if err != nil {
-				if code := feldera.ErrorCode(err); code != "" {
-					c.observer.FelderaError(code)
-				}
-				if wctx.Err() != nil && ctx.Err() == nil {
-					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.Seq, s.Table, time.Since(start).Round(time.Millisecond))
-				}
-				if feldera.IsRestarted(err) {
-					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.Seq, s.Table, err)
-				}
-				return fmt.Errorf("wait for completion of %s: %w", s.Table, err)
-			}
-			if err := delivery.CheckStep(step, c.Gate() == GateCheckpoint, fmt.Sprintf("batch %d on %s", b.Seq, s.Table)); err != nil {
-				return err
-			}
-			raise(&c.maxStep, step)
-		}
-	}
-	c.stats.Batches.Add(1)
-	c.observer.Batch(b.Total, posted.Sub(start), time.Since(posted))
-	failed = false
-	return nil
-}
-
-// raise sets v to x when x is larger.
-func raise(v *atomic.Uint64, x uint64) {
-	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
-	}
 }

@@ -61,7 +61,7 @@ func (r *retractor) flush() error {
 	if r.b.Total == 0 {
 		return nil
 	}
-	if err := r.c.flush(r.ctx, r.targets, r.b, true); err != nil {
+	if err := r.c.out.Flush(r.ctx, r.targets, r.b, true); err != nil {
 		return err
 	}
 	crashtest.Point("retract_after_batch")
@@ -204,7 +204,7 @@ func (c *Connector) verifyCount(ctx context.Context, t *decode.Target, want int6
 		return nil
 	}
 	var got int64 = -1
-	err := c.query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
+	err := c.out.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
 		var m map[string]json.Number
 		if err := json.Unmarshal(row, &m); err != nil {
 			return err

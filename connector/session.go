@@ -278,7 +278,7 @@ func (s *stream) serve(ctx context.Context) error {
 	c.health.flushSince.Store(0)
 	s.abort()
 	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
-	c.abandonTxn()
+	c.out.AbandonTxn()
 	return err
 }
 

@@ -231,11 +231,11 @@ func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string,
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
 func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *outbox.Batch, counts []int64) ([]int64, error) {
-	if err := c.waitFence(ctx); err != nil {
+	if err := c.out.WaitFence(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.txns.Begin(ctx); err != nil {
-		c.abandonTxn()
+		c.out.AbandonTxn()
 		return nil, err
 	}
 	c.logger.Info("snapshot: loading every table inside one Feldera transaction (SNAPSHOT_TRANSACTION): nothing is visible until all of it is; Feldera takes no checkpoint meanwhile", "transaction_id", c.txns.ID())
@@ -243,7 +243,7 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.P
 	c.snapTokens = last
 	defer func() { c.snapTokens = nil }()
 	fail := func(err error) ([]int64, error) {
-		c.abandonTxn()
+		c.out.AbandonTxn()
 		return nil, err
 	}
 	for i := range p.Targets {
@@ -269,7 +269,7 @@ func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.P
 		if err := delivery.CheckStep(step, c.Gate() == GateCheckpoint, "the snapshot of "+table); err != nil {
 			return nil, err
 		}
-		raise(&c.maxStep, step)
+		outbox.Raise(&c.maxStep, step)
 	}
 	for route, g := range p.Groups {
 		var sum int64
@@ -300,7 +300,7 @@ func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Ta
 		if err := c.postSnapshotBatch(ctx, targets, b); err != nil {
 			return err
 		}
-	} else if err := c.flush(ctx, targets, b, true); err != nil {
+	} else if err := c.out.Flush(ctx, targets, b, true); err != nil {
 		return err
 	}
 	crashtest.Point("snapshot_after_batch")
@@ -311,7 +311,7 @@ func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Ta
 // postSnapshotBatch is a snapshot batch's flush inside the snapshot's
 // Feldera transaction: POSTed, not waited for.
 func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *outbox.Batch) error {
-	tokens, _, _, err := c.send(ctx, targets, b, outbox.TxnPlan{In: true})
+	tokens, _, _, err := c.out.Send(ctx, targets, b, outbox.TxnPlan{In: true})
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (c *Connector) spoolQuery(ctx context.Context, sql, table string) (*increme
 		return nil, fatal.Wrap(fmt.Errorf("spool file for Feldera table %s: %w", table, err))
 	}
 	sp := incremental.NewSpool(f)
-	err = c.query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
+	err = c.out.Query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
 	if err != nil {
 		sp.Close()
 		return nil, queryHint(err, table)
