@@ -21,6 +21,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/load"
 	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -225,7 +226,7 @@ type Connector struct {
 	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
 	txns         *delivery.Transactions // the Feldera transaction held open, if any
 	out          *outbox.Sender         // sends batches through the fence and txns
-	snapTokens   map[string]string      // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
+	loader       *load.Loader           // copies tables into Feldera, retracts from it
 	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
 	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats   []*TableStats
@@ -239,7 +240,6 @@ type Connector struct {
 	maxStep       atomic.Uint64        // the highest step any completion reported
 	probed        bool                 // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
-	spoolOnce     sync.Once // stale spool files removed (spool.go)
 	test          testHooks // zero in production; set only by export_test.go
 }
 
@@ -354,6 +354,12 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		}
 		c.tableStats[routes[i]] = &TableStats{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
+	c.loader = &load.Loader{Sender: c.out, Bounds: c.bounds(), DSN: cfg.DSN, GUCs: pinnedGUCs,
+		SnapshotTransaction: cfg.SnapshotTransaction, StateFile: cfg.StateFile, Slot: cfg.Slot,
+		Table: func(route int) (*atomic.Int64, *atomic.Int64) {
+			return &c.tableStats[route].Estimate, &c.tableStats[route].Copied
+		},
+		SnapshotRows: &c.stats.SnapshotRows, Retracted: &c.stats.Retracted, Progress: &c.health.progress, Logger: c.logger}
 	return c, nil
 }
 

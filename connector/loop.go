@@ -322,7 +322,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 		defer s.wg.Done()
 		var err error
 		for _, r := range rels {
-			if err = s.c.retractAll(s.flushCtx, s.targets, r); err != nil {
+			if err = s.c.loader.RetractAll(s.flushCtx, s.targets, r); err != nil {
 				err = fmt.Errorf("truncate of %s: %w", r.Target.Qualified(), err)
 				break
 			}
