@@ -19,7 +19,7 @@ func (s *stream) pending() bool {
 // quiet reports whether the session has nothing open, buffered or in
 // flight: the ledger's keepalive rule.
 func (s *stream) quiet() bool {
-	return !s.open && s.filling.total == 0 && !s.busy()
+	return !s.open && s.filling.Total == 0 && !s.busy()
 }
 
 // busy reports whether a POST, a batch in flight or a retraction runs.

@@ -21,6 +21,9 @@ import (
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/load"
+	"github.com/pgfeldera/pgfeldera/outbox"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -58,6 +61,13 @@ type Sink interface {
 const (
 	AckCompleted = "completed"
 	AckAccepted  = "accepted" // unsafe: acks on HTTP 200
+)
+
+// FELDERA_TRANSACTIONS values (outbox/txn.go).
+const (
+	TxnAuto   = outbox.TxnAuto
+	TxnAlways = outbox.TxnAlways
+	TxnOff    = outbox.TxnOff
 )
 
 // Snapshot modes.
@@ -119,7 +129,7 @@ type Config struct {
 	// Transactions is FELDERA_TRANSACTIONS: TxnAuto (default) wraps a
 	// flush that holds several tables or part of a source transaction in
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
-	// txn.go).
+	// outbox/txn.go).
 	Transactions string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table
@@ -216,8 +226,8 @@ type Connector struct {
 
 	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
 	txns         *delivery.Transactions // the Feldera transaction held open, if any
-	snapTokens   map[string]string      // SNAPSHOT_TRANSACTION: each table's newest token; nil outside it
-	stopping     <-chan struct{}        // Run's context: closed on a graceful stop
+	out          *outbox.Sender         // sends batches through the fence and txns
+	loader       *load.Loader           // copies tables into Feldera, retracts from it
 	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
 	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats   []*TableStats
@@ -231,7 +241,6 @@ type Connector struct {
 	maxStep       atomic.Uint64        // the highest step any completion reported
 	probed        bool                 // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
-	spoolOnce     sync.Once // stale spool files removed (spool.go)
 	test          testHooks // zero in production; set only by export_test.go
 }
 
@@ -245,7 +254,6 @@ type testHooks struct {
 	noStartRetract   bool                            // an incremental resnapshot at startup skips the retraction (unsafe)
 	failAfterSlot    bool                            // an incremental start fails right after creating its slot
 	noPendingFirst   bool                            // a snapshot start records no pending state first (unsafe)
-	noFeedWait       bool                            // commit a Feldera transaction without waiting for its input to be fed (unsafe)
 	noSettle         bool                            // ignore the Feldera transaction a crashed process left open (unsafe)
 	sessionHook      func(ctx context.Context) error // replaces session
 	onBackoff        func(interval time.Duration)    // sees each backoff interval
@@ -333,6 +341,11 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
 		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout,
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
+	c.out = &outbox.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
+		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
+		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
+		Step:     &c.maxStep, Batches: &c.stats.Batches,
+		FlushSince: &c.health.flushSince, FlushFailed: &c.health.flushFailed}
 	routes, n := catalog.Routes(cfg.Tables)
 	c.tableStats = make([]*TableStats, n)
 	for i, t := range cfg.Tables {
@@ -342,6 +355,12 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		}
 		c.tableStats[routes[i]] = &TableStats{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
+	c.loader = &load.Loader{Sender: c.out, Bounds: c.bounds(), DSN: cfg.DSN, GUCs: replconn.PinnedGUCs,
+		SnapshotTransaction: cfg.SnapshotTransaction, StateFile: cfg.StateFile, Slot: cfg.Slot,
+		Table: func(route int) (*atomic.Int64, *atomic.Int64) {
+			return &c.tableStats[route].Estimate, &c.tableStats[route].Copied
+		},
+		SnapshotRows: &c.stats.SnapshotRows, Retracted: &c.stats.Retracted, Progress: &c.health.progress, Logger: c.logger}
 	return c, nil
 }
 
@@ -388,7 +407,7 @@ func (c *Connector) Run(ctx context.Context) error {
 // unfinished work is abandoned, and the slot replays it. It returns what
 // disarms it.
 func (c *Connector) armStop(ctx context.Context) func() {
-	c.stopping = ctx.Done()
+	c.out.Stopping = ctx.Done()
 	hardStop, abandon := context.WithCancel(context.Background())
 	c.hardStop = hardStop
 	stopAfter := context.AfterFunc(ctx, func() {

@@ -118,7 +118,7 @@ func IgnoreShapeChanges(c *Connector) { c.test.ignoreShape = true }
 // SkipFeedWait makes a Feldera transaction commit without first waiting
 // until Feldera fed it every record posted in it: the unsafe variant that
 // shows the wait is what keeps a source transaction whole.
-func SkipFeedWait(c *Connector) { c.test.noFeedWait = true }
+func SkipFeedWait(c *Connector) { c.out.NoFeedWait = true }
 
 // IgnoreTransactionLeftOpen makes the connector ignore the Feldera
 // transaction the fence file says a crashed process left open: the unsafe

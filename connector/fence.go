@@ -1,8 +1,6 @@
 package connector
 
 import (
-	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/delivery"
@@ -21,22 +19,6 @@ func (c *Connector) openFence() error {
 	c.logger.Warn("startup: the previous pgfeldera process left a Feldera transaction open; committing it before anything is sent",
 		"transaction_id", left.ID, "since", delivery.FormatTime(left.Since))
 	return c.fence.Transaction(left)
-}
-
-// waitFence blocks while an unanswered ingress request may still be queued
-// by Feldera; a graceful stop ends the wait with nothing sent.
-func (c *Connector) waitFence(ctx context.Context) error {
-	return c.fence.Wait(ctx, c.stopping)
-}
-
-// query runs an ad-hoc query once the ingress fence allows: a read that
-// decides a retraction must not run while a late request of a dead
-// process (or of this one) can still land after it.
-func (c *Connector) query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error {
-	if err := c.waitFence(ctx); err != nil {
-		return err
-	}
-	return c.sink.Query(ctx, sql, fn)
 }
 
 // IngressFenced is how long ingress stays fenced (0 when it is not): after

@@ -1,17 +1,17 @@
 package connector
 
 import (
-	"context"
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
+
+// bounds are the outbox batches' bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES).
+func (c *Connector) bounds() outbox.Bounds {
+	return outbox.Bounds{Rows: c.cfg.BatchMaxRows, Bytes: c.cfg.BatchMaxBytes}
+}
 
 // canPost reports whether the filling batch may be sent now: no POST
 // runs (one at a time keeps source order), no retraction, fewer than
@@ -33,7 +33,7 @@ func (s *stream) canPost() bool {
 		return false
 	}
 	return s.led.InFlight() == 0 ||
-		s.flightRows+s.filling.total <= delivery.QueueRecords && s.flightBytes+s.filling.size() <= delivery.QueueBytes
+		s.flightRows+s.filling.Total <= delivery.QueueRecords && s.flightBytes+s.filling.Size() <= delivery.QueueBytes
 }
 
 // lingerDeadline is when the filling batch is due by its linger, when
@@ -47,10 +47,10 @@ func (s *stream) canPost() bool {
 // read, the COMMIT never came, and the snapshot never completed.)
 func (s *stream) lingerDeadline() (time.Time, bool) {
 	b := s.filling
-	if b.total == 0 || s.c.full(b) || b.sealNow || s.open && s.openRows || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
+	if b.Total == 0 || s.c.bounds().Full(b) || b.SealNow || s.open && s.openRows || !s.canPost() || s.c.cfg.BatchLinger <= 0 {
 		return time.Time{}, false
 	}
-	return b.first.Add(s.c.cfg.BatchLinger), true
+	return b.First.Add(s.c.cfg.BatchLinger), true
 }
 
 // flushDue reports whether the filling batch should be sent now. The
@@ -62,19 +62,19 @@ func (s *stream) lingerDeadline() (time.Time, bool) {
 func (s *stream) flushDue(now time.Time) bool {
 	b := s.filling
 	switch {
-	case b.total == 0:
+	case b.Total == 0:
 		// A Feldera transaction left open by a batch that ended inside a
 		// source transaction, which has ended since: commit it now.
 		return s.txnOpen && !s.open
-	case s.c.full(b):
+	case s.c.bounds().Full(b):
 		// Inside a transaction the next change seals it (see handle).
 		return !s.open
-	case s.c.cfg.BatchLinger == 0 || b.sealNow:
+	case s.c.cfg.BatchLinger == 0 || b.SealNow:
 		return !s.open
 	case s.open && s.openRows:
 		return false
 	}
-	return !now.Before(b.first.Add(s.c.cfg.BatchLinger))
+	return !now.Before(b.First.Add(s.c.cfg.BatchLinger))
 }
 
 // startFlush hands the filling batch to the poster: its POSTs run in a
@@ -102,17 +102,17 @@ func (s *stream) startFlush(end bool) {
 				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
 		}
 	}
-	plan := planTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.multi, b.tables())
-	s.txnOpen = plan.in && !plan.end
+	plan := outbox.PlanTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.Multi, b.Tables())
+	s.txnOpen = plan.In && !plan.End
 	crashtest.Point("after_decode")
 	s.seq++
 	s.filling = s.spare
-	s.filling.reset(s.seq)
+	s.filling.Reset(s.seq)
 	s.spare = nil
 	now := time.Now()
 	var id uint64
-	id, b.ackTo = s.led.Seal(now)
-	sz := [2]int{b.total, b.size()}
+	id, b.AckTo = s.led.Seal(now)
+	sz := [2]int{b.Total, b.Size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]
 	s.flightBytes += sz[1]
@@ -122,75 +122,16 @@ func (s *stream) startFlush(end bool) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		tokens, start, mark, err := s.c.send(s.flushCtx, s.targets, b, plan)
+		tokens, start, mark, err := s.c.out.Send(s.flushCtx, s.targets, b, plan)
 		if err == nil {
 			crashtest.Point("after_post")
 			if !accepted {
-				s.flights <- &delivery.Flight{ID: id, Seq: b.seq, Rows: b.total, Tokens: tokens, Start: start, Sent: time.Now(), Txn: mark}
+				s.flights <- &delivery.Flight{ID: id, Seq: b.Seq, Rows: b.Total, Tokens: tokens, Start: start, Sent: time.Now(), Txn: mark}
 			} else {
 				s.c.stats.Batches.Add(1)
-				s.c.observer.Batch(b.total, time.Since(start), 0)
+				s.c.observer.Batch(b.Total, time.Since(start), 0)
 			}
 		}
 		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
 	}()
-}
-
-// flush POSTs each route's lines of b, then (wait) blocks until every
-// token is complete: the snapshot and the retractions, which send one
-// batch at a time. Any failure leaves the position where it was.
-//
-// A batch may hold part of a transaction when the transaction is larger
-// than BATCH_MAX_ROWS: Feldera then sees the first part before the rest.
-// That weakens the source transaction's atomicity in Feldera; it is the
-// price of a hard memory bound, and the primary key reconciles a replay of
-// the seam. The position only ever moves to a COMMIT all of whose rows are
-// complete.
-func (c *Connector) flush(ctx context.Context, targets []*decode.Target, b *batch, wait bool) error {
-	c.health.flushSince.Store(time.Now().UnixNano())
-	defer c.health.flushSince.Store(0)
-	failed := true
-	defer func() { c.health.flushFailed.Store(failed) }()
-	tokens, start, err := c.post(ctx, targets, b)
-	if err != nil {
-		return err
-	}
-	posted := time.Now()
-	if wait {
-		wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
-		defer cancel()
-		slow := time.AfterFunc(completionLogAfter, func() {
-			c.logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.seq, "rows", b.total)
-		})
-		defer slow.Stop()
-		for _, s := range tokens {
-			step, err := c.sink.WaitCompleteStep(wctx, s.Token)
-			if err != nil {
-				if code := feldera.ErrorCode(err); code != "" {
-					c.observer.FelderaError(code)
-				}
-				if wctx.Err() != nil && ctx.Err() == nil {
-					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.seq, s.Table, time.Since(start).Round(time.Millisecond))
-				}
-				if feldera.IsRestarted(err) {
-					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.seq, s.Table, err)
-				}
-				return fmt.Errorf("wait for completion of %s: %w", s.Table, err)
-			}
-			if step == 0 && c.Gate() == GateCheckpoint {
-				return fatal.Wrap(fmt.Errorf("feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", b.seq, s.Table))
-			}
-			raise(&c.maxStep, step)
-		}
-	}
-	c.stats.Batches.Add(1)
-	c.observer.Batch(b.total, posted.Sub(start), time.Since(posted))
-	failed = false
-	return nil
-}
-
-// raise sets v to x when x is larger.
-func raise(v *atomic.Uint64, x uint64) {
-	for cur := v.Load(); x > cur && !v.CompareAndSwap(cur, x); cur = v.Load() {
-	}
 }

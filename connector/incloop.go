@@ -38,16 +38,16 @@ func (s *stream) appendChunk(ch *incremental.Chunk) error {
 	s.open = false
 	route := ch.Table.Rel.Target.Route
 	now := time.Now()
-	if s.filling.total == 0 && len(ch.Ends) > 0 && len(ch.Ends) <= s.c.cfg.BatchMaxRows && len(ch.Buf) <= s.c.cfg.BatchMaxBytes {
+	if s.filling.Total == 0 && len(ch.Ends) > 0 && len(ch.Ends) <= s.c.cfg.BatchMaxRows && len(ch.Buf) <= s.c.cfg.BatchMaxBytes {
 		// The chunk is one batch: its buffer becomes the batch's (no copy),
 		// and the batch's empty one goes back to the pool with the chunk.
-		s.filling.bufs[route], ch.Buf = ch.Buf, s.filling.bufs[route][:0]
-		s.filling.added(route, len(ch.Ends), now)
+		s.filling.Bufs[route], ch.Buf = ch.Buf, s.filling.Bufs[route][:0]
+		s.filling.Added(route, len(ch.Ends), now)
 	} else if err := s.copyChunk(ch, route, now); err != nil {
 		return err
 	}
-	if ch.Done && s.filling.total > 0 {
-		s.filling.sealNow = true
+	if ch.Done && s.filling.Total > 0 {
+		s.filling.SealNow = true
 	}
 	return s.inc.Appended(ch)
 }
@@ -59,7 +59,7 @@ func (s *stream) appendChunk(ch *incremental.Chunk) error {
 func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) error {
 	maxRows, maxBytes := s.c.cfg.BatchMaxRows, s.c.cfg.BatchMaxBytes
 	for i, start := 0, 0; i < len(ch.Ends); {
-		if s.c.full(s.filling) {
+		if s.c.bounds().Full(s.filling) {
 			for !s.canPost() {
 				if err := s.waitEvent(); err != nil {
 					return err
@@ -68,14 +68,14 @@ func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) erro
 			s.startFlush(false)
 		}
 		b := s.filling
-		rows, size := b.total, b.size()
+		rows, size := b.Total, b.Size()
 		j := i
 		for j < len(ch.Ends)-1 && rows+j-i+1 < maxRows && size+ch.Ends[j]-start < maxBytes {
 			j++
 		}
 		end := ch.Ends[j]
-		b.bufs[route] = append(b.bufs[route], ch.Buf[start:end]...)
-		b.added(route, j-i+1, now)
+		b.Bufs[route] = append(b.Bufs[route], ch.Buf[start:end]...)
+		b.Added(route, j-i+1, now)
 		i, start = j+1, end
 	}
 	return nil

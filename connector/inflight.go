@@ -3,15 +3,12 @@ package connector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
-	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // Batches in flight: the stream POSTs them in source order, one request at
@@ -34,10 +31,10 @@ const (
 
 type event struct {
 	kind   eventKind
-	b      *batch // evPosted
-	id     uint64 // the frontier's id of the batch
-	step   uint64 // evComplete: the step that processed it; evRetracted: the highest step of the retraction
-	ackNow bool   // evPosted under ACK_MODE=accepted: complete at the POST's answer
+	b      *outbox.Batch // evPosted
+	id     uint64        // the frontier's id of the batch
+	step   uint64        // evComplete: the step that processed it; evRetracted: the highest step of the retraction
+	ackNow bool          // evPosted under ACK_MODE=accepted: complete at the POST's answer
 	err    error
 }
 
@@ -71,76 +68,6 @@ func (w *waker) fire() {
 // transaction (see stream.canPost).
 const maxTxnFlight = 1024
 
-// send is the poster's work for one batch: under its transaction plan,
-// start a Feldera transaction, POST, and commit once Feldera took every
-// record. A failure inside a transaction commits it (there is no abort).
-func (c *Connector) send(ctx context.Context, targets []*decode.Target, b *batch, plan txnPlan) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
-	fail := func(err error) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
-		if plan.in {
-			c.abandonTxn()
-		}
-		return nil, time.Time{}, nil, err
-	}
-	if plan.begin {
-		if err := c.waitFence(ctx); err != nil {
-			return nil, time.Time{}, nil, err // nothing may be sent yet: not even a transaction opened
-		}
-		if err := c.txns.Begin(ctx); err != nil {
-			return fail(err)
-		}
-	} else if plan.in {
-		if err := c.txns.Room(ctx, b.total, b.size()); err != nil {
-			return fail(err)
-		}
-	}
-	var mark *delivery.TxnMark
-	if plan.in {
-		mark = c.txns.Mark()
-	}
-	tokens, start, err := c.post(ctx, targets, b)
-	if err != nil {
-		return fail(err)
-	}
-	if plan.in {
-		c.txns.Buffered(b.total, b.size())
-	}
-	if plan.end {
-		if err := c.absorbedUnlessHooked(ctx); err != nil {
-			return fail(err)
-		}
-		if err := c.txns.Commit(ctx); err != nil {
-			return fail(err)
-		}
-	}
-	return tokens, start, mark, nil
-}
-
-// post sends each route's lines of b, one request at a time, and returns
-// the tokens and when the first request began (after any fence: a wait
-// for the fence is not a wait for Feldera). Any failure leaves the
-// position where it was.
-func (c *Connector) post(ctx context.Context, targets []*decode.Target, b *batch) ([]*delivery.Token, time.Time, error) {
-	if err := c.waitFence(ctx); err != nil {
-		return nil, time.Time{}, err
-	}
-	start := time.Now()
-	var tokens []*delivery.Token
-	for route, buf := range b.bufs {
-		if b.rows[route] == 0 {
-			continue
-		}
-		table := targets[route].Dest.CanonicalName()
-		tok, err := c.fence.Ingress(ctx, c.sink, table, buf, b.rows[route])
-		if err != nil {
-			c.observer.FelderaError(feldera.ErrorCode(err))
-			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.rows[route], table, err)
-		}
-		tokens = append(tokens, &delivery.Token{Table: table, Token: tok})
-		c.txns.Posted(table)
-	}
-	return tokens, start, nil
-}
-
 // completer is the session's delivery.Completer: it reports each batch
 // complete to the loop, and counts it on the way.
 func (s *stream) completer() *delivery.Completer {
@@ -150,7 +77,7 @@ func (s *stream) completer() *delivery.Completer {
 		Timeout:  c.cfg.CompletionTimeout,
 		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
 		Done: func(_ *delivery.Flight, step uint64) {
-			raise(&c.maxStep, step)
+			outbox.Raise(&c.maxStep, step)
 			c.stats.Batches.Add(1)
 			crashtest.Point("after_complete")
 		},
@@ -163,20 +90,4 @@ func (s *stream) completer() *delivery.Completer {
 		},
 		Logger: c.logger,
 	}
-}
-
-// absorbedUnlessHooked waits until the Feldera transaction took its input
-// (Transactions.Absorbed), which the test hook noFeedWait skips: the
-// unsafe variant that shows the wait is what keeps a transaction whole.
-func (c *Connector) absorbedUnlessHooked(ctx context.Context) error {
-	if c.test.noFeedWait {
-		return nil
-	}
-	return c.txns.Absorbed(ctx)
-}
-
-// abandonTxn commits, on a failure path, the Feldera transaction a batch
-// left open, bounded by STOP_TIMEOUT (Transactions.Abandon).
-func (c *Connector) abandonTxn() {
-	c.txns.Abandon(c.stopContext(context.Background()))
 }

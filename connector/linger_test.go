@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/pgfeldera/pgfeldera/delivery"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // Whenever the filling batch has a linger deadline, the batch is due once
@@ -27,7 +28,7 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 						for _, linger := range []time.Duration{0, 50 * time.Millisecond} {
 							s := &stream{
 								c:         &Connector{cfg: Config{BatchMaxRows: 10, BatchMaxBytes: 1 << 10, BatchLinger: linger}},
-								filling:   newBatch(1),
+								filling:   outbox.NewBatch(1),
 								led:       delivery.NewLedger(GateComplete, 0, false),
 								maxFlight: 4,
 								open:      open,
@@ -39,10 +40,10 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 								if big {
 									line = make([]byte, 600)
 								}
-								s.filling.bufs[0] = append(s.filling.bufs[0], line...)
-								s.filling.added(0, 1, at)
+								s.filling.Bufs[0] = append(s.filling.Bufs[0], line...)
+								s.filling.Added(0, 1, at)
 							}
-							s.filling.sealNow = sealNow
+							s.filling.SealNow = sealNow
 							d, ok := s.lingerDeadline()
 							if ok && !s.flushDue(d) {
 								t.Errorf("rows=%d big=%v sealNow=%v open=%v linger=%v: the linger deadline %v passes with the batch not due",

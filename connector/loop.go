@@ -37,7 +37,7 @@ func (s *stream) run(ctx context.Context) error {
 		// The filling batch is full and cannot be sent yet (a POST runs,
 		// or BATCH_MAX_IN_FLIGHT batches are in flight): stop reading
 		// (the memory bound) but keep reporting.
-		if s.c.full(s.filling) && !s.canPost() {
+		if s.c.bounds().Full(s.filling) && !s.canPost() {
 			if err := s.waitEvent(); err != nil {
 				return err
 			}
@@ -220,7 +220,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 			s.received = xld.WALStart
 			s.c.stats.Received.Store(uint64(xld.WALStart))
 		}
-		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.c.full(s.filling) && s.canPost() {
+		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.c.bounds().Full(s.filling) && s.canPost() {
 			// A full batch is sealed when the next change arrives, not at
 			// the change that filled it: when that change was its
 			// transaction's last, the COMMIT still goes in, and the batch
@@ -252,20 +252,20 @@ func (s *stream) event(ev *decode.Event) error {
 			s.clock.commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
 		}
 		if s.openRecs > 1 && s.openRows {
-			s.filling.multi = true // its records are in this batch: whole, or the rest of it
+			s.filling.Multi = true // its records are in this batch: whole, or the rest of it
 		}
 		// A COMMIT records how far a flush may move the position, or,
 		// with nothing buffered, moves it once what was sent before it
 		// is durable (ledger.committed). Only the second needs publishing:
 		// a recorded COMMIT moves nothing.
-		buffered := s.filling.total > 0
+		buffered := s.filling.Total > 0
 		moved := s.led.Committed(ev.Commit.EndLSN, buffered, time.Now())
 		if !buffered {
 			if err := s.ack(moved); err != nil {
 				return err
 			}
 		}
-		if (s.c.cfg.BatchLinger == 0 && s.filling.total > 0 || s.txnOpen) && s.canPost() {
+		if (s.c.cfg.BatchLinger == 0 && s.filling.Total > 0 || s.txnOpen) && s.canPost() {
 			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
 		}
 	case decode.KindRows:
@@ -273,7 +273,7 @@ func (s *stream) event(ev *decode.Event) error {
 		if s.open {
 			s.openRecs += ev.Rows
 		}
-		s.filling.added(ev.Route, ev.Rows, time.Now())
+		s.filling.Added(ev.Route, ev.Rows, time.Now())
 		s.c.stats.StreamRows.Add(int64(ev.Rows))
 		ts := s.c.tableStats[ev.Route]
 		ts.Deletes.Add(int64(ev.Deletes))
@@ -303,9 +303,9 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	}
 	for _, r := range rels {
 		route := r.Target.Route
-		s.filling.total -= s.filling.rows[route]
-		s.filling.rows[route] = 0
-		s.filling.bufs[route] = s.filling.bufs[route][:0]
+		s.filling.Total -= s.filling.Rows[route]
+		s.filling.Rows[route] = 0
+		s.filling.Bufs[route] = s.filling.Bufs[route][:0]
 	}
 	s.logger.Info("truncate: retracting every row in Feldera", "tables", strings.Join(names, ","))
 	// Rows sent before the TRUNCATE must land before the keys are read:
@@ -322,7 +322,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 		defer s.wg.Done()
 		var err error
 		for _, r := range rels {
-			if err = s.c.retractAll(s.flushCtx, s.targets, r); err != nil {
+			if err = s.c.loader.RetractAll(s.flushCtx, s.targets, r); err != nil {
 				err = fmt.Errorf("truncate of %s: %w", r.Target.Qualified(), err)
 				break
 			}
@@ -334,7 +334,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	if err := s.drain(); err != nil {
 		return err
 	}
-	if s.filling.total == 0 {
+	if s.filling.Total == 0 {
 		// Every buffered row was of the truncated tables: the COMMITs
 		// they carried need nothing more.
 		s.led.Emptied(time.Now())
@@ -449,8 +449,8 @@ func (s *stream) apply(ev event) error {
 	switch ev.kind {
 	case evPosted:
 		s.posting = false
-		s.stage(StageSent, ev.b.ackTo)
-		ev.b.shrink(64 << 20)
+		s.stage(StageSent, ev.b.AckTo)
+		ev.b.Shrink(64 << 20)
 		s.spare = ev.b
 		if ev.ackNow {
 			s.landed(ev.id)

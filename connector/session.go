@@ -17,6 +17,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -39,10 +40,10 @@ type stream struct {
 	openRecs   int           // records of the open transaction decoded so far
 	openCommit pglogrepl.LSN // where the open transaction commits (BEGIN's final LSN)
 	received   pglogrepl.LSN // highest WAL position read
-	filling    *batch
-	spare      *batch // nil while a POST reads it
-	posting    bool   // a POST runs: at most one, in source order (see inflight.go)
-	retracting bool   // a retraction job runs: nothing is in flight meanwhile
+	filling    *outbox.Batch
+	spare      *outbox.Batch // nil while a POST reads it
+	posting    bool          // a POST runs: at most one, in source order (see inflight.go)
+	retracting bool          // a retraction job runs: nothing is in flight meanwhile
 	// txnOpen: the last batch sent left a Feldera transaction open (it
 	// ended inside a source transaction); the next one continues it.
 	txnOpen      bool
@@ -216,8 +217,8 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Ses
 		interval:   replconn.StatusInterval(p.WALTimeout),
 		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
 		logger:     c.logger,
-		filling:    newBatch(len(p.Routes)),
-		spare:      newBatch(len(p.Routes)),
+		filling:    outbox.NewBatch(len(p.Routes)),
+		spare:      outbox.NewBatch(len(p.Routes)),
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
 		// Under exactly_once a completion is acknowledged once the watcher
@@ -283,7 +284,7 @@ func (s *stream) serve(ctx context.Context) error {
 	c.health.flushSince.Store(0)
 	s.abort()
 	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
-	c.abandonTxn()
+	c.out.AbandonTxn()
 	return err
 }
 
@@ -324,7 +325,7 @@ func (s *stream) shutdown() error {
 	if err := s.drain(); err != nil {
 		return err
 	}
-	if s.filling.total > 0 {
+	if s.filling.Total > 0 {
 		s.startFlush(true)
 		if err := s.drain(); err != nil {
 			return err

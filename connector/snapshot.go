@@ -3,14 +3,11 @@ package connector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -99,7 +96,7 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 	}
 	c.health.snapshotting.Store(true)
 	c.health.progress.Store(time.Now().UnixNano())
-	counts, err := c.copyAll(ctx, p, snapName, retract)
+	counts, err := c.loader.CopyAll(ctx, p, snapName, retract)
 	c.health.snapshotting.Store(false)
 	if err != nil {
 		return err
@@ -161,216 +158,4 @@ func (c *Connector) pendingState(ctx context.Context, p *setup.Plan, rconn *pgco
 		c.logger.Info("snapshot: dropped the old slot")
 	}
 	return st, nil
-}
-
-// copyAll copies each table through the decoder into batches flushed to
-// Feldera (waiting for completion), then retracts leftovers.
-func (c *Connector) copyAll(ctx context.Context, p *setup.Plan, snapName string, retract bool) ([]int64, error) {
-	conn, err := replconn.Connect(ctx, c.cfg.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot connection: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if err := snapshot.Begin(ctx, conn, snapName, replconn.PinnedGUCs); err != nil {
-		return nil, err
-	}
-	counts := make([]int64, len(p.Targets))
-	b := newBatch(len(p.Routes))
-	b.kind = batchSnapshot
-	if c.cfg.SnapshotTransaction && !retract {
-		return c.copyAllInTxn(ctx, conn, p, b, counts)
-	}
-	if c.cfg.SnapshotTransaction {
-		c.logger.Info("snapshot: SNAPSHOT_TRANSACTION applies to a first snapshot only; this resnapshot retracts, batch by batch")
-	}
-	// Per Feldera table: its sources (one, or the leaf partitions that
-	// share it) are copied, then what Feldera holds and none of them has
-	// is retracted, and the count is checked against their sum.
-	for route, g := range p.Groups {
-		t, rels := p.Routes[route], make([]*decode.Rel, len(g))
-		for j, i := range g {
-			rels[j] = p.Rels[i]
-		}
-		if retract && !rels[0].Keyed() {
-			// A multiset cannot be diffed by key: retract every row first.
-			if err := c.retractAll(ctx, p.Routes, rels[0]); err != nil {
-				return nil, err
-			}
-		}
-		var sum int64
-		for j, i := range g {
-			n, err := c.copyTable(ctx, conn, p.Routes, rels[j], b)
-			if err != nil {
-				return nil, err
-			}
-			counts[i] = n
-			sum += n
-		}
-		if retract && rels[0].Keyed() {
-			if err := c.retractMissing(ctx, conn, p.Routes, rels); err != nil {
-				return nil, err
-			}
-		}
-		if rels[0].Keyed() {
-			if err := c.verifyCount(ctx, t, sum); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, err
-	}
-	return counts, nil
-}
-
-// copyAllInTxn copies every table inside one Feldera transaction
-// (SNAPSHOT_TRANSACTION): its batches are POSTed without waiting for
-// completion (nothing completes before the commit; Feldera's buffer bound
-// still holds, see Transactions.Room), and once all are in, it commits, waits for
-// the last token of each table, and cross-checks the counts. Any failure
-// commits what was sent (there is no abort) and leaves the state pending:
-// the next start resnapshots with retraction.
-func (c *Connector) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *batch, counts []int64) ([]int64, error) {
-	if err := c.waitFence(ctx); err != nil {
-		return nil, err
-	}
-	if err := c.txns.Begin(ctx); err != nil {
-		c.abandonTxn()
-		return nil, err
-	}
-	c.logger.Info("snapshot: loading every table inside one Feldera transaction (SNAPSHOT_TRANSACTION): nothing is visible until all of it is; Feldera takes no checkpoint meanwhile", "transaction_id", c.txns.ID())
-	last := map[string]string{} // table → its newest token: it covers the earlier ones
-	c.snapTokens = last
-	defer func() { c.snapTokens = nil }()
-	fail := func(err error) ([]int64, error) {
-		c.abandonTxn()
-		return nil, err
-	}
-	for i := range p.Targets {
-		n, err := c.copyTable(ctx, conn, p.Routes, p.Rels[i], b)
-		if err != nil {
-			return fail(err)
-		}
-		counts[i] = n
-	}
-	if err := c.txns.Absorbed(ctx); err != nil {
-		return fail(err)
-	}
-	if err := c.txns.Commit(ctx); err != nil {
-		return fail(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, c.cfg.CompletionTimeout)
-	defer cancel()
-	for table, tok := range last {
-		step, err := c.sink.WaitCompleteStep(wctx, tok)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: wait for completion of %s after the commit: %w", table, err)
-		}
-		if step == 0 && c.Gate() == GateCheckpoint {
-			return nil, fatal.Wrap(fmt.Errorf("feldera reported the snapshot of %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs: upgrade Feldera", table))
-		}
-		raise(&c.maxStep, step)
-	}
-	for route, g := range p.Groups {
-		var sum int64
-		for _, i := range g {
-			sum += counts[i]
-		}
-		if p.Rels[g[0]].Keyed() {
-			if err := c.verifyCount(ctx, p.Routes[route], sum); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, err
-	}
-	return counts, nil
-}
-
-// flushSnapshotBatch sends a snapshot batch, if it holds rows, and
-// empties it: inside the snapshot's Feldera transaction
-// (SNAPSHOT_TRANSACTION) without waiting, else waiting for its
-// completion.
-func (c *Connector) flushSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
-	if b.total == 0 {
-		return nil
-	}
-	if c.snapTokens != nil {
-		if err := c.postSnapshotBatch(ctx, targets, b); err != nil {
-			return err
-		}
-	} else if err := c.flush(ctx, targets, b, true); err != nil {
-		return err
-	}
-	crashtest.Point("snapshot_after_batch")
-	b.reset(b.seq + 1)
-	return nil
-}
-
-// postSnapshotBatch is a snapshot batch's flush inside the snapshot's
-// Feldera transaction: POSTed, not waited for.
-func (c *Connector) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *batch) error {
-	tokens, _, _, err := c.send(ctx, targets, b, txnPlan{in: true})
-	if err != nil {
-		return err
-	}
-	for _, t := range tokens {
-		c.snapTokens[t.Table] = t.Token
-	}
-	c.stats.Batches.Add(1)
-	return nil
-}
-
-func (c *Connector) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *batch) (int64, error) {
-	t := rel.Target
-	var estimate float64
-	_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", t.Source()).Scan(&estimate)
-	c.tableStats[t.Route].Estimate.Store(int64(estimate))
-	cols := make([]string, len(rel.Cols))
-	for i, col := range rel.Cols {
-		cols[i] = col.Name
-	}
-	cr := decode.CopyRow{Rel: rel}
-	start, lastLog := time.Now(), time.Now()
-	var rows int64
-	flush := func() error { return c.flushSnapshotBatch(ctx, targets, b) }
-	// The clock is read once per 1024 rows: per row it was 8% of the
-	// snapshot's CPU, and nothing here needs it finer (snapshot batches
-	// flush by size, not by linger).
-	now := time.Now()
-	n, err := snapshot.Copy(ctx, conn, snapshot.SourceOf(t), cols, func(line []byte) error {
-		var err error
-		if b.bufs[t.Route], err = cr.AppendInsert(b.bufs[t.Route], line); err != nil {
-			return err
-		}
-		b.added(t.Route, 1, now)
-		rows++
-		c.stats.SnapshotRows.Add(1)
-		c.tableStats[t.Route].Copied.Add(1)
-		if c.full(b) {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		if rows%1024 != 0 {
-			return nil
-		}
-		now = time.Now()
-		c.health.progress.Store(now.UnixNano())
-		if now.Sub(lastLog) >= 5*time.Second {
-			lastLog = time.Now()
-			c.logger.Info("snapshot: copying", "table", t.Qualified(), "rows", rows, "estimate", int64(estimate),
-				"rows_per_sec", int64(float64(rows)/time.Since(start).Seconds()))
-		}
-		return nil
-	})
-	if err != nil {
-		return n, fmt.Errorf("snapshot of %s: %w", t.Qualified(), err)
-	}
-	if err := flush(); err != nil {
-		return n, fmt.Errorf("snapshot of %s: %w", t.Qualified(), err)
-	}
-	c.logger.Info("snapshot: table copied", "table", t.Qualified(), "rows", n, "seconds", time.Since(start).Round(time.Millisecond).Seconds())
-	return n, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // ErrFelderaUnavailable ends a session whose batch, transaction or commit
@@ -19,6 +20,19 @@ var ErrFelderaUnavailable = errors.New("feldera unavailable")
 // ErrNoStep is a completion without its step under the checkpoint gate:
 // retrying cannot fix it.
 var ErrNoStep = errors.New("completion without its step")
+
+// CheckStep is the check every wait for completion makes of the step it
+// was given: under the checkpoint gate (need) a completion without its
+// step (0) cannot be acknowledged, since no checkpoint can be shown to
+// cover it, and retrying cannot bring the step back. It returns nil, or
+// the fatal error, which matches ErrNoStep; what names what completed
+// ("batch 3 on users").
+func CheckStep(step uint64, need bool, what string) error {
+	if step != 0 || !need {
+		return nil
+	}
+	return fatal.Wrap(fmt.Errorf("%w: feldera reported %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", ErrNoStep, what))
+}
 
 // CompletionLogAfter is how long a batch waits for completion before the
 // wait is logged, once.
@@ -303,10 +317,10 @@ func (k *Completer) poll(ctx context.Context, t *Token) (bool, uint64, error) {
 func (k *Completer) completed(f *Flight) (Completion, error) {
 	var step uint64
 	for _, t := range f.Tokens {
-		if t.step == 0 && k.NeedStep() {
-			// Without the step no checkpoint can be shown to cover
-			// the batch: never acknowledge it at completion instead.
-			return Completion{}, fmt.Errorf("%w: feldera reported batch %d on %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", ErrNoStep, f.Seq, t.Table)
+		// Without the step no checkpoint can be shown to cover the
+		// batch: never acknowledge it at completion instead.
+		if err := CheckStep(t.step, k.NeedStep(), fmt.Sprintf("batch %d on %s", f.Seq, t.Table)); err != nil {
+			return Completion{}, err
 		}
 		step = max(step, t.step)
 	}

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // fakeCompletion answers /completion_status for tokens "table:n": a table's
@@ -153,4 +155,31 @@ func TestCompleter_Failures(t *testing.T) {
 			t.Fatalf("got %+v", ev)
 		}
 	})
+}
+
+// A completion without its step is refused only where the step is
+// needed (the checkpoint gate), and then fatally, as ErrNoStep, with the
+// words the users and the tests look for.
+func TestCheckStep(t *testing.T) {
+	for _, tc := range []struct {
+		step uint64
+		need bool
+		err  bool
+	}{
+		{0, false, false},
+		{7, false, false},
+		{7, true, false},
+		{0, true, true},
+	} {
+		err := CheckStep(tc.step, tc.need, "batch 3 on users")
+		if (err != nil) != tc.err {
+			t.Fatalf("CheckStep(%d, %v) = %v, want an error: %v", tc.step, tc.need, err, tc.err)
+		}
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ErrNoStep) || !fatal.Is(err) || !strings.Contains(err.Error(), "batch 3 on users complete without its step") || !strings.Contains(err.Error(), "upgrade Feldera") {
+			t.Fatalf("CheckStep(0, true) = %v: want a fatal ErrNoStep naming the batch", err)
+		}
+	}
 }

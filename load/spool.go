@@ -1,4 +1,4 @@
-package connector
+package load
 
 import (
 	"context"
@@ -14,35 +14,35 @@ import (
 // spoolPrefix names the spool files of a slot: only this connector
 // writes them, so one a crashed process left is removed at the next
 // first spool (cleanSpools).
-func (c *Connector) spoolPrefix() (dir, prefix string) {
-	return filepath.Dir(c.cfg.StateFile), ".pgfeldera-retract-" + c.cfg.Slot + "-"
+func (l *Loader) spoolPrefix() (dir, prefix string) {
+	return filepath.Dir(l.StateFile), ".pgfeldera-retract-" + l.Slot + "-"
 }
 
 // cleanSpools removes the spool files an earlier process left, once per
 // process.
-func (c *Connector) cleanSpools() {
-	c.spoolOnce.Do(func() {
-		dir, prefix := c.spoolPrefix()
+func (l *Loader) cleanSpools() {
+	l.spoolOnce.Do(func() {
+		dir, prefix := l.spoolPrefix()
 		if stale, _ := filepath.Glob(filepath.Join(dir, prefix+"*")); len(stale) > 0 {
 			for _, name := range stale {
 				os.Remove(name)
 			}
-			c.logger.Info("retract: removed spool files an earlier process left", "files", len(stale))
+			l.Logger.Info("retract: removed spool files an earlier process left", "files", len(stale))
 		}
 	})
 }
 
-// spoolQuery runs sql on Feldera and writes its rows, one a line, to a
+// SpoolQuery runs sql on Feldera and writes its rows, one a line, to a
 // new spool; table names the table for errors.
-func (c *Connector) spoolQuery(ctx context.Context, sql, table string) (*incremental.Spool, error) {
-	c.cleanSpools()
-	dir, prefix := c.spoolPrefix()
+func (l *Loader) SpoolQuery(ctx context.Context, sql, table string) (*incremental.Spool, error) {
+	l.cleanSpools()
+	dir, prefix := l.spoolPrefix()
 	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
 		return nil, fatal.Wrap(fmt.Errorf("spool file for Feldera table %s: %w", table, err))
 	}
 	sp := incremental.NewSpool(f)
-	err = c.query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
+	err = l.Sender.Query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
 	if err != nil {
 		sp.Close()
 		return nil, queryHint(err, table)

@@ -1,20 +1,20 @@
-package connector
+package outbox
 
 import "testing"
 
 // The plan of a batch, case by case: written out, not recomputed from the
 // rule, so a changed rule shows as a changed row.
 func TestPlanTxn(t *testing.T) {
-	none := txnPlan{}
-	whole := txnPlan{begin: true, in: true, end: true} // begin, post, commit
-	first := txnPlan{begin: true, in: true}            // begin, post, leave open
-	middle := txnPlan{in: true}                        // post into the open one
-	last := txnPlan{in: true, end: true}               // post, commit
+	none := TxnPlan{}
+	whole := TxnPlan{Begin: true, In: true, End: true} // begin, post, commit
+	first := TxnPlan{Begin: true, In: true}            // begin, post, leave open
+	middle := TxnPlan{In: true}                        // post into the open one
+	last := TxnPlan{In: true, End: true}               // post, commit
 	for _, tc := range []struct {
 		mode               string
 		open, spans, multi bool
 		tables             int
-		want               txnPlan
+		want               TxnPlan
 	}{
 		// auto: single-record transactions of one table go alone...
 		{TxnAuto, false, false, false, 1, none},
@@ -37,8 +37,8 @@ func TestPlanTxn(t *testing.T) {
 		{TxnOff, false, true, true, 5, none},
 		{TxnOff, true, true, false, 1, none},
 	} {
-		if got := planTxn(tc.mode, tc.open, tc.spans, tc.multi, tc.tables); got != tc.want {
-			t.Errorf("planTxn(%s, open=%v, spans=%v, multi=%v, tables=%d) = %+v, want %+v", tc.mode, tc.open, tc.spans, tc.multi, tc.tables, got, tc.want)
+		if got := PlanTxn(tc.mode, tc.open, tc.spans, tc.multi, tc.tables); got != tc.want {
+			t.Errorf("PlanTxn(%s, open=%v, spans=%v, multi=%v, tables=%d) = %+v, want %+v", tc.mode, tc.open, tc.spans, tc.multi, tc.tables, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package connector
+package outbox
 
 // Feldera transactions (FELDERA_TRANSACTIONS; DURABILITY.md §1). Feldera
 // feeds a request body to its steps as it arrives, in chunks, and a step
@@ -25,29 +25,29 @@ const (
 	TxnOff    = "off"
 )
 
-// txnPlan is what a batch does about Feldera transactions.
-type txnPlan struct {
-	begin bool // start one before its POSTs
-	in    bool // its POSTs go into one
-	end   bool // commit it after its POSTs
+// TxnPlan is what a batch does about Feldera transactions.
+type TxnPlan struct {
+	Begin bool // start one before its POSTs
+	In    bool // its POSTs go into one
+	End   bool // commit it after its POSTs
 }
 
-// planTxn decides the plan of a batch sealed now: open tells whether a
+// PlanTxn decides the plan of a batch sealed now: open tells whether a
 // Feldera transaction continues from the previous batch, spans whether the
 // batch ends inside a source transaction, multi whether it holds a source
 // transaction with more than one record.
-func planTxn(mode string, open, spans, multi bool, tables int) txnPlan {
+func PlanTxn(mode string, open, spans, multi bool, tables int) TxnPlan {
 	var wrap bool
 	switch mode {
 	case TxnOff:
-		return txnPlan{}
+		return TxnPlan{}
 	case TxnAlways:
 		wrap = true
 	default:
 		wrap = open || spans || multi || tables > 1
 	}
 	if !wrap {
-		return txnPlan{}
+		return TxnPlan{}
 	}
-	return txnPlan{begin: !open, in: true, end: !spans}
+	return TxnPlan{Begin: !open, In: true, End: !spans}
 }

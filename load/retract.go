@@ -1,4 +1,4 @@
-package connector
+package load
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -29,43 +30,42 @@ func queryHint(err error, table string) error {
 // retractor batches delete lines for one route and flushes them, waiting
 // for completion: a retraction is durable before the position moves.
 type retractor struct {
-	c       *Connector
+	l       *Loader
 	ctx     context.Context
 	targets []*decode.Target
 	route   int
-	b       *batch
+	b       *outbox.Batch
 	n       int
 }
 
-func (c *Connector) newRetractor(ctx context.Context, targets []*decode.Target, route int) *retractor {
-	b := newBatch(len(targets))
-	b.kind = batchRetract
-	return &retractor{c: c, ctx: ctx, targets: targets, route: route, b: b}
+func (l *Loader) newRetractor(ctx context.Context, targets []*decode.Target, route int) *retractor {
+	b := outbox.NewBatch(len(targets))
+	return &retractor{l: l, ctx: ctx, targets: targets, route: route, b: b}
 }
 
 func (r *retractor) delete(row json.RawMessage) error {
-	buf := &r.b.bufs[r.route]
+	buf := &r.b.Bufs[r.route]
 	*buf = append(*buf, `{"delete":`...)
 	*buf = append(*buf, bytes.TrimSpace(row)...)
 	*buf = append(*buf, "}\n"...)
-	r.b.added(r.route, 1, time.Now())
+	r.b.Added(r.route, 1, time.Now())
 	r.n++
-	r.c.stats.Retracted.Add(1)
-	if r.c.full(r.b) {
+	r.l.Retracted.Add(1)
+	if r.l.Bounds.Full(r.b) {
 		return r.flush()
 	}
 	return nil
 }
 
 func (r *retractor) flush() error {
-	if r.b.total == 0 {
+	if r.b.Total == 0 {
 		return nil
 	}
-	if err := r.c.flush(r.ctx, r.targets, r.b, true); err != nil {
+	if err := r.l.Sender.Flush(r.ctx, r.targets, r.b, true); err != nil {
 		return err
 	}
 	crashtest.Point("retract_after_batch")
-	r.b.reset(r.b.seq + 1)
+	r.b.Reset(r.b.Seq + 1)
 	return nil
 }
 
@@ -74,19 +74,19 @@ func (r *retractor) done(what string) error {
 		return err
 	}
 	if r.n > 0 {
-		r.c.logger.Info("retract: done", "what", what, "table", r.targets[r.route].Dest.Name, "deletes", r.n)
+		r.l.Logger.Info("retract: done", "what", what, "table", r.targets[r.route].Dest.Name, "deletes", r.n)
 	}
 	crashtest.Point("after_retract")
 	return nil
 }
 
-// retractAll deletes every row Feldera holds for a table (TRUNCATE, or a
+// RetractAll deletes every row Feldera holds for a table (TRUNCATE, or a
 // keyless table before a resnapshot): by key on a keyed table, by whole
 // row on a multiset. The rows are read whole into a spool first (an
 // ad-hoc query reads a consistent snapshot of the table), then deleted in
 // batches of BATCH_MAX_ROWS, each converted back from what /query prints
 // into what ingress takes; the COUNT(*) check catches anything left.
-func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, rel *decode.Rel) error {
+func (l *Loader) RetractAll(ctx context.Context, targets []*decode.Target, rel *decode.Rel) error {
 	dest := rel.Target.Dest
 	fields := dest.PrimaryKey
 	if len(fields) == 0 {
@@ -94,12 +94,12 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 			fields = append(fields, f.CanonicalName())
 		}
 	}
-	sp, err := c.spoolQuery(ctx, "SELECT "+incremental.SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := l.SpoolQuery(ctx, "SELECT "+incremental.SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
 	defer sp.Close()
-	r := c.newRetractor(ctx, targets, rel.Target.Route)
+	r := l.newRetractor(ctx, targets, rel.Target.Route)
 	err = sp.Each(func(row []byte) error {
 		del, err := dest.IngressRow(row)
 		if err != nil {
@@ -113,7 +113,7 @@ func (c *Connector) retractAll(ctx context.Context, targets []*decode.Target, re
 	if err := r.done("all rows"); err != nil {
 		return err
 	}
-	return c.verifyCount(ctx, rel.Target, 0)
+	return l.verifyCount(ctx, rel.Target, 0)
 }
 
 // absent deletes from Feldera the keys of rows (their values as text in
@@ -148,19 +148,19 @@ func (r *retractor) absent(ctx context.Context, conn *pgx.Conn, check string, re
 // rels are the sources of one Feldera table (one, or leaf partitions that
 // share it, which have the same columns): a key is missing when none of
 // them has it.
-func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
+func (l *Loader) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
 	rel := rels[0]
 	dest := rel.Target.Dest
 	check, err := incremental.AbsentCheck(ctx, conn, rels, false)
 	if err != nil {
 		return err
 	}
-	sp, err := c.spoolQuery(ctx, "SELECT "+incremental.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := l.SpoolQuery(ctx, "SELECT "+incremental.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
 	defer sp.Close()
-	r := c.newRetractor(ctx, targets, rel.Target.Route)
+	r := l.newRetractor(ctx, targets, rel.Target.Route)
 	var rows []json.RawMessage
 	vals := make([][]string, len(rel.KeyCols))
 	run := func() error {
@@ -199,12 +199,12 @@ func (c *Connector) retractMissing(ctx context.Context, conn *pgx.Conn, targets 
 // verifyCount cross-checks Feldera after a snapshot or retraction: with
 // the stream paused, a keyed table must hold exactly the rows just copied.
 // An empty or wrong answer is never taken on trust.
-func (c *Connector) verifyCount(ctx context.Context, t *decode.Target, want int64) error {
+func (l *Loader) verifyCount(ctx context.Context, t *decode.Target, want int64) error {
 	if len(t.Dest.PrimaryKey) == 0 && !t.Dest.Materialized {
 		return nil
 	}
 	var got int64 = -1
-	err := c.query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
+	err := l.Sender.Query(ctx, "SELECT COUNT(*) FROM "+feldera.SQLIdent(t.Dest.CanonicalName()), func(row json.RawMessage) error {
 		var m map[string]json.Number
 		if err := json.Unmarshal(row, &m); err != nil {
 			return err

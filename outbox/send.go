@@ -1,0 +1,174 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// Sink is what a Sender needs of Feldera. *feldera.Client satisfies it.
+type Sink interface {
+	// Ingress pushes NDJSON insert/delete lines to a table and returns a
+	// completion token covering them.
+	delivery.Ingester
+	// WaitCompleteStep returns when the token's records are processed,
+	// with the step that processed them (0 when unknown).
+	WaitCompleteStep(ctx context.Context, token string) (uint64, error)
+	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
+	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
+}
+
+// Observer sees the batches Feldera took and its failed requests.
+type Observer interface {
+	// Batch is a batch Feldera took: rows, time spent POSTing, time spent
+	// waiting for completion.
+	Batch(rows int, post, wait time.Duration)
+	// FelderaError is a failed Feldera request, by error code.
+	FelderaError(code string)
+}
+
+// Sender sends batches to Feldera through the ingress fence, inside the
+// Feldera transaction their plan asks for: Send for the stream's poster,
+// which does not wait for completion, Flush for the snapshot and the
+// retractions, which do. The Connector builds one and keeps it; the
+// counters and marks it updates are the Connector's, reached through the
+// pointers.
+type Sender struct {
+	Sink     Sink
+	Fence    *delivery.Fence
+	Txns     *delivery.Transactions // the Feldera transaction held open, if any
+	Observer Observer
+	Logger   *slog.Logger
+
+	// Stopping is closed on a graceful stop (Run's context): a wait for
+	// the fence then ends with nothing sent. Set by Run before any
+	// session starts.
+	Stopping <-chan struct{}
+	// HardStop is what outlives a graceful stop, up to STOP_TIMEOUT
+	// (Connector.stopContext).
+	HardStop func(ctx context.Context) context.Context
+	// CompletionTimeout is FELDERA_COMPLETION_TIMEOUT.
+	CompletionTimeout time.Duration
+	// NeedStep says a completion must carry its step: under the
+	// checkpoint gate none can be acknowledged without it.
+	NeedStep func() bool
+
+	Step        *atomic.Uint64 // the highest step any completion reported
+	Batches     *atomic.Int64  // batches Feldera completed (Stats.Batches)
+	FlushSince  *atomic.Int64  // unix nanos the synchronous flush started; 0 when none
+	FlushFailed *atomic.Bool   // the last synchronous flush failed; cleared by a success
+
+	// NoFeedWait commits a Feldera transaction without waiting for its
+	// input to be fed (unsafe): a test hook, false in production, set
+	// only by connector/export_test.go.
+	NoFeedWait bool
+}
+
+// Send is the poster's work for one batch: under its transaction plan,
+// start a Feldera transaction, POST, and commit once Feldera took every
+// record. A failure inside a transaction commits it (there is no abort).
+func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, plan TxnPlan) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
+	fail := func(err error) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
+		if plan.In {
+			s.AbandonTxn()
+		}
+		return nil, time.Time{}, nil, err
+	}
+	if plan.Begin {
+		if err := s.WaitFence(ctx); err != nil {
+			return nil, time.Time{}, nil, err // nothing may be sent yet: not even a transaction opened
+		}
+		if err := s.Txns.Begin(ctx); err != nil {
+			return fail(err)
+		}
+	} else if plan.In {
+		if err := s.Txns.Room(ctx, b.Total, b.Size()); err != nil {
+			return fail(err)
+		}
+	}
+	var mark *delivery.TxnMark
+	if plan.In {
+		mark = s.Txns.Mark()
+	}
+	tokens, start, err := s.post(ctx, targets, b)
+	if err != nil {
+		return fail(err)
+	}
+	if plan.In {
+		s.Txns.Buffered(b.Total, b.Size())
+	}
+	if plan.End {
+		if err := s.absorbedUnlessHooked(ctx); err != nil {
+			return fail(err)
+		}
+		if err := s.Txns.Commit(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	return tokens, start, mark, nil
+}
+
+// post sends each route's lines of b, one request at a time, and returns
+// the tokens and when the first request began (after any fence: a wait
+// for the fence is not a wait for Feldera). Any failure leaves the
+// position where it was.
+func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch) ([]*delivery.Token, time.Time, error) {
+	if err := s.WaitFence(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	start := time.Now()
+	var tokens []*delivery.Token
+	for route, buf := range b.Bufs {
+		if b.Rows[route] == 0 {
+			continue
+		}
+		table := targets[route].Dest.CanonicalName()
+		tok, err := s.Fence.Ingress(ctx, s.Sink, table, buf, b.Rows[route])
+		if err != nil {
+			s.Observer.FelderaError(feldera.ErrorCode(err))
+			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.Rows[route], table, err)
+		}
+		tokens = append(tokens, &delivery.Token{Table: table, Token: tok})
+		s.Txns.Posted(table)
+	}
+	return tokens, start, nil
+}
+
+// absorbedUnlessHooked waits until the Feldera transaction took its input
+// (Transactions.Absorbed), which the test hook NoFeedWait skips: the
+// unsafe variant that shows the wait is what keeps a transaction whole.
+func (s *Sender) absorbedUnlessHooked(ctx context.Context) error {
+	if s.NoFeedWait {
+		return nil
+	}
+	return s.Txns.Absorbed(ctx)
+}
+
+// AbandonTxn commits, on a failure path, the Feldera transaction a batch
+// left open, bounded by STOP_TIMEOUT (Transactions.Abandon).
+func (s *Sender) AbandonTxn() {
+	s.Txns.Abandon(s.HardStop(context.Background()))
+}
+
+// WaitFence blocks while an unanswered ingress request may still be queued
+// by Feldera; a graceful stop ends the wait with nothing sent.
+func (s *Sender) WaitFence(ctx context.Context) error {
+	return s.Fence.Wait(ctx, s.Stopping)
+}
+
+// Query runs an ad-hoc query once the ingress fence allows: a read that
+// decides a retraction must not run while a late request of a dead
+// process (or of this one) can still land after it.
+func (s *Sender) Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error {
+	if err := s.WaitFence(ctx); err != nil {
+		return err
+	}
+	return s.Sink.Query(ctx, sql, fn)
+}
