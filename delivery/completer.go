@@ -26,12 +26,12 @@ var ErrNoStep = errors.New("completion without its step")
 // step (0) cannot be acknowledged, since no checkpoint can be shown to
 // cover it, and retrying cannot bring the step back. It returns nil, or
 // the fatal error, which matches ErrNoStep; what names what completed
-// ("batch 3 on users").
-func CheckStep(step uint64, need bool, what string) error {
+// ("batch 3 on users"), called only for the error.
+func CheckStep(step uint64, need bool, what func() string) error {
 	if step != 0 || !need {
 		return nil
 	}
-	return fatal.Wrap(fmt.Errorf("%w: feldera reported %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", ErrNoStep, what))
+	return fatal.Wrap(fmt.Errorf("%w: feldera reported %s complete without its step (GET /completion_status has no \"step\"), which at_least_once needs to know when a checkpoint covers it: upgrade Feldera", ErrNoStep, what()))
 }
 
 // CompletionLogAfter is how long a batch waits for completion before the
@@ -319,7 +319,7 @@ func (k *Completer) completed(f *Flight) (Completion, error) {
 	for _, t := range f.Tokens {
 		// Without the step no checkpoint can be shown to cover the
 		// batch: never acknowledge it at completion instead.
-		if err := CheckStep(t.step, k.NeedStep(), fmt.Sprintf("batch %d on %s", f.Seq, t.Table)); err != nil {
+		if err := CheckStep(t.step, k.NeedStep(), func() string { return fmt.Sprintf("batch %d on %s", f.Seq, t.Table) }); err != nil {
 			return Completion{}, err
 		}
 		step = max(step, t.step)

@@ -171,7 +171,7 @@ func TestCheckStep(t *testing.T) {
 		{7, true, false},
 		{0, true, true},
 	} {
-		err := CheckStep(tc.step, tc.need, "batch 3 on users")
+		err := CheckStep(tc.step, tc.need, func() string { return "batch 3 on users" })
 		if (err != nil) != tc.err {
 			t.Fatalf("CheckStep(%d, %v) = %v, want an error: %v", tc.step, tc.need, err, tc.err)
 		}

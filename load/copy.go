@@ -142,7 +142,7 @@ func (l *Loader) awaitTokens(ctx context.Context, last map[string]string) error 
 		if err != nil {
 			return fmt.Errorf("snapshot: wait for completion of %s after the commit: %w", table, err)
 		}
-		if err := delivery.CheckStep(step, l.Sender.NeedStep(), "the snapshot of "+table); err != nil {
+		if err := delivery.CheckStep(step, l.Sender.NeedStep(), func() string { return "the snapshot of " + table }); err != nil {
 			return err
 		}
 		outbox.Raise(l.Sender.Step, step)

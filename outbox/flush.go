@@ -52,7 +52,7 @@ func (s *Sender) Flush(ctx context.Context, targets []*decode.Target, b *Batch, 
 				}
 				return fmt.Errorf("wait for completion of %s: %w", t.Table, err)
 			}
-			if err := delivery.CheckStep(step, s.NeedStep(), fmt.Sprintf("batch %d on %s", b.Seq, t.Table)); err != nil {
+			if err := delivery.CheckStep(step, s.NeedStep(), func() string { return fmt.Sprintf("batch %d on %s", b.Seq, t.Table) }); err != nil {
 				return err
 			}
 			Raise(s.Step, step)
