@@ -153,6 +153,7 @@ func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN 
 // connector's copy of the acknowledged position and its statistics.
 func (s *stream) advance() {
 	lsn := s.led.Acked()
+	s.c.step.Store(s.led.Step())
 	s.stage(StageComplete, s.led.CompletedTo())
 	s.stage(StageDurable, lsn)
 	if lsn > s.c.acked {

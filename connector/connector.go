@@ -236,10 +236,16 @@ type Connector struct {
 	observer     Observer
 	stats        Stats
 
-	gate          atomic.Int32         // the Gate of the current session (status, metrics)
-	cp            delivery.Checkpoints // what the session, the watcher and the metrics share of checkpoints
-	maxStep       atomic.Uint64        // the highest step any completion reported
-	probed        bool                 // POST /checkpoint was tried once under fault tolerance
+	gate atomic.Int32         // the Gate of the current session (status, metrics)
+	cp   delivery.Checkpoints // what the session, the watcher and the metrics share of checkpoints
+	// syncStep is the highest step a synchronous send (the snapshot's
+	// copy, a retraction) waited for, reset as each session starts: the
+	// session's ledger takes it (Ledger.Stepped).
+	syncStep atomic.Uint64
+	// step is the session ledger's step watermark, published by
+	// stream.advance for other goroutines to read.
+	step          atomic.Uint64
+	probed        bool // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
 	test          testHooks // zero in production; set only by export_test.go
 }
@@ -344,7 +350,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.out = &outbox.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
 		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
-		Step:     &c.maxStep, Batches: &c.stats.Batches,
+		Step:     &c.syncStep, Batches: &c.stats.Batches,
 		FlushSince: &c.health.flushSince, FlushFailed: &c.health.flushFailed}
 	routes, n := catalog.Routes(cfg.Tables)
 	c.tableStats = make([]*TableStats, n)

@@ -25,11 +25,11 @@
 //     /checkpoints and reports a restart or a new checkpoint.
 //
 // They report to the loop by events (a buffered channel whose sends never
-// block, see newStream) and through atomics on Connector (the step
-// watermark; delivery.Checkpoints: the newest checkpoint's steps and the
-// checkpoint waits). A failure in
-// any of them ends the session; the next one replays from the slot. A
-// graceful stop drains what is in flight, up to STOP_TIMEOUT.
+// block, see newStream; a completion's or a retraction's step reaches the
+// ledger in its event) and through delivery.Checkpoints (the newest
+// checkpoint's steps and the checkpoint waits). A failure in any of them
+// ends the session; the next one replays from the slot. A graceful stop
+// drains what is in flight, up to STOP_TIMEOUT.
 //
 // Connector's exported methods (Stats, Ready, Gate, Tables, CheckpointWait
 // and the like) are safe for concurrent use with Run; Run itself is

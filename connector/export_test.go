@@ -95,10 +95,10 @@ func TrustRestores(c *Connector) { c.test.trustRestores = true }
 // answered: the unsafe variant the tests show acknowledging lost batches.
 func TrustCheckpoints(c *Connector) { c.test.trustCheckpoints = true }
 
-// CompletedStep is the highest step any completion the connector polled
-// reported: a test waits for it before a restart that must find the
+// CompletedStep is the highest step any completion the session applied
+// reported (the ledger's step watermark): a test waits for it before a restart that must find the
 // batches complete, not their tokens gone.
-func CompletedStep(c *Connector) uint64 { return c.maxStep.Load() }
+func CompletedStep(c *Connector) uint64 { return c.step.Load() }
 
 // NoHeartbeat turns off the replication connection's liveness rule and
 // the chunk reads' idle bound: the old behaviour, which the tests show

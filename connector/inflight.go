@@ -76,8 +76,7 @@ func (s *stream) completer() *delivery.Completer {
 		In: s.flights, Poll: c.sink, Observer: c.observer, Txn: &c.txns.Clock,
 		Timeout:  c.cfg.CompletionTimeout,
 		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
-		Done: func(_ *delivery.Flight, step uint64) {
-			outbox.Raise(&c.maxStep, step)
+		Done: func(*delivery.Flight, uint64) {
 			c.stats.Batches.Add(1)
 			crashtest.Point("after_complete")
 		},

@@ -329,7 +329,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 		}
 		// The retraction's steps reach the gate through the ledger's
 		// step watermark: it is no batch of the frontier.
-		s.emit(event{kind: evRetracted, step: s.c.maxStep.Load(), err: err})
+		s.emit(event{kind: evRetracted, step: s.c.syncStep.Load(), err: err})
 	}()
 	if err := s.drain(); err != nil {
 		return err

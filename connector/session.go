@@ -88,7 +88,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 }
 
 func (c *Connector) session(ctx context.Context) error {
-	c.maxStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
+	c.syncStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
 	p, err := c.prepare(ctx, setup.ForRun)
 	if err != nil {
 		return err
@@ -231,7 +231,7 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Ses
 	// The steps a snapshot or retraction at startup waited for: a
 	// position reached before anything of the session completes waits
 	// for a checkpoint to cover them too.
-	s.led.Stepped(c.maxStep.Load())
+	s.led.Stepped(c.syncStep.Load())
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.Routes))
 	}

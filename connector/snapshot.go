@@ -114,8 +114,8 @@ func (c *Connector) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.P
 		// the state file must not say complete before (a Feldera restart
 		// would restore a checkpoint without the rows, and the startup
 		// would stream on).
-		c.logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", c.maxStep.Load())
-		if err := c.newWatcher(p).AwaitCheckpoint(ctx, c.maxStep.Load()); err != nil {
+		c.logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", c.syncStep.Load())
+		if err := c.newWatcher(p).AwaitCheckpoint(ctx, c.syncStep.Load()); err != nil {
 			return err
 		}
 		if cps := c.cp.Last.Load(); cps != nil {
