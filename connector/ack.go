@@ -182,7 +182,7 @@ func (s *stream) status() error { return s.statusAsking(false) }
 // stage moves a stage of the source transactions' clock to lsn (0: none).
 func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
 	if lsn != 0 {
-		s.clock.reach(st, lsn, time.Now(), s.c.observer.Stage)
+		s.clock.Reach(st, lsn, time.Now(), s.c.observer.Stage)
 	}
 }
 

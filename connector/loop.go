@@ -249,7 +249,7 @@ func (s *stream) event(ev *decode.Event) error {
 	case decode.KindCommit:
 		s.open = false
 		if s.openRows {
-			s.clock.commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
+			s.clock.Commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
 		}
 		if s.openRecs > 1 && s.openRows {
 			s.filling.multi = true // its records are in this batch: whole, or the rest of it

@@ -19,6 +19,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/stage"
 )
 
 // stream is one replication session. Its goroutine owns the connection and
@@ -71,7 +72,7 @@ type stream struct {
 	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
 	live       liveness          // the replication connection's heartbeat
 	inc        *incSession       // the incremental snapshot under way, nil when none
-	clock      stageClock        // times each source transaction to each stage
+	clock      stage.Clock       // times each source transaction to each stage
 }
 
 // replicationConfig parses the DSN and asks for a logical replication
