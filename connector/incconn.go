@@ -34,7 +34,7 @@ func (s *stream) worker() *incremental.Worker {
 	c := s.c
 	return &incremental.Worker{
 		H: s.inc.hand, Slot: c.cfg.Slot, StateFile: c.cfg.StateFile, MaxBytes: c.cfg.BatchMaxBytes,
-		Timeout: s.live.timeout, Rels: s.inc.rels, Groups: s.plan.Groups,
+		Timeout: s.live.Timeout, Rels: s.inc.rels, Groups: s.plan.Groups,
 		Connect: c.chunkConn, Spool: c.spoolQuery, Starts: s.tableStarts, Wake: s.wake.fire,
 		Hooks: c.test.worker, Logger: s.logger,
 	}

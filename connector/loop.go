@@ -150,7 +150,7 @@ func (s *stream) receive(ctx context.Context, rc *recvCtx, base context.Context,
 		}
 		return fromPostgres(fmt.Errorf("receive: %w", err))
 	}
-	s.live.heardAt(time.Now())
+	s.live.HeardAt(time.Now())
 	switch m := msg.(type) {
 	case *pgproto3.CopyData:
 		return s.handle(m.Data, ev)
@@ -390,7 +390,7 @@ func (s *stream) collect() error {
 // wal_sender_timeout would get the connection closed). It reads nothing,
 // so the heartbeat counts again from its end.
 func (s *stream) waitEvent() error {
-	defer func() { s.live.heardAt(time.Now()) }()
+	defer func() { s.live.HeardAt(time.Now()) }()
 	for {
 		t := time.NewTimer(time.Until(s.nextStatus))
 		select {

@@ -70,7 +70,7 @@ type stream struct {
 	alertCtx   context.Context   // canceled when lost has something: ends a receive
 	watcher    *delivery.Watcher // the pipeline watcher: restarts, redeploys, checkpoints
 	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
-	live       liveness          // the replication connection's heartbeat
+	live       replconn.Liveness // the replication connection's heartbeat
 	inc        *incSession       // the incremental snapshot under way, nil when none
 	clock      stage.Clock       // times each source transaction to each stage
 }
@@ -213,7 +213,7 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incSession) *s
 	s := &stream{
 		c: c, plan: p, src: src, dec: dec, targets: p.Routes, groups: p.Groups,
 		interval:   replconn.StatusInterval(p.WALTimeout),
-		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
+		live:       replconn.Liveness{Timeout: c.replicationTimeout(p), Heard: time.Now()},
 		logger:     c.logger,
 		filling:    newBatch(len(p.Routes)),
 		spare:      newBatch(len(p.Routes)),
