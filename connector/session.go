@@ -260,14 +260,14 @@ func (s *stream) serve(ctx context.Context) error {
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
 	var watched sync.WaitGroup
-	pw := &partitionWatch{c: c, p: s.plan}
+	pw := &setup.PartitionWatch{DSN: c.cfg.DSN, Plan: s.plan, Logger: c.logger, IgnoreShape: c.test.ignoreShape}
 	s.watcher = c.newWatcher(s.plan)
-	s.watcher.Also = pw.every
+	s.watcher.Also = pw.Every
 	s.lost = s.watcher.Start(watchCtx, &watched, alert, s.wake.fire)
 	defer func() {
 		stopWatch()
 		watched.Wait() // the watcher moves its pipeline: it ends first
-		pw.close()
+		pw.Close()
 	}()
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(s.plan.Targets),
