@@ -4,18 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
-// pinnedGUCs fix the text output of values: the decoder parses text, so the
-// snapshot connection and the replication connection must agree.
-var pinnedGUCs = []string{
-	"SET TimeZone = 'UTC'",
-	"SET DateStyle = 'ISO'",
-	"SET IntervalStyle = 'iso_8601'",
-	"SET bytea_output = 'hex'",
-	"SET extra_float_digits = 3",
-}
+// pinnedGUCs fix the text output of values (replconn.PinnedGUCs).
+var pinnedGUCs = replconn.PinnedGUCs
 
 // prepare runs the startup checks (setup.Prepare) and, for a run, reads
 // the Feldera process it feeds and chooses the ack gate.

@@ -63,3 +63,13 @@ func Config(dsn string) (*pgconn.Config, error) {
 	cfg.DialFunc = Dial
 	return cfg, nil
 }
+
+// PinnedGUCs fix the text output of values: the decoder parses text, so the
+// snapshot connection and the replication connection must agree.
+var PinnedGUCs = []string{
+	"SET TimeZone = 'UTC'",
+	"SET DateStyle = 'ISO'",
+	"SET IntervalStyle = 'iso_8601'",
+	"SET bytea_output = 'hex'",
+	"SET extra_float_digits = 3",
+}
