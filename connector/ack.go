@@ -173,7 +173,7 @@ func (s *stream) status() error { return s.statusAsking(false) }
 // stage moves a stage of the source transactions' clock to lsn (0: none).
 func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
 	if lsn != 0 {
-		s.clock.reach(st, lsn, time.Now(), s.c.observer.Stage)
+		s.clock.Reach(st, lsn, time.Now(), s.c.observer.Stage)
 	}
 }
 
@@ -201,12 +201,12 @@ func (s *stream) statusAsking(reply bool) error {
 // reply half the timeout after the last message, ends the session as
 // silent at the timeout, and returns when to look again.
 func (s *stream) heartbeat(now time.Time) (time.Time, error) {
-	ask, dead, at := s.live.next(now)
+	ask, dead, at := s.live.Next(now)
 	switch {
 	case dead:
-		return at, &SilentError{For: now.Sub(s.live.heard)}
+		return at, &SilentError{For: now.Sub(s.live.Heard)}
 	case ask:
-		s.logger.Debug("session: the replication connection has been quiet for half its timeout: asking the server for a reply", "quiet", now.Sub(s.live.heard).Round(time.Millisecond))
+		s.logger.Debug("session: the replication connection has been quiet for half its timeout: asking the server for a reply", "quiet", now.Sub(s.live.Heard).Round(time.Millisecond))
 		return at, s.statusAsking(true)
 	}
 	return at, nil

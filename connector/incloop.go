@@ -13,7 +13,7 @@ import (
 // WaitGroup, and ends the session with an evChunk event.
 func (s *stream) incStream() incsession.Stream {
 	return incsession.Stream{
-		Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.timeout,
+		Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.Timeout,
 		Fail: func(err error) { s.emit(event{kind: evChunk, err: err}) },
 	}
 }

@@ -150,7 +150,7 @@ func (s *stream) receive(ctx context.Context, rc *recvCtx, base context.Context,
 		}
 		return fromPostgres(fmt.Errorf("receive: %w", err))
 	}
-	s.live.heardAt(time.Now())
+	s.live.HeardAt(time.Now())
 	switch m := msg.(type) {
 	case *pgproto3.CopyData:
 		return s.handle(m.Data, ev)
@@ -249,7 +249,7 @@ func (s *stream) event(ev *decode.Event) error {
 	case decode.KindCommit:
 		s.open = false
 		if s.openRows {
-			s.clock.commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
+			s.clock.Commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
 		}
 		if s.openRecs > 1 && s.openRows {
 			s.filling.Multi = true // its records are in this batch: whole, or the rest of it
@@ -392,7 +392,7 @@ func (s *stream) collect() error {
 // wal_sender_timeout would get the connection closed). It reads nothing,
 // so the heartbeat counts again from its end.
 func (s *stream) waitEvent() error {
-	defer func() { s.live.heardAt(time.Now()) }()
+	defer func() { s.live.HeardAt(time.Now()) }()
 	for {
 		t := time.NewTimer(time.Until(s.nextStatus))
 		select {

@@ -21,6 +21,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
+	"github.com/pgfeldera/pgfeldera/stage"
 )
 
 // stream is one replication session. Its goroutine owns the connection and
@@ -71,8 +72,8 @@ type stream struct {
 	alertCtx   context.Context   // canceled when lost has something: ends a receive
 	watcher    *delivery.Watcher // the pipeline watcher: restarts, redeploys, checkpoints
 	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
-	live       liveness          // the replication connection's heartbeat
-	clock      stageClock        // times each source transaction to each stage
+	live       replconn.Liveness // the replication connection's heartbeat
+	clock      stage.Clock       // times each source transaction to each stage
 
 	inc *incsession.Session // the incremental snapshot under way, nil when none
 }
@@ -215,7 +216,7 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Ses
 	s := &stream{
 		c: c, plan: p, src: src, dec: dec, targets: p.Routes, groups: p.Groups,
 		interval:   replconn.StatusInterval(p.WALTimeout),
-		live:       liveness{timeout: c.replicationTimeout(p), heard: time.Now()},
+		live:       replconn.Liveness{Timeout: c.replicationTimeout(p), Heard: time.Now()},
 		logger:     c.logger,
 		filling:    outbox.NewBatch(len(p.Routes)),
 		spare:      outbox.NewBatch(len(p.Routes)),
@@ -266,14 +267,14 @@ func (s *stream) serve(ctx context.Context) error {
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
 	var watched sync.WaitGroup
-	pw := &partitionWatch{c: c, p: s.plan}
+	pw := &setup.PartitionWatch{DSN: c.cfg.DSN, Plan: s.plan, Logger: c.logger, IgnoreShape: c.test.ignoreShape}
 	s.watcher = c.newWatcher(s.plan)
-	s.watcher.Also = pw.every
+	s.watcher.Also = pw.Every
 	s.lost = s.watcher.Start(watchCtx, &watched, alert, s.wake.fire)
 	defer func() {
 		stopWatch()
 		watched.Wait() // the watcher moves its pipeline: it ends first
-		pw.close()
+		pw.Close()
 	}()
 	c.stats.Sessions.Add(1)
 	c.logger.Info("session: streaming", "publication", c.cfg.Publication, "tables", len(s.plan.Targets),

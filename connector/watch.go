@@ -1,8 +1,6 @@
 package connector
 
 import (
-	"context"
-
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
@@ -17,13 +15,4 @@ func (c *Connector) newWatcher(p *setup.Plan) *delivery.Watcher {
 		Never: c.cfg.SnapshotMode == SnapshotNever, CheckpointAfter: c.cfg.CheckpointAfter,
 		TrustCheckpoints: c.test.trustCheckpoints, Logger: c.logger,
 	}
-}
-
-// every is the partition check on the watcher's schedule: every
-// partitionCheckEvery-th look.
-func (w *partitionWatch) every(ctx context.Context, n int) error {
-	if n%partitionCheckEvery != partitionCheckEvery-1 {
-		return nil
-	}
-	return w.check(ctx)
 }

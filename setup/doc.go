@@ -10,10 +10,15 @@
 // At a start that streams from the slot, Reconcile holds the state file
 // against what a restarted Feldera restored (RestoredEnough), tables
 // whose definition changed (Fingerprint) and partitions that moved, and
-// decides which tables are read again.
+// decides which tables are read again. ChooseGate picks the ack gate
+// from the pipeline's fault-tolerance model and tries POST /checkpoint
+// once. While a session streams, a PartitionWatch looks for partitions
+// attached or detached.
 //
 // It starts no goroutines. Prepare opens its own Postgres connection and
-// closes it before it returns; a Plan is read-only once built, except for
-// the fields the session fills (Gate, Incarnation, Keys) before its
-// goroutines start.
+// closes it before it returns. A PartitionWatch keeps a connection of its
+// own until Close and belongs to the goroutine that calls it (the
+// session's pipeline watcher, joined before Close). A Plan is read-only
+// once built, except for the fields the session fills (Gate, Incarnation,
+// Keys, and ChooseGate's checkpoints) before its goroutines start.
 package setup

@@ -81,7 +81,7 @@ type Table struct {
 	// feeding Feldera fields, as "name type-oid/typmod" (incsession/shape.go).
 	Columns []string `json:"columns,omitempty"`
 	// Partitions are, for a partitioned table, the leaves whose rows were
-	// read (connector/partitions.go).
+	// read (setup/partitions.go).
 	// Not omitted when empty: a partitioned table with no partition yet
 	// records [] (null: not partitioned, or not recorded yet).
 	Partitions []string `json:"partitions"`

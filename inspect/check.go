@@ -1,4 +1,4 @@
-package connector
+package inspect
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -35,22 +37,26 @@ type CheckReport struct {
 // OK reports whether a run would start.
 func (r *CheckReport) OK() bool { return len(r.Problems) == 0 }
 
+// CheckOptions are the settings check looks at beyond those of the
+// startup checks (setup.Config).
+type CheckOptions struct {
+	StateFile    string // STATE_FILE
+	SlotFailover string // PG_SLOT_FAILOVER
+	AckAccepted  bool   // FELDERA_ACK_MODE=accepted: the gate it implies
+}
+
 // Check looks at every prerequisite of a run at once, with the startup
-// checks a run makes (prepare) and those only a run's later steps would
-// find: the replication connection (the role's REPLICATION, pg_hba.conf,
-// a free walsender), a free replication slot, the slot not held by
-// another consumer, and the state file's directory and lock. It changes
-// nothing: no slot is created, no checkpoint asked for. The error is for
-// what stopped the look itself (a query that failed mid-way).
-func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
-	c, err := New(cfg, sink)
-	if err != nil {
-		return nil, err
-	}
+// checks a run makes (setup.Prepare) and those only a run's later steps
+// would find: the replication connection (the role's REPLICATION,
+// pg_hba.conf, a free walsender), a free replication slot, the slot not
+// held by another consumer, and the state file's directory and lock. It
+// changes nothing: no slot is created, no checkpoint asked for. The error
+// is for what stopped the look itself (a query that failed mid-way).
+func Check(ctx context.Context, cfg setup.Config, opts CheckOptions, pipes setup.Pipeliner) (*CheckReport, error) {
 	r := &CheckReport{}
 	var ps setup.Found
-	ps.Add("STATE_FILE", checkStateFile(c.cfg.StateFile))
-	p, err := c.prepare(ctx, setup.ForCheck)
+	ps.Add("STATE_FILE", checkStateFile(opts.StateFile))
+	p, err := setup.Prepare(ctx, cfg, pipes, setup.ForCheck)
 	var found setup.Problems
 	switch {
 	case errors.As(err, &found):
@@ -58,7 +64,7 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 	case errors.As(err, new(*pgconn.ConnectError)):
 		// No connection: nothing on the Postgres side can be read.
 		ps.Add("PG_DSN", setup.Refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
-		if _, err := setup.ReadPipeline(ctx, c.sink, c.logger, &setup.Plan{}, setup.ForCheck, &ps); err != nil {
+		if _, err := setup.ReadPipeline(ctx, pipes, cfg.Logger, &setup.Plan{}, setup.ForCheck, &ps); err != nil {
 			return nil, err
 		}
 		r.Problems = ps.List
@@ -75,10 +81,10 @@ func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
 		}
 		r.CheckpointWAL = p.WALBudget
 		if p.Model != "" {
-			r.Model, r.Gate = string(p.Model), GateFor(p.Model, c.cfg.AckMode).String()
+			r.Model, r.Gate = string(p.Model), delivery.GateFor(p.Model, opts.AckAccepted).String()
 		}
 	}
-	if err := c.checkReplication(ctx, &ps); err != nil {
+	if err := checkReplication(ctx, cfg.DSN, cfg.Slot, opts.SlotFailover, &ps); err != nil {
 		return nil, err
 	}
 	r.Problems = ps.List
@@ -115,8 +121,8 @@ func checkStateFile(path string) error {
 // identifies the server (the role's REPLICATION, pg_hba.conf's
 // replication lines and a free walsender all show here), then looks at
 // the slot: free for another consumer, or room for a new one.
-func (c *Connector) checkReplication(ctx context.Context, ps *setup.Found) error {
-	rcfg, err := replicationConfig(c.cfg.DSN)
+func checkReplication(ctx context.Context, dsn, slotName, failoverSetting string, ps *setup.Found) error {
+	rcfg, err := replicationConfig(dsn)
 	if ps.Add("PG_DSN", err) || err != nil {
 		return setup.OrNil(err)
 	}
@@ -126,10 +132,10 @@ func (c *Connector) checkReplication(ctx context.Context, ps *setup.Found) error
 		return nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := failover.Identify(ctx, conn, c.cfg.SlotFailover); ps.Add("PG_SLOT_FAILOVER", err) || err != nil {
+	if _, err := failover.Identify(ctx, conn, failoverSetting); ps.Add("PG_SLOT_FAILOVER", err) || err != nil {
 		return setup.OrNil(err)
 	}
-	slot, err := replconn.ReadSlot(ctx, conn, c.cfg.Slot)
+	slot, err := replconn.ReadSlot(ctx, conn, slotName)
 	if err != nil {
 		return err
 	}
@@ -139,13 +145,24 @@ func (c *Connector) checkReplication(ctx context.Context, ps *setup.Found) error
 	}
 	switch {
 	case slot.Exists && slot.ActivePID != 0:
-		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", c.cfg.Slot, slot.ActivePID),
+		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", slotName, slot.ActivePID),
 			"stop the other consumer, or give this connector its own PG_SLOT"))
 	case !slot.Exists && used >= max:
-		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", c.cfg.Slot, used, max),
+		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", slotName, used, max),
 			"drop an unused slot (pg_drop_replication_slot), or raise max_replication_slots and restart postgres"))
 	}
 	return nil
+}
+
+// replicationConfig parses the DSN and asks for a logical replication
+// connection, as a run does: a DSN that does not parse is a fatal error,
+// recorded as a problem of PG_DSN.
+func replicationConfig(dsn string) (*pgconn.Config, error) {
+	cfg, err := replconn.Config(dsn)
+	if err != nil {
+		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
+	}
+	return cfg, nil
 }
 
 // replicationFix is the fix for a replication connection's refusal, by

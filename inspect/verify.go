@@ -1,4 +1,4 @@
-package connector
+package inspect
 
 import (
 	"context"
@@ -24,6 +24,14 @@ type Verdict struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Querier is what verify reads of Feldera: the pipeline's schema, and
+// its tables through /query. *feldera.Client satisfies it.
+type Querier interface {
+	setup.Pipeliner
+	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
+	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
+}
+
 // Verify compares each mapped table in Postgres and in Feldera: row counts
 // and an order-independent digest of the rows as pgfeldera encodes them,
 // read from Postgres in one REPEATABLE READ transaction and from Feldera
@@ -35,16 +43,12 @@ type Verdict struct {
 // It returns an error only when nothing could be compared (configuration,
 // connection, schema); a table that cannot be read gets a Verdict with
 // Error set.
-func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict, error) {
-	c, err := New(cfg, sink)
+func Verify(ctx context.Context, cfg setup.Config, sink Querier, maxDiffs int) ([]Verdict, error) {
+	p, err := setup.Prepare(ctx, cfg, sink, setup.ForVerify)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.prepare(ctx, setup.ForVerify)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := replconn.Connect(ctx, c.cfg.DSN)
+	conn, err := replconn.Connect(ctx, cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
@@ -79,7 +83,7 @@ func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict
 
 // verifyTable compares a Feldera table with its sources: one table, or the
 // leaf partitions that share it.
-func verifyTable(ctx context.Context, conn *pgx.Conn, sink Sink, rels []*decode.Rel, maxDiffs int) (verify.Result, error) {
+func verifyTable(ctx context.Context, conn *pgx.Conn, sink Querier, rels []*decode.Rel, maxDiffs int) (verify.Result, error) {
 	rel := rels[0]
 	t := rel.Target
 	tab, err := verify.New(t.Dest)

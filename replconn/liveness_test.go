@@ -1,4 +1,4 @@
-package connector
+package replconn
 
 import (
 	"testing"
@@ -10,8 +10,8 @@ import (
 // over.
 func TestLiveness(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	l := liveness{timeout: 10 * time.Second}
-	l.heardAt(t0)
+	l := Liveness{Timeout: 10 * time.Second}
+	l.HeardAt(t0)
 	for _, step := range []struct {
 		at        time.Duration
 		heard     bool
@@ -30,21 +30,21 @@ func TestLiveness(t *testing.T) {
 	} {
 		now := t0.Add(step.at)
 		if step.heard {
-			l.heardAt(now)
+			l.HeardAt(now)
 		}
-		ask, dead, at := l.next(now)
+		ask, dead, at := l.Next(now)
 		if ask != step.ask || dead != step.dead || !at.Equal(t0.Add(step.lookAgain)) {
 			t.Errorf("at %s: ask=%v dead=%v look again at %s; want %v %v %s", step.at, ask, dead, at.Sub(t0), step.ask, step.dead, step.lookAgain)
 		}
 	}
-	if ask, dead, at := (&liveness{}).next(t0); ask || dead || !at.IsZero() {
+	if ask, dead, at := (&Liveness{}).Next(t0); ask || dead || !at.IsZero() {
 		t.Errorf("no timeout: %v %v %v", ask, dead, at)
 	}
 	for _, c := range []struct{ setting, server, want time.Duration }{
 		{0, 30 * time.Second, 30 * time.Second}, {5 * time.Second, 30 * time.Second, 5 * time.Second}, {0, 0, 60 * time.Second},
 	} {
-		if got := replicationTimeout(c.setting, c.server); got != c.want {
-			t.Errorf("replicationTimeout(%s, %s) = %s, want %s", c.setting, c.server, got, c.want)
+		if got := Timeout(c.setting, c.server); got != c.want {
+			t.Errorf("Timeout(%s, %s) = %s, want %s", c.setting, c.server, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package connector
+package stage
 
 import (
 	"fmt"
@@ -30,44 +30,44 @@ func TestStageClock(t *testing.T) {
 		{"each stage in turn", []step{
 			{commit: 100, sec: 0},
 			{commit: 200, sec: 1},
-			{stage: StageSent, lsn: 200, sec: 2, want: "sent:2 sent:1"},
-			{stage: StageComplete, lsn: 100, sec: 5, want: "complete:5"},
-			{stage: StageComplete, lsn: 200, sec: 6, want: "complete:5"},
-			{stage: StageDurable, lsn: 200, sec: 9, want: "durable:9 durable:8"},
-			{stage: StageAcked, lsn: 200, sec: 10, want: "acked:10 acked:9"},
+			{stage: Sent, lsn: 200, sec: 2, want: "sent:2 sent:1"},
+			{stage: Complete, lsn: 100, sec: 5, want: "complete:5"},
+			{stage: Complete, lsn: 200, sec: 6, want: "complete:5"},
+			{stage: Durable, lsn: 200, sec: 9, want: "durable:9 durable:8"},
+			{stage: Acked, lsn: 200, sec: 10, want: "acked:10 acked:9"},
 		}, 0},
 		{"a later stage implies the earlier ones", []step{
 			{commit: 100, sec: 0},
-			{stage: StageAcked, lsn: 100, sec: 3, want: "sent:3 complete:3 durable:3 acked:3"},
+			{stage: Acked, lsn: 100, sec: 3, want: "sent:3 complete:3 durable:3 acked:3"},
 		}, 0},
 		{"a position that does not move times nothing", []step{
 			{commit: 100, sec: 0},
-			{stage: StageSent, lsn: 100, sec: 1, want: "sent:1"},
-			{stage: StageSent, lsn: 100, sec: 2},
-			{stage: StageSent, lsn: 50, sec: 3},
+			{stage: Sent, lsn: 100, sec: 1, want: "sent:1"},
+			{stage: Sent, lsn: 100, sec: 2},
+			{stage: Sent, lsn: 50, sec: 3},
 		}, 1},
 		{"a transaction past the position waits", []step{
 			{commit: 100, sec: 0},
 			{commit: 300, sec: 1},
-			{stage: StageAcked, lsn: 200, sec: 4, want: "sent:4 complete:4 durable:4 acked:4"},
-			{stage: StageDurable, lsn: 300, sec: 5, want: "sent:4 complete:4 durable:4"},
+			{stage: Acked, lsn: 200, sec: 4, want: "sent:4 complete:4 durable:4 acked:4"},
+			{stage: Durable, lsn: 300, sec: 5, want: "sent:4 complete:4 durable:4"},
 		}, 1},
 		{"a commit not after the last is ignored", []step{
 			{commit: 100, sec: 0},
 			{commit: 100, sec: 1},
 			{commit: 90, sec: 1},
-			{stage: StageSent, lsn: 100, sec: 2, want: "sent:2"},
+			{stage: Sent, lsn: 100, sec: 2, want: "sent:2"},
 		}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var clock stageClock
+			var clock Clock
 			for i, s := range c.steps {
 				if s.commit > 0 {
-					clock.commit(s.commit, at(s.sec))
+					clock.Commit(s.commit, at(s.sec))
 					continue
 				}
 				var got []string
-				clock.reach(s.stage, s.lsn, at(s.sec), func(st Stage, d time.Duration) {
+				clock.Reach(s.stage, s.lsn, at(s.sec), func(st Stage, d time.Duration) {
 					got = append(got, fmt.Sprintf("%s:%g", st, d.Seconds()))
 				})
 				if g := strings.Join(got, " "); g != s.want {
@@ -81,29 +81,29 @@ func TestStageClock(t *testing.T) {
 	}
 }
 
-// Past stageClockMax a transaction merges into the last one, which keeps
+// Past clockMax a transaction merges into the last one, which keeps
 // the earlier commit time: the times are never understated, and the queue
 // stays bounded.
 func TestStageClock_Bounded(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var clock stageClock
-	for i := 1; i <= stageClockMax+10; i++ {
-		clock.commit(pglogrepl.LSN(i), t0.Add(time.Duration(i)*time.Millisecond))
+	var clock Clock
+	for i := 1; i <= clockMax+10; i++ {
+		clock.Commit(pglogrepl.LSN(i), t0.Add(time.Duration(i)*time.Millisecond))
 	}
-	if len(clock.txns) != stageClockMax {
-		t.Fatalf("%d transactions held, want %d", len(clock.txns), stageClockMax)
+	if len(clock.txns) != clockMax {
+		t.Fatalf("%d transactions held, want %d", len(clock.txns), clockMax)
 	}
-	last := clock.txns[stageClockMax-1]
-	if last.end != stageClockMax+10 || !last.commit.Equal(t0.Add(stageClockMax*time.Millisecond)) {
+	last := clock.txns[clockMax-1]
+	if last.end != clockMax+10 || !last.commit.Equal(t0.Add(clockMax*time.Millisecond)) {
 		t.Fatalf("last = %+v", last)
 	}
 	n := 0
-	clock.reach(StageAcked, stageClockMax+10, t0.Add(time.Minute), func(st Stage, d time.Duration) {
-		if st == StageAcked {
+	clock.Reach(Acked, clockMax+10, t0.Add(time.Minute), func(st Stage, d time.Duration) {
+		if st == Acked {
 			n++
 		}
 	})
-	if n != stageClockMax || len(clock.txns) != 0 {
+	if n != clockMax || len(clock.txns) != 0 {
 		t.Fatalf("acked %d, held %d", n, len(clock.txns))
 	}
 }
