@@ -359,6 +359,19 @@ func TestIncremental_KeyRangeStateResumesInKeys(t *testing.T) {
 	cfg := e.incrementalConfig("users", 1000)
 	c := e.newConnector(cfg, e.client)
 	connector.ChunkByKey(c)
+	// The fourth chunk's read is held until the test stops the
+	// connector: the first run must end with the table still to read,
+	// however fast the chunks before it go.
+	var reads atomic.Int32
+	release := make(chan struct{})
+	connector.SetChunkReadHook(c, func(string, []string) {
+		if reads.Add(1) == 4 {
+			select {
+			case <-release:
+			case <-time.After(60 * time.Second):
+			}
+		}
+	})
 	r := e.run(c)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -371,6 +384,7 @@ func TestIncremental_KeyRangeStateResumesInKeys(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	close(release)
 	r.stop(t)
 	st, err := state.Load(cfg.StateFile)
 	if err != nil || st.Tables[0].Status != state.Incremental || st.Tables[0].Blocks != nil {
