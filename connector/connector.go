@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -285,7 +286,7 @@ func (c *Connector) sessionEnded(err error, interval time.Duration) (time.Durati
 	if err == nil {
 		err = ErrStreamEnded
 	}
-	c.observer.SessionEnded(string(sessionCause(err)))
+	c.observer.SessionEnded(string(cause.Of(err)))
 	if isFatal(err) {
 		return 0, err
 	}
