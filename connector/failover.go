@@ -2,13 +2,6 @@ package connector
 
 import "github.com/pgfeldera/pgfeldera/failover"
 
-// Slot failover settings (PG_SLOT_FAILOVER; failover.Auto, On, Off).
-const (
-	FailoverAuto = failover.Auto
-	FailoverOn   = failover.On
-	FailoverOff  = failover.Off
-)
-
 // failoverChecker checks a session's server for failover (package
 // failover). The first session of the process may refuse an empty
 // synchronized_standby_slots under PG_SLOT_FAILOVER=on; later ones,

@@ -59,10 +59,6 @@ func (c *Connector) startIncremental(ctx context.Context, p *setup.Plan, rconn *
 	return nil
 }
 
-// DefaultChunkRows is a chunk's rows when SNAPSHOT_CHUNK_ROWS is empty
-// (incsession.DefaultChunkRows says why).
-const DefaultChunkRows = incsession.DefaultChunkRows
-
 // incConfig is what the session's incremental snapshots need of the
 // Connector (incsession.Config).
 func (c *Connector) incConfig() incsession.Config {

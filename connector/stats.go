@@ -46,20 +46,6 @@ func (c *Connector) Stats() *Stats { return &c.stats }
 // Tables returns per-table counters, in TABLES order.
 func (c *Connector) Tables() []*TableStats { return c.tableStats }
 
-// Observer receives events worth a histogram or a labelled counter. All
-// methods may be called from several goroutines.
-type Observer interface {
-	// Batch is a batch Feldera took: rows, time spent POSTing, time spent
-	// waiting for completion.
-	Batch(rows int, post, wait time.Duration)
-	// FelderaError is a failed Feldera request, by error code.
-	FelderaError(code string)
-	// SessionEnded is a replication session that ended with an error.
-	SessionEnded(cause string)
-	// Stage is the time from a source transaction's commit to a stage.
-	Stage(stage Stage, since time.Duration)
-}
-
 type nopObserver struct{}
 
 func (nopObserver) Batch(int, time.Duration, time.Duration) {}
@@ -97,10 +83,6 @@ func (c *Connector) CheckpointWaitWAL() uint64 {
 	}
 	return uint64(c.cp.WAL.Load())
 }
-
-// ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a flush
-// may wait before the connector stops being ready.
-const ReadyBlockedFor = time.Minute
 
 // Ready reports whether the connector is doing its job: a session is
 // streaming and no flush failed last or has been blocked for a minute;

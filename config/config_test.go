@@ -1,0 +1,65 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/config"
+)
+
+func TestConfig_WithDefaults(t *testing.T) {
+	base := config.Config{DSN: "host=/tmp", Publication: "pub", Slot: "slot", Tables: []catalog.Table{{Schema: "public", Name: "users", Dest: "users"}}}
+
+	t.Run("OK", func(t *testing.T) {
+		cfg, err := base.WithDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name      string
+			got, want any
+		}{
+			{"AckMode", cfg.AckMode, config.AckCompleted},
+			{"Transactions", cfg.Transactions, config.TxnAuto},
+			{"SnapshotMode", cfg.SnapshotMode, config.SnapshotInitial},
+			{"BatchMaxRows", cfg.BatchMaxRows, config.DefaultBatchMaxRows},
+			{"BatchMaxBytes", cfg.BatchMaxBytes, config.DefaultBatchMaxBytes},
+			{"BatchMaxInFlight", cfg.BatchMaxInFlight, config.DefaultBatchMaxInFlight},
+			{"CompletionTimeout", cfg.CompletionTimeout, config.DefaultCompletionTimeout},
+			{"CommitStallTimeout", cfg.CommitStallTimeout, config.DefaultCommitStallTimeout},
+			{"NoProgressTimeout", cfg.NoProgressTimeout, config.DefaultNoProgressTimeout},
+			{"IngressFence", cfg.IngressFence, config.DefaultIngressFence},
+			{"StopTimeout", cfg.StopTimeout, config.DefaultStopTimeout},
+			{"CheckpointAfter", cfg.CheckpointAfter, config.DefaultCheckpointAfter},
+			{"ReadyBlockedFor", cfg.ReadyBlockedFor, config.ReadyBlockedFor},
+			{"BackoffInitial", cfg.BackoffInitial, time.Second},
+			{"BackoffMax", cfg.BackoffMax, 30 * time.Second},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+			}
+		}
+		if cfg.Logger == nil {
+			t.Error("Logger = nil, want slog.Default()")
+		}
+	})
+
+	t.Run("ErrRequired", func(t *testing.T) {
+		cfg := base
+		cfg.Slot = ""
+		_, err := cfg.WithDefaults()
+		if want := "connector: DSN, publication, slot and tables are required"; err == nil || err.Error() != want {
+			t.Fatalf("err = %v, want %q", err, want)
+		}
+	})
+
+	t.Run("ErrTransactions", func(t *testing.T) {
+		cfg := base
+		cfg.Transactions = "sometimes"
+		_, err := cfg.WithDefaults()
+		if want := `connector: FELDERA_TRANSACTIONS="sometimes": want auto, always or off`; err == nil || err.Error() != want {
+			t.Fatalf("err = %v, want %q", err, want)
+		}
+	})
+}
