@@ -5,19 +5,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 )
 
-// Cause is why a session ended: the label of pgfeldera_reconnects_total
-// (cause.Cause).
-type Cause = cause.Cause
-
-// The causes (cause.CompletionTimeout, …). Their names are part of the
-// metrics contract.
-const (
-	CauseCompletionTimeout = cause.CompletionTimeout // Feldera did not finish work within its timeout
-	CauseFeldera           = cause.Feldera           // Feldera failed a request, restarted or was redeployed
-	CausePostgres          = cause.Postgres          // the replication connection or a query failed, or went silent
-	CauseOther             = cause.Other
-)
-
 // ErrFelderaUnavailable ends a session whose batch, transaction or commit
 // Feldera did not finish within FELDERA_COMPLETION_TIMEOUT or
 // FELDERA_COMMIT_STALL_TIMEOUT.

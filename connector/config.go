@@ -30,28 +30,10 @@ const (
 	SnapshotInconsistent = config.SnapshotInconsistent
 )
 
-// Slot failover settings (PG_SLOT_FAILOVER; config.FailoverAuto, …).
-const (
-	FailoverAuto = config.FailoverAuto
-	FailoverOn   = config.FailoverOn
-	FailoverOff  = config.FailoverOff
-)
+// FailoverOn is PG_SLOT_FAILOVER=on (config.FailoverOn).
+const FailoverOn = config.FailoverOn
 
-// Defaults (config.DefaultBatchMaxRows, …).
-const (
-	DefaultBatchMaxRows       = config.DefaultBatchMaxRows
-	DefaultBatchMaxBytes      = config.DefaultBatchMaxBytes
-	DefaultBatchMaxInFlight   = config.DefaultBatchMaxInFlight
-	DefaultBatchLinger        = config.DefaultBatchLinger
-	DefaultCompletionTimeout  = config.DefaultCompletionTimeout
-	DefaultCommitStallTimeout = config.DefaultCommitStallTimeout
-	DefaultNoProgressTimeout  = config.DefaultNoProgressTimeout
-	DefaultIngressFence       = config.DefaultIngressFence
-	DefaultStopTimeout        = config.DefaultStopTimeout
-	DefaultCheckpointAfter    = config.DefaultCheckpointAfter
-	// DefaultChunkRows is a chunk's rows when SNAPSHOT_CHUNK_ROWS is empty.
-	DefaultChunkRows = config.DefaultChunkRows
-	// ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a
-	// flush may wait before the connector stops being ready.
-	ReadyBlockedFor = config.ReadyBlockedFor
-)
+// ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a
+// flush may wait before the connector stops being ready
+// (config.ReadyBlockedFor).
+const ReadyBlockedFor = config.ReadyBlockedFor

@@ -58,10 +58,6 @@ type Sink interface {
 	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
 }
 
-// completionLogAfter is how long a batch waits for completion before the
-// wait is logged, once (delivery.CompletionLogAfter).
-const completionLogAfter = delivery.CompletionLogAfter
-
 // Connector streams one publication through one slot into a Sink.
 type Connector struct {
 	cfg    Config
