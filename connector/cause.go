@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/startup"
 )
 
 // Cause is why a session ended: the label of pgfeldera_reconnects_total.
@@ -59,8 +60,8 @@ func fromFeldera(err error) error {
 // sessionCause is why err ended a session: a timeout waiting for Feldera
 // first (it is Feldera's too, and named apart), then the side the error
 // was marked with, then its type: a Feldera API error is Feldera's, a
-// Postgres error, a failed connection or a silent replication connection
-// is Postgres's.
+// Postgres error, a failed connection, the replication connection's at
+// the start (startup.ReplicationError) or a silent one is Postgres's.
 func sessionCause(err error) Cause {
 	if errors.Is(err, ErrFelderaUnavailable) {
 		return CauseCompletionTimeout
@@ -74,11 +75,12 @@ func sessionCause(err error) Cause {
 		pg      *pgconn.PgError
 		connect *pgconn.ConnectError
 		silent  *SilentError
+		repl    *startup.ReplicationError
 	)
 	switch {
 	case errors.As(err, &api):
 		return CauseFeldera
-	case errors.As(err, &pg), errors.As(err, &connect), errors.As(err, &silent), errors.Is(err, ErrStreamEnded):
+	case errors.As(err, &pg), errors.As(err, &connect), errors.As(err, &silent), errors.As(err, &repl), errors.Is(err, ErrStreamEnded):
 		return CausePostgres
 	}
 	var nerr net.Error

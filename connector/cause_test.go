@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/startup"
 )
 
 // Why a session ended, for pgfeldera_reconnects_total{cause}: by the kind
@@ -34,6 +35,7 @@ func TestSessionCause(t *testing.T) {
 		{"Postgres error whose text says feldera", fmt.Errorf("replication: %w", pg), CausePostgres},
 		{"connect", &pgconn.ConnectError{}, CausePostgres},
 		{"receive", fromPostgres(fmt.Errorf("receive: %w", io.ErrUnexpectedEOF)), CausePostgres},
+		{"start replication", &startup.ReplicationError{Err: fmt.Errorf("start replication on slot s: %w", io.ErrUnexpectedEOF)}, CausePostgres},
 		{"silent", &SilentError{For: time.Minute}, CausePostgres},
 		{"stream ended", ErrStreamEnded, CausePostgres},
 		{"a network error", fmt.Errorf("chunk: %w", &net.OpError{Op: "read", Err: errors.New("reset")}), CausePostgres},
