@@ -64,7 +64,7 @@ type Connector struct {
 	sink   Sink
 	logger *slog.Logger
 
-	// srv is the server the current session reached (failover.go).
+	// srv is the server the current session reached (startup.Started).
 	srv failover.Server
 	// spare: a connection for chunks startup opened, which the
 	// session's incremental snapshot takes (incsession.Spare).

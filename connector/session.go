@@ -2,25 +2,19 @@ package connector
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incsession"
-	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/stage"
 )
 
@@ -78,16 +72,6 @@ type stream struct {
 	inc *incsession.Session // the incremental snapshot under way, nil when none
 }
 
-// replicationConfig parses the DSN and asks for a logical replication
-// connection.
-func replicationConfig(dsn string) (*pgconn.Config, error) {
-	cfg, err := replconn.Config(dsn)
-	if err != nil {
-		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
-	}
-	return cfg, nil
-}
-
 func (c *Connector) session(ctx context.Context) error {
 	c.syncStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
 	p, err := c.prepare(ctx, setup.ForRun)
@@ -101,13 +85,14 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.txns.Settle(ctx); err != nil {
 		return err
 	}
-	conn, err := c.openReplication(ctx)
+	st := c.starter()
+	conn, err := st.OpenReplication(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	defer c.spare.Close()
-	if err := c.begin(ctx, p, conn); err != nil {
+	if err := c.begin(ctx, st, p, conn); err != nil {
 		return err
 	}
 	inc, err := incsession.New(ctx, c.incConfig(), p, &c.spare)
@@ -124,88 +109,11 @@ func (c *Connector) session(ctx context.Context) error {
 			}
 		}()
 	}
-	if err := c.startReplication(ctx, conn); err != nil {
+	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
+	if err := st.StartReplication(ctx, conn); err != nil {
 		return err
 	}
 	return c.newStream(p, pgSource{conn}, inc).serve(ctx)
-}
-
-// openReplication opens the replication connection with the settings
-// every session pins.
-func (c *Connector) openReplication(ctx context.Context) (*pgconn.PgConn, error) {
-	rcfg, err := replicationConfig(c.cfg.DSN)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := pgconn.ConnectConfig(ctx, rcfg)
-	if err != nil {
-		return nil, fromPostgres(fmt.Errorf("replication connection: %w", err))
-	}
-	for _, q := range replconn.PinnedGUCs {
-		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
-		}
-	}
-	return conn, nil
-}
-
-// begin decides where the session starts: which server this is, whether
-// its state can be continued, the snapshot or resnapshot the startup
-// plan needs, and the slot's confirmed position.
-func (c *Connector) begin(ctx context.Context, p *setup.Plan, conn *pgconn.PgConn) error {
-	// Which server this is (after a failover, the promoted standby): its
-	// identity decides whether the state can be continued (failover.go).
-	var err error
-	if c.srv, err = failover.Identify(ctx, conn, c.cfg.SlotFailover); err != nil {
-		return err
-	}
-	if err := c.failoverChecker().Preflight(ctx, conn, c.srv); err != nil {
-		return err
-	}
-	if err := c.startup(ctx, p, conn); err != nil {
-		return err
-	}
-	if err := failover.RecordServer(c.cfg.StateFile, c.srv); err != nil {
-		return err
-	}
-	// Positions come from the server, never from an earlier session's
-	// memory: after a failover or a slot recreated by a snapshot, the
-	// slot may be behind what this process last acknowledged, and a
-	// status update must not claim more than the slot holds.
-	confirmed, err := slotConfirmed(ctx, conn, c.cfg.Slot)
-	if err != nil {
-		return err
-	}
-	if confirmed != c.acked {
-		if c.acked != 0 {
-			c.logger.Info("session: the slot's confirmed_flush_lsn differs from this process's last acknowledgement; starting from the slot's", "confirmed_flush_lsn", confirmed, "last_acked", c.acked)
-		}
-		c.acked = confirmed
-		c.stats.Acked.Store(uint64(confirmed))
-	}
-	return nil
-}
-
-// startReplication starts streaming from the slot. messages: the
-// incremental snapshot's watermarks and resnapshot requests are logical
-// messages (others are ignored).
-func (c *Connector) startReplication(ctx context.Context, conn *pgconn.PgConn) error {
-	if c.silentEnd {
-		c.silentEnd = false
-		if err := c.endSilentWalsender(ctx, conn); err != nil {
-			return err
-		}
-	}
-	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
-		"proto_version '1'",
-		"publication_names " + replconn.QuoteLiteral(catalog.QuoteIdent(c.cfg.Publication)),
-		"messages 'true'",
-	}}
-	if err := pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, 0, opts); err != nil {
-		return fromPostgres(fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err))
-	}
-	return nil
 }
 
 // newStream is the session's loop state, starting at the slot's position.
@@ -287,32 +195,6 @@ func (s *stream) serve(ctx context.Context) error {
 	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
 	c.out.AbandonTxn()
 	return err
-}
-
-// ensureSlot creates the slot when missing. SNAPSHOT 'nothing' is always
-// written: an exported snapshot nobody uses would pin xmin.
-func (c *Connector) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
-	slot, err := replconn.ReadSlot(ctx, conn, c.cfg.Slot)
-	if err != nil || slot.Exists {
-		return err
-	}
-	if _, err := snapshot.CreateSlot(ctx, conn, c.cfg.Slot, false, c.srv.Failover); err != nil {
-		return err
-	}
-	c.logger.Info("session: created replication slot (stream only, no snapshot)")
-	return nil
-}
-
-// slotConfirmed reads the slot's confirmed_flush_lsn (0 when it has none).
-func slotConfirmed(ctx context.Context, conn *pgconn.PgConn, name string) (pglogrepl.LSN, error) {
-	slot, err := replconn.ReadSlot(ctx, conn, name)
-	if err != nil {
-		return 0, err
-	}
-	if !slot.Exists {
-		return 0, fmt.Errorf("slot %s does not exist after startup", name)
-	}
-	return slot.Confirmed, nil
 }
 
 // shutdown is the graceful stop: flush what was read, wait for completion,
