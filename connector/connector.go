@@ -131,6 +131,10 @@ type Config struct {
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
 	// outbox/txn.go).
 	Transactions string
+	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (the
+	// default: use the pipeline's progress table when it declares one),
+	// ProgressOn (require it) or ProgressOff.
+	ProgressTable string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table
 	// until all of them are in, and are computed once. Feldera takes no
@@ -247,6 +251,7 @@ type Connector struct {
 	step          atomic.Uint64
 	probed        bool // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
+	saidProgress  bool      // the absence of a progress table was logged
 	test          testHooks // zero in production; set only by export_test.go
 }
 
@@ -269,6 +274,7 @@ type testHooks struct {
 	ignoreShape      bool                            // no resnapshot when a table's shape changes (unsafe)
 	noHeartbeat      bool                            // no liveness timeout on the replication and chunk connections (unsafe)
 	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
+	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)
 }
 
 // withDefaults checks the settings New requires and fills in the
@@ -292,6 +298,9 @@ func withDefaults(cfg Config) (Config, error) {
 	case TxnAuto, TxnAlways, TxnOff:
 	default:
 		return cfg, fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
+	}
+	if err := progressDefaults(&cfg); err != nil {
+		return cfg, err
 	}
 	if cfg.BatchMaxInFlight <= 0 {
 		cfg.BatchMaxInFlight = DefaultBatchMaxInFlight

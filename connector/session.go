@@ -36,7 +36,13 @@ type stream struct {
 	interval time.Duration
 	logger   *slog.Logger
 
-	open       bool          // inside BEGIN … COMMIT
+	open bool // inside BEGIN … COMMIT
+	// skipBelow is the progress row's position when it is ahead of the
+	// slot: a source transaction whose commit starts below it is in
+	// Feldera already, and skipping says the open one is (skip.go).
+	skipBelow  pglogrepl.LSN
+	skipping   bool
+	skipped    int           // source transactions skipped
 	openRows   bool          // the filling batch holds rows of the open transaction
 	openRecs   int           // records of the open transaction decoded so far
 	openCommit pglogrepl.LSN // where the open transaction commits (BEGIN's final LSN)
@@ -127,7 +133,13 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.startReplication(ctx, conn); err != nil {
 		return err
 	}
-	return c.newStream(p, pgSource{conn}, inc).serve(ctx)
+	skip, err := c.useProgress(ctx, p)
+	if err != nil {
+		return err
+	}
+	s := c.newStream(p, pgSource{conn}, inc)
+	s.skipBelow = skip
+	return s.serve(ctx)
 }
 
 // openReplication opens the replication connection with the settings
