@@ -100,6 +100,11 @@ type Config struct {
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
 	// outbox/txn.go).
 	Transactions string
+	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (the
+	// default: use the pipeline's progress table when it declares one,
+	// unless FELDERA_TRANSACTIONS=off), ProgressOn (require it) or
+	// ProgressOff (progress.go).
+	ProgressTable string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table
 	// until all of them are in, and are computed once. Feldera takes no
@@ -187,6 +192,9 @@ func (cfg Config) WithDefaults() (Config, error) {
 	case TxnAuto, TxnAlways, TxnOff:
 	default:
 		return cfg, fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
+	}
+	if err := progressDefaults(&cfg); err != nil {
+		return cfg, err
 	}
 	if cfg.BatchMaxInFlight <= 0 {
 		cfg.BatchMaxInFlight = DefaultBatchMaxInFlight

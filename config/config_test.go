@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 		}{
 			{"AckMode", cfg.AckMode, config.AckCompleted},
 			{"Transactions", cfg.Transactions, config.TxnAuto},
+			{"ProgressTable", cfg.ProgressTable, "auto"},
 			{"SnapshotMode", cfg.SnapshotMode, config.SnapshotInitial},
 			{"BatchMaxRows", cfg.BatchMaxRows, config.DefaultBatchMaxRows},
 			{"BatchMaxBytes", cfg.BatchMaxBytes, config.DefaultBatchMaxBytes},
@@ -60,6 +62,31 @@ func TestConfig_WithDefaults(t *testing.T) {
 		_, err := cfg.WithDefaults()
 		if want := `connector: FELDERA_TRANSACTIONS="sometimes": want auto, always or off`; err == nil || err.Error() != want {
 			t.Fatalf("err = %v, want %q", err, want)
+		}
+	})
+
+	// The progress row is written inside Feldera transactions: "on"
+	// refuses them off, and "auto" is off with them.
+	t.Run("ProgressTable", func(t *testing.T) {
+		for _, c := range []struct{ txns, progress, want, err string }{
+			{"auto", "on", "on", ""},
+			{"off", "auto", "off", ""},
+			{"off", "", "off", ""},
+			{"off", "on", "", "FELDERA_PROGRESS_TABLE=on writes the progress row inside Feldera transactions"},
+			{"auto", "sometimes", "", `FELDERA_PROGRESS_TABLE="sometimes": want auto, on or off`},
+		} {
+			cfg := base
+			cfg.Transactions, cfg.ProgressTable = c.txns, c.progress
+			got, err := cfg.WithDefaults()
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Errorf("%+v: err %v, want %q", c, err, c.err)
+				}
+				continue
+			}
+			if err != nil || got.ProgressTable != c.want {
+				t.Errorf("%+v: ProgressTable %q, err %v", c, got.ProgressTable, err)
+			}
 		}
 	})
 }

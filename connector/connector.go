@@ -108,6 +108,7 @@ type Connector struct {
 	step          atomic.Uint64
 	probed        bool // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
+	saidProgress  bool      // the absence of a progress table was logged
 	test          testHooks // zero in production; set only by export_test.go
 }
 
@@ -130,6 +131,7 @@ type testHooks struct {
 	ignoreShape      bool                            // no resnapshot when a table's shape changes (unsafe)
 	noHeartbeat      bool                            // no liveness timeout on the replication and chunk connections (unsafe)
 	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
+	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)
 }
 
 // New returns a connector. It does not connect.

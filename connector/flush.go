@@ -102,7 +102,7 @@ func (s *stream) startFlush(end bool) {
 				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
 		}
 	}
-	plan := outbox.PlanTxn(s.c.cfg.Transactions, s.txnOpen, spans, b.Multi, b.Tables())
+	plan := outbox.PlanTxn(s.txnMode(), s.txnOpen, spans, b.Multi, b.Tables())
 	s.txnOpen = plan.In && !plan.End
 	crashtest.Point("after_decode")
 	s.seq++

@@ -220,6 +220,9 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 			s.received = xld.WALStart
 			s.c.stats.Received.Store(uint64(xld.WALStart))
 		}
+		if s.skip.Drops(xld.WALData) {
+			return nil // Feldera holds its transaction (skip.go)
+		}
 		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.c.bounds().Full(s.filling) && s.canPost() {
 			// A full batch is sealed when the next change arrives, not at
 			// the change that filled it: when that change was its
@@ -236,6 +239,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 }
 
 func (s *stream) event(ev *decode.Event) error {
+	s.skipAt(ev)
 	if s.inc != nil {
 		if err := s.incEvent(ev); err != nil {
 			return err

@@ -35,6 +35,7 @@ func (c *Connector) setupConfig() setup.Config {
 		DSN: c.cfg.DSN, Slot: c.cfg.Slot, Publication: c.cfg.Publication, Tables: c.cfg.Tables,
 		RequirePrimaryKey: c.cfg.RequirePrimaryKey, CheckpointWAL: c.cfg.CheckpointWAL,
 		Options: c.decodeOptions, IgnoreFilter: c.test.ignoreFilter, Logger: c.logger,
+		Progress: c.cfg.ProgressTable,
 	}
 }
 

@@ -121,10 +121,23 @@ func (s *script) push(at pglogrepl.LSN, m []byte) {
 // scripted is the session loop over a script and the Feldera double, with
 // no Postgres: the loop's rules in milliseconds.
 type scripted struct {
-	src  *script
-	fel  *felderatest.Server
-	done chan error
-	stop context.CancelFunc
+	src   *script
+	fel   *felderatest.Server
+	c     *Connector
+	done  chan error
+	stop  context.CancelFunc
+	ended sync.Once
+	err   error
+}
+
+// end stops the session and waits until it ended, once; it returns the
+// session's error.
+func (sc *scripted) end() error {
+	sc.ended.Do(func() {
+		sc.stop()
+		sc.err = <-sc.done
+	})
+	return sc.err
 }
 
 const scriptStart = pglogrepl.LSN(0x1000)
@@ -140,18 +153,23 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 type scriptOpts struct {
 	inc  func(c *Connector) *incsession.Session // the session's incremental snapshot (nil: none)
 	plan func(p *setup.Plan, c *Connector)      // changes the session's plan
+	ddl  string                                 // more tables for the double's program
+	fel  *felderatest.Server                    // the double to use (nil: a new one)
 }
 
 // runScriptedWith is runScripted with the session o describes.
 func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o scriptOpts) *scripted {
 	t.Helper()
 	fc.Pipeline = "p"
-	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
-	fel, err := felderatest.NewServer(fc)
-	if err != nil {
-		t.Fatal(err)
+	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);` + o.ddl)
+	fel := o.fel
+	if fel == nil {
+		var err error
+		if fel, err = felderatest.NewServer(fc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(fel.Close)
 	}
-	t.Cleanup(fel.Close)
 	client, err := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
 	if err != nil {
 		t.Fatal(err)
@@ -179,16 +197,19 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())
-	sc := &scripted{src: src, fel: fel, done: make(chan error, 1), stop: stop}
+	sc := &scripted{src: src, fel: fel, c: c, done: make(chan error, 1), stop: stop}
 	var is *incsession.Session
 	if o.inc != nil {
 		is = o.inc(c)
 	}
-	go func() { sc.done <- c.newStream(p, src, is).serve(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		<-sc.done
-	})
+	skip, err := c.useProgress(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.newStream(p, src, is)
+	s.skip.Below = skip
+	go func() { sc.done <- s.serve(ctx) }()
+	t.Cleanup(func() { sc.end() })
 	src.push(scriptStart, pgoutputtest.Relation(10, "public", "users", 'd', usersRel...))
 	return sc
 }

@@ -31,6 +31,7 @@ type stream struct {
 	logger   *slog.Logger
 
 	open       bool          // inside BEGIN … COMMIT
+	skip       outbox.Skip   // the source transactions Feldera holds already (skip.go)
 	openRows   bool          // the filling batch holds rows of the open transaction
 	openRecs   int           // records of the open transaction decoded so far
 	openCommit pglogrepl.LSN // where the open transaction commits (BEGIN's final LSN)
@@ -113,7 +114,13 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := st.StartReplication(ctx, conn); err != nil {
 		return err
 	}
-	return c.newStream(p, pgSource{conn}, inc).serve(ctx)
+	skip, err := c.useProgress(ctx, p)
+	if err != nil {
+		return err
+	}
+	s := c.newStream(p, pgSource{conn}, inc)
+	s.skip.Below = skip
+	return s.serve(ctx)
 }
 
 // newStream is the session's loop state, starting at the slot's position.

@@ -65,6 +65,11 @@ type Sender struct {
 	FlushSince  *atomic.Int64  // unix nanos the synchronous flush started; 0 when none
 	FlushFailed *atomic.Bool   // the last synchronous flush failed; cleared by a success
 
+	// Progress is the slot's row in the progress table, nil when none is
+	// used: the stream's Feldera transactions end with it (Send). Set per
+	// session, while no poster runs.
+	Progress *Progress
+
 	// NoFeedWait commits a Feldera transaction without waiting for its
 	// input to be fed (unsafe): a test hook, false in production, set
 	// only by connector/export_test.go.
@@ -100,6 +105,15 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	tokens, start, err := s.post(ctx, targets, b)
 	if err != nil {
 		return fail(err)
+	}
+	if plan.In && plan.End && s.Progress != nil && b.AckTo != 0 {
+		// The Feldera transaction's last record: the position of the
+		// last whole source transaction it holds, committed with it.
+		tok, err := s.postProgress(ctx, b.AckTo)
+		if err != nil {
+			return fail(err)
+		}
+		tokens = append(tokens, tok)
 	}
 	if plan.In {
 		s.Txns.Buffered(b.Total, b.Size())

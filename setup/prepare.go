@@ -24,8 +24,11 @@ import (
 type Config struct {
 	DSN, Slot, Publication string
 	Tables                 []catalog.Table
-	RequirePrimaryKey      bool  // FELDERA_REQUIRE_PRIMARY_KEY
-	CheckpointWAL          int64 // FELDERA_CHECKPOINT_WAL (see walBudget)
+	RequirePrimaryKey      bool // FELDERA_REQUIRE_PRIMARY_KEY
+	// Progress is FELDERA_PROGRESS_TABLE: ProgressAuto (""), ProgressOn
+	// or ProgressOff (progress.go).
+	Progress      string
+	CheckpointWAL int64 // FELDERA_CHECKPOINT_WAL (see walBudget)
 	// Options are the decoder's planning options for the plan's types.
 	Options func(types *catalog.Types) decode.Options
 	// IgnoreFilter reads sources without the publication's row filter:
@@ -67,6 +70,9 @@ type Plan struct {
 	WALTimeout     time.Duration
 	WALBudget      int64          // bytes of WAL waiting for a checkpoint before one is asked for; 0: none
 	Types          *catalog.Types // pg_type beyond the built-ins, for the decoder
+	// Progress is the pipeline's progress table, nil when none is used
+	// (FELDERA_PROGRESS_TABLE, progress.go).
+	Progress *feldera.Relation
 }
 
 // Mode is what a look at the prerequisites is for.
@@ -290,6 +296,10 @@ func Prepare(ctx context.Context, cfg Config, pipes Pipeliner, mode Mode) (*Plan
 	pipe, err := c.preparePipeline(ctx, p, mode, &ps)
 	if err != nil {
 		return nil, err
+	}
+	if pipe != nil && pipe.ProgramInfo != nil && mode != ForVerify {
+		p.Progress, err = progressTable(pipe.ProgramInfo.Schema, c.cfg.Progress)
+		ps.Add("FELDERA_PROGRESS_TABLE", err)
 	}
 	if p.Types, err = catalog.LoadTypes(ctx, conn, c.cfg.DSN); err != nil {
 		return nil, err

@@ -44,6 +44,7 @@ type Config struct {
 	BatchMaxInFlight    int
 	Transactions        string
 	SnapshotTxn         bool
+	ProgressTable       string
 	NullUnrepresentable bool
 	BatchLinger         time.Duration
 	SnapshotMode        string
@@ -257,6 +258,14 @@ var settings = []setting{
 				return badValue("FELDERA_TRANSACTIONS", v, "auto, always or off")
 			}
 			c.Transactions = v
+			return nil
+		}},
+	{Env: "FELDERA_PROGRESS_TABLE", Default: "auto", Help: "auto: when the pipeline declares the table pgfeldera_progress (pgfeldera ddl prints it), every flush is a Feldera transaction that ends with this slot's position in it, and a restart skips what Feldera holds instead of replaying it; on: require the table; off: ignore it",
+		parse: func(c *Config, v string) error {
+			if v != "auto" && v != "on" && v != "off" {
+				return badValue("FELDERA_PROGRESS_TABLE", v, "auto, on or off")
+			}
+			c.ProgressTable = v
 			return nil
 		}},
 	{Env: "SNAPSHOT_TRANSACTION", Default: "false", Help: "true: load the initial snapshot inside one Feldera transaction (views see no table until all are in, computed once; Feldera takes no checkpoint while it loads)",

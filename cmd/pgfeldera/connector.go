@@ -86,6 +86,7 @@ func (c *Config) connectorConfig(logger *slog.Logger) connector.Config {
 		BatchMaxInFlight:    c.BatchMaxInFlight,
 		Transactions:        c.Transactions,
 		SnapshotTransaction: c.SnapshotTxn,
+		ProgressTable:       c.ProgressTable,
 		NullUnrepresentable: c.NullUnrepresentable,
 		BatchLinger:         c.BatchLinger,
 		SnapshotMode:        c.SnapshotMode,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // runDDL prints Feldera CREATE TABLE statements for TABLES, read from the
@@ -14,7 +15,8 @@ import (
 // It needs PG_DSN, PG_PUBLICATION and TABLES; the Feldera settings are
 // not used, so FELDERA_URL and FELDERA_PIPELINE may be unset. Columns the
 // connector cannot map are printed as comments and listed on stderr; the
-// exit code is then still 0, since the printed schema is accepted.
+// exit code is then still 0, since the printed schema is accepted. The
+// progress table follows, unless FELDERA_PROGRESS_TABLE=off.
 func runDDL(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	env := func(k string) string {
 		v := getenv(k)
@@ -35,6 +37,9 @@ func runDDL(ctx context.Context, args []string, getenv func(string) string, stdo
 		return exitFatal
 	}
 	fmt.Fprint(stdout, ddl)
+	if cfg.ProgressTable != setup.ProgressOff {
+		fmt.Fprint(stdout, "\n-- pgfeldera's position, committed with the rows (FELDERA_PROGRESS_TABLE): a restart skips what Feldera holds\n"+setup.ProgressDDL)
+	}
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "pgfeldera ddl: note:", n)
 	}

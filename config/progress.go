@@ -1,0 +1,29 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pgfeldera/pgfeldera/setup"
+)
+
+// progressDefaults checks FELDERA_PROGRESS_TABLE against
+// FELDERA_TRANSACTIONS: the row is written inside Feldera transactions,
+// so "on" refuses transactions off, and "auto" is off with them.
+func progressDefaults(cfg *Config) error {
+	switch cfg.ProgressTable {
+	case "":
+		cfg.ProgressTable = setup.ProgressAuto
+	case setup.ProgressAuto, setup.ProgressOn, setup.ProgressOff:
+	default:
+		return fmt.Errorf("connector: FELDERA_PROGRESS_TABLE=%q: want auto, on or off", cfg.ProgressTable)
+	}
+	if cfg.Transactions != TxnOff {
+		return nil
+	}
+	if cfg.ProgressTable == setup.ProgressOn {
+		return errors.New("connector: FELDERA_PROGRESS_TABLE=on writes the progress row inside Feldera transactions, which FELDERA_TRANSACTIONS=off turns off: set one of them otherwise")
+	}
+	cfg.ProgressTable = setup.ProgressOff
+	return nil
+}

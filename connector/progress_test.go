@@ -1,0 +1,162 @@
+package connector
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/setup"
+)
+
+// progressTxns are source transactions: the keys each inserts, by the
+// end LSN of its commit record.
+var progressTxns = []struct {
+	commit, end pglogrepl.LSN
+	ids         []string
+}{
+	{0x2000, 0x2010, []string{"1", "2"}},
+	{0x3000, 0x3010, []string{"3"}},
+	{0x4000, 0x4010, []string{"4", "5", "6"}},
+	{0x5000, 0x5010, []string{"7"}},
+}
+
+// withProgress is a scripted session whose pipeline declares the progress
+// table.
+func withProgress(fel *felderatest.Server) scriptOpts {
+	return scriptOpts{ddl: setup.ProgressDDL, fel: fel, plan: func(p *setup.Plan, c *Connector) {
+		rel := felderatest.MustParseDDL(setup.ProgressDDL)[0]
+		p.Progress = &rel
+	}}
+}
+
+// progressOf is the progress row of slot s in a state of the double.
+func progressOf(rows []felderatest.Row) pglogrepl.LSN {
+	for _, r := range rows {
+		if string(r["slot"]) == `"s"` {
+			n, _ := strconv.ParseUint(string(r["lsn"]), 10, 64)
+			return pglogrepl.LSN(n)
+		}
+	}
+	return 0
+}
+
+// Every state the pipeline shows holds exactly the source transactions at
+// or below its progress row: the row is the last record of the Feldera
+// transaction that carries their rows. A transaction cut across batches
+// (BATCH_MAX_ROWS=2) keeps its Feldera transaction open until its COMMIT.
+func TestScripted_ProgressRowCommittedWithTheData(t *testing.T) {
+	var mu sync.Mutex
+	var bad []string
+	states := 0
+	fc := felderatest.Config{OnState: func(v felderatest.View) {
+		p := progressOf(v.Rows("pgfeldera_progress"))
+		var want []string
+		for _, tx := range progressTxns {
+			if tx.end <= p {
+				want = append(want, tx.ids...)
+			}
+		}
+		var got []string
+		for _, r := range v.Rows("users") {
+			got = append(got, string(r["id"]))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		mu.Lock()
+		defer mu.Unlock()
+		states++
+		if !slices.Equal(got, want) {
+			bad = append(bad, fmt.Sprintf("progress %s, users %v", p, got))
+		}
+	}}
+	fel, err := felderatest.NewServer(withPipeline(fc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fel.Close()
+	sc := runScriptedWith(t, fc, func(c *Config) { c.BatchMaxRows = 2 }, withProgress(fel))
+	for _, tx := range progressTxns {
+		sc.transaction(tx.commit, tx.end, tx.ids...)
+	}
+	sc.src.waitFlushed(t, 0x5010)
+	if p := progressOf(fel.Rows("pgfeldera_progress")); p != 0x5010 {
+		t.Fatalf("progress row %s after the last transaction, want 0/5010", p)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 || states == 0 {
+		t.Fatalf("%d of %d states hold other transactions than their progress row says: %v", len(bad), states, bad)
+	}
+}
+
+// A session that finds the progress row ahead of the slot skips, whole,
+// the source transactions Feldera holds: a replay sends none of them
+// again. The unsafe variant (noSkip) sends them again, which the test
+// sees.
+func TestScripted_ProgressSkipsWhatFelderaHolds(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "skip", true: "noSkip"}[unsafe], func(t *testing.T) {
+			fc := withPipeline(felderatest.Config{})
+			fel, err := felderatest.NewServer(fc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fel.Close()
+			first := runScriptedWith(t, fc, nil, withProgress(fel))
+			for _, tx := range progressTxns[:3] {
+				first.transaction(tx.commit, tx.end, tx.ids...)
+			}
+			first.src.waitFlushed(t, 0x4010)
+			first.end()
+			// The slot never heard of it: the next session replays from
+			// its start.
+			o := withProgress(fel)
+			second := runScriptedWith(t, fc, nil, scriptOptsUnsafe(o, unsafe))
+			for _, tx := range progressTxns {
+				second.transaction(tx.commit, tx.end, tx.ids...)
+			}
+			second.src.waitFlushed(t, 0x5010)
+			again := 0
+			for id, n := range fel.InsertsByKey("users") {
+				if n > 1 {
+					again += n - 1
+				}
+				if n == 0 {
+					t.Fatalf("key %s never sent", id)
+				}
+			}
+			if n := fel.Len("users"); n != 7 {
+				t.Fatalf("Feldera holds %d rows, want 7", n)
+			}
+			switch {
+			case !unsafe && again != 0:
+				t.Fatalf("%d rows Feldera held were sent again", again)
+			case unsafe && again != 6:
+				t.Fatalf("without the skip, %d rows were sent again, want 6: the test cannot see a replay", again)
+			}
+		})
+	}
+}
+
+// scriptOptsUnsafe sets the noSkip hook on the session o starts.
+func scriptOptsUnsafe(o scriptOpts, unsafe bool) scriptOpts {
+	plan := o.plan
+	o.plan = func(p *setup.Plan, c *Connector) {
+		plan(p, c)
+		c.test.noSkip = unsafe
+	}
+	return o
+}
+
+// withPipeline is fc as runScriptedWith configures it, with the progress
+// table.
+func withPipeline(fc felderatest.Config) felderatest.Config {
+	fc.Pipeline = "p"
+	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);` + setup.ProgressDDL)
+	return fc
+}

@@ -1,0 +1,80 @@
+package setup
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+)
+
+// The progress table (FELDERA_PROGRESS_TABLE): a table of the Feldera
+// pipeline where pgfeldera keeps, per slot, the end LSN of the last whole
+// source transaction Feldera holds, written in the same Feldera
+// transaction as the rows. A session reads it first and skips what
+// Feldera holds (outbox/progress.go). The user declares it; `pgfeldera
+// ddl` prints it.
+const (
+	ProgressTable = "pgfeldera_progress"
+	// ProgressDDL declares it. Columns added to it must be nullable: the
+	// connector writes only these two.
+	ProgressDDL = "CREATE TABLE pgfeldera_progress (\n  slot VARCHAR NOT NULL PRIMARY KEY,\n  lsn BIGINT NOT NULL\n) WITH ('materialized' = 'true');\n"
+)
+
+// FELDERA_PROGRESS_TABLE values: auto uses the table when the pipeline
+// declares it, on requires it, off ignores it.
+const (
+	ProgressAuto = "auto"
+	ProgressOn   = "on"
+	ProgressOff  = "off"
+)
+
+// progressTable is the pipeline's progress table under setting, nil when
+// none is used; an error refuses a table declared with another shape, or
+// none under "on".
+func progressTable(schema feldera.ProgramSchema, setting string) (*feldera.Relation, error) {
+	if setting == ProgressOff {
+		return nil, nil
+	}
+	rel, ok := schema.Input(ProgressTable)
+	if !ok {
+		if setting == ProgressOn {
+			return nil, Refuse("FELDERA_PROGRESS_TABLE", "FELDERA_PROGRESS_TABLE=on, but the pipeline declares no table "+ProgressTable,
+				"add to the pipeline's program: "+strings.ReplaceAll(strings.TrimSpace(ProgressDDL), "\n", " "))
+		}
+		return nil, nil
+	}
+	if why := progressShape(rel); why != "" {
+		return nil, Refuse("FELDERA_PROGRESS_TABLE", "Feldera table "+ProgressTable+" cannot hold pgfeldera's progress: "+why,
+			"declare it as "+strings.ReplaceAll(strings.TrimSpace(ProgressDDL), "\n", " ")+" (columns added to it must be nullable), or set FELDERA_PROGRESS_TABLE=off")
+	}
+	return &rel, nil
+}
+
+// progressShape says what keeps rel from being the progress table: it
+// needs slot VARCHAR, its only key, and lsn BIGINT NOT NULL; any other
+// column must take NULL, since pgfeldera writes only those two.
+func progressShape(rel feldera.Relation) string {
+	found := map[string]bool{}
+	for _, f := range rel.Fields {
+		name := f.CanonicalName()
+		switch {
+		case name == "slot" && f.ColumnType.Type != "VARCHAR":
+			return fmt.Sprintf("column slot is %s, want VARCHAR", f.ColumnType.Type)
+		case name == "lsn" && (f.ColumnType.Type != "BIGINT" || f.ColumnType.Nullable):
+			return fmt.Sprintf("column lsn is %s, want BIGINT NOT NULL", f.ColumnType.Type)
+		case name != "slot" && name != "lsn" && !f.ColumnType.Nullable && f.Default == nil:
+			return fmt.Sprintf("column %s is NOT NULL without a default, and pgfeldera writes only slot and lsn", name)
+		}
+		found[name] = true
+	}
+	for _, want := range []string{"slot", "lsn"} {
+		if !found[want] {
+			return "it has no column " + want
+		}
+	}
+	if !slices.Equal(rel.PrimaryKey, []string{"slot"}) {
+		return fmt.Sprintf("its primary key is (%s), want (slot): one row per slot, upserted", strings.Join(rel.PrimaryKey, ", "))
+	}
+	return ""
+}
