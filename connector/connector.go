@@ -132,6 +132,7 @@ type testHooks struct {
 	noHeartbeat      bool                            // no liveness timeout on the replication and chunk connections (unsafe)
 	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
 	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)
+	noReset          bool                            // keep the progress row when a new slot starts (unsafe)
 }
 
 // New returns a connector. It does not connect.

@@ -120,6 +120,11 @@ func IgnoreShapeChanges(c *Connector) { c.test.ignoreShape = true }
 // shows the wait is what keeps a source transaction whole.
 func SkipFeedWait(c *Connector) { c.out.NoFeedWait = true }
 
+// KeepProgressRow makes a new slot start without resetting the progress
+// row to its consistent point: the unsafe variant the tests show skipping
+// what the new slot streams, when the row lies past its start.
+func KeepProgressRow(c *Connector) { c.test.noReset = true }
+
 // IgnoreTransactionLeftOpen makes the connector ignore the Feldera
 // transaction the fence file says a crashed process left open: the unsafe
 // variant that shows settling it first is what lets the restart start its

@@ -202,7 +202,8 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	if o.inc != nil {
 		is = o.inc(c)
 	}
-	skip, err := c.useProgress(ctx, p)
+	c.setProgress(p)
+	skip, err := c.readProgress(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}

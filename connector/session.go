@@ -87,6 +87,9 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	st := c.starter()
+	if c.setProgress(p) && !c.test.noReset {
+		st.ResetProgress = c.out.PutProgress
+	}
 	conn, err := st.OpenReplication(ctx)
 	if err != nil {
 		return err
@@ -110,12 +113,12 @@ func (c *Connector) session(ctx context.Context) error {
 			}
 		}()
 	}
-	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
-	if err := st.StartReplication(ctx, conn); err != nil {
+	skip, err := c.readProgress(ctx, p)
+	if err != nil {
 		return err
 	}
-	skip, err := c.useProgress(ctx, p)
-	if err != nil {
+	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
+	if err := st.StartReplication(ctx, conn); err != nil {
 		return err
 	}
 	s := c.newStream(p, pgSource{conn}, inc)

@@ -32,9 +32,9 @@ func (s *stream) txnMode() string {
 	return s.c.cfg.Transactions
 }
 
-// useProgress sets the Sender's progress row for the session p plans and
-// reads it: the position the session skips below (0: none).
-func (c *Connector) useProgress(ctx context.Context, p *setup.Plan) (pglogrepl.LSN, error) {
+// setProgress sets the Sender's progress row for the session p plans,
+// and reports whether there is one.
+func (c *Connector) setProgress(p *setup.Plan) bool {
 	if p.Progress == nil {
 		c.out.Progress = nil
 		if !c.saidProgress {
@@ -45,9 +45,18 @@ func (c *Connector) useProgress(ctx context.Context, p *setup.Plan) (pglogrepl.L
 			}
 			c.logger.Info("progress: " + why + ": after a restart pgfeldera replays from the slot what Feldera may hold already (at least once)")
 		}
-		return 0, nil
+		return false
 	}
 	c.out.Progress = &outbox.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
+	return true
+}
+
+// readProgress reads the session's progress row: the position the session
+// skips below (0: none).
+func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.LSN, error) {
+	if c.out.Progress == nil {
+		return 0, nil
+	}
 	lsn, found, err := c.out.ReadProgress(ctx)
 	if err != nil || !found {
 		return 0, err

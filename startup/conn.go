@@ -11,7 +11,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // replicationConfig parses the DSN and asks for a logical replication
@@ -87,7 +86,7 @@ func (s *Starter) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	if err != nil || slot.Exists {
 		return err
 	}
-	if _, err := snapshot.CreateSlot(ctx, conn, s.Slot, false, s.srv.Failover); err != nil {
+	if _, err := s.createSlot(ctx, conn, false); err != nil {
 		return err
 	}
 	s.Logger.Info("session: created replication slot (stream only, no snapshot)")

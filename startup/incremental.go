@@ -36,7 +36,7 @@ func (s *Starter) startIncremental(ctx context.Context, p *setup.Plan, rconn *pg
 	if err != nil {
 		return err
 	}
-	created, err := snapshot.CreateSlot(ctx, rconn, s.Slot, false, s.srv.Failover)
+	created, err := s.createSlot(ctx, rconn, false)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 	if s.Inconsistent {
 		s.Logger.Warn("SNAPSHOT_MODE=inconsistent: copying BEFORE creating the slot; rows committed in between are LOST. Use only to demonstrate that loss.")
 	} else {
-		created, err := snapshot.CreateSlot(ctx, rconn, s.Slot, true, s.srv.Failover)
+		created, err := s.createSlot(ctx, rconn, true)
 		if err != nil {
 			return err
 		}
@@ -47,7 +47,7 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 		s.Hooks.AfterCopy()
 	}
 	if s.Inconsistent {
-		if _, err := snapshot.CreateSlot(ctx, rconn, s.Slot, false, s.srv.Failover); err != nil {
+		if _, err := s.createSlot(ctx, rconn, false); err != nil {
 			return err
 		}
 	}

@@ -54,8 +54,11 @@ type Starter struct {
 	Progress     *atomic.Int64
 	// PublishGate publishes the gate a journal gap moved (reconcile).
 	PublishGate func(delivery.Gate)
-	Logger      *slog.Logger
-	Hooks       Hooks
+	// ResetProgress writes the progress row at lsn and waits for it (nil:
+	// the pipeline has no progress table; progress.go).
+	ResetProgress func(ctx context.Context, lsn pglogrepl.LSN) error
+	Logger        *slog.Logger
+	Hooks         Hooks
 
 	srv   failover.Server  // the server Begin reached
 	spare incsession.Spare // the connection for chunks an incremental start opened
@@ -102,6 +105,9 @@ func (s *Starter) begin(ctx context.Context, p *setup.Plan, conn *pgconn.PgConn)
 		return 0, err
 	}
 	if err := s.failoverChecker().Preflight(ctx, conn, s.srv); err != nil {
+		return 0, err
+	}
+	if err := s.serverMoved(ctx, conn); err != nil {
 		return 0, err
 	}
 	if err := s.startup(ctx, p, conn); err != nil {
