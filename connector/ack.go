@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
@@ -136,17 +137,9 @@ func (s *stream) publishWait() {
 // transaction at its commit), and a fork exactly there leaves that commit
 // out: its end lies at least one byte further.
 func (s *stream) noteSent(openRows bool) {
-	if high := sentBound(s.received, s.openCommit, openRows); high > s.c.sentHigh {
+	if high := failover.SentBound(s.received, s.openCommit, openRows); high > s.c.sentHigh {
 		s.c.sentHigh = high
 	}
-}
-
-// sentBound is noteSent's rule: the position a batch's commits end by.
-func sentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN {
-	if openRows && openCommit+1 > received {
-		return openCommit + 1
-	}
-	return received
 }
 
 // advance publishes the ledger's position: the stages' clock, the
@@ -210,17 +203,4 @@ func (s *stream) heartbeat(now time.Time) (time.Time, error) {
 		return at, s.statusAsking(true)
 	}
 	return at, nil
-}
-
-// idleKeepalive reports whether a keepalive that found nothing pending
-// (nothing open, buffered or in flight) shows the session idle, which
-// restarts the NO_PROGRESS_TIMEOUT clock: only once the server has sent
-// everything it had when the session began (walEnd, the keepalive's
-// position, at or past startEnd). PostgreSQL 18.4 sends a keepalive at
-// the slot's confirmed position as streaming starts, before the WAL after
-// it; taken as idle, it restarted the clock at every reconnect, and a
-// Feldera that never completed kept the process reconnecting forever
-// instead of exiting 1 (TestBinary_NoProgressTimeoutExits1 on 18.4).
-func idleKeepalive(walEnd, startEnd pglogrepl.LSN) bool {
-	return walEnd >= startEnd
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/incremental"
-	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/load"
+	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
 // run is the session's loop: apply what the session's goroutines
@@ -22,8 +23,8 @@ import (
 // connection until the next thing is due.
 func (s *stream) run(ctx context.Context) error {
 	var ev decode.Event
-	var rc recvCtx
-	defer rc.release()
+	var rc replconn.RecvCtx
+	defer rc.Release()
 	s.nextStatus = time.Now()
 	for {
 		if ctx.Err() != nil {
@@ -138,14 +139,14 @@ func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
 
 // receive reads one message, or returns at deadline (or when base is
 // canceled: an event or a lost pipeline) with nothing read.
-func (s *stream) receive(ctx context.Context, rc *recvCtx, base context.Context, deadline time.Time, ev *decode.Event) error {
-	msg, err := s.src.ReceiveMessage(rc.get(base, deadline))
+func (s *stream) receive(ctx context.Context, rc *replconn.RecvCtx, base context.Context, deadline time.Time, ev *decode.Event) error {
+	msg, err := s.src.ReceiveMessage(rc.Get(base, deadline))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // shutdown at the top of the loop
 		}
 		if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			rc.release()
+			rc.Release()
 			return nil
 		}
 		return fromPostgres(fmt.Errorf("receive: %w", err))
@@ -160,31 +161,6 @@ func (s *stream) receive(ctx context.Context, rc *recvCtx, base context.Context,
 		return ErrStreamEnded
 	}
 	return nil // NoticeResponse and friends: nothing to do
-}
-
-// recvCtx reuses one deadline context across receives while the deadline
-// and the base context stay the same, instead of one per message.
-type recvCtx struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	base     context.Context
-	deadline time.Time
-}
-
-func (r *recvCtx) get(base context.Context, deadline time.Time) context.Context {
-	if r.ctx == nil || r.ctx.Err() != nil || r.base != base || !deadline.Equal(r.deadline) {
-		r.release()
-		r.ctx, r.cancel = context.WithDeadline(base, deadline)
-		r.base, r.deadline = base, deadline
-	}
-	return r.ctx
-}
-
-func (r *recvCtx) release() {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.ctx, r.cancel = nil, nil
 }
 
 func (s *stream) handle(data []byte, ev *decode.Event) error {
@@ -202,7 +178,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// to unpublished tables move the WAL head too).
 		idle := !s.pending()
 		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), time.Now())
-		if idle && idleKeepalive(pkm.ServerWALEnd, s.startEnd) {
+		if idle && replconn.IdleKeepalive(pkm.ServerWALEnd, s.startEnd) {
 			s.c.healthy = time.Now()
 		}
 		if pkm.ReplyRequested && !moved {
@@ -301,7 +277,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	for i, r := range rels {
 		names[i] = r.Target.Qualified()
 	}
-	rels, err := truncatedRoutes(rels, s.groups)
+	rels, err := load.TruncatedRoutes(rels, s.groups)
 	if err != nil {
 		return err
 	}
@@ -346,29 +322,6 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 		s.publishWait()
 	}
 	return nil
-}
-
-// truncatedRoutes is the first truncated source of each Feldera table a
-// TRUNCATE message empties (it lists each relation once). Leaf partitions
-// sharing a Feldera table (groups, per route): a TRUNCATE of all of them
-// (of their root) empties the table; a TRUNCATE of only some cannot be
-// retracted, because Feldera cannot tell which of its rows came from
-// which leaf. That is refused rather than guessed.
-func truncatedRoutes(rels []*decode.Rel, groups [][]int) ([]*decode.Rel, error) {
-	perRoute := map[int]int{}
-	var once []*decode.Rel
-	for _, r := range rels {
-		if perRoute[r.Target.Route]++; perRoute[r.Target.Route] == 1 {
-			once = append(once, r)
-		}
-	}
-	for _, r := range rels {
-		if n := len(groups[r.Target.Route]); perRoute[r.Target.Route] < n {
-			return nil, fatal.Wrap(fmt.Errorf("TRUNCATE of %s, one of %d partitions that share Feldera table %s: pgfeldera cannot retract only that partition's rows: resnapshot the table (pgfeldera resnapshot with its partitions), and TRUNCATE the partitioned table rather than one partition",
-				r.Target.Qualified(), n, r.Target.Dest.Name))
-		}
-	}
-	return once, nil
 }
 
 // emit hands an event to the stream loop and wakes it.

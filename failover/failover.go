@@ -294,3 +294,15 @@ func StandbySlots(ctx context.Context, dsn, slot string) []StandbySlot {
 	}
 	return out
 }
+
+// SentBound is the position the commits of a batch sent now end by
+// (connector's noteSent): received is the last WAL position read,
+// openCommit the open transaction's commit record's start, and openRows
+// whether the batch holds rows of it, which arrive at that record's start
+// (a fork exactly there leaves that commit out).
+func SentBound(received, openCommit pglogrepl.LSN, openRows bool) pglogrepl.LSN {
+	if openRows && openCommit+1 > received {
+		return openCommit + 1
+	}
+	return received
+}

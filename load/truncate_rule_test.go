@@ -1,4 +1,4 @@
-package connector
+package load
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // A TRUNCATE empties a Feldera table only when it truncates every source
@@ -29,9 +30,9 @@ func TestTruncatedRoutes(t *testing.T) {
 		{"one leaf of two", []*decode.Rel{m1}, nil, `TRUNCATE of public.m_1, one of 2 partitions that share Feldera table m`},
 		{"one leaf beside another table", []*decode.Rel{u, m2}, nil, `TRUNCATE of public.m_2`},
 	} {
-		got, err := truncatedRoutes(c.rels, groups)
+		got, err := TruncatedRoutes(c.rels, groups)
 		if c.refused != "" {
-			if err == nil || !isFatal(err) || !strings.Contains(err.Error(), c.refused) {
+			if err == nil || !fatal.Is(err) || !strings.Contains(err.Error(), c.refused) {
 				t.Errorf("%s: %v, want a fatal refusal naming %q", c.name, err, c.refused)
 			}
 			continue

@@ -1,4 +1,4 @@
-package connector
+package failover
 
 import (
 	"testing"
@@ -25,7 +25,7 @@ func TestSentBound(t *testing.T) {
 		{"an open transaction with no rows in the batch", commit, false, commit, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := sentBound(tc.received, commit, tc.openRows) > tc.fork; got != tc.phantom {
+			if got := SentBound(tc.received, commit, tc.openRows) > tc.fork; got != tc.phantom {
 				t.Fatalf("past the fork = %v, want %v", got, tc.phantom)
 			}
 		})
