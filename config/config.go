@@ -100,10 +100,10 @@ type Config struct {
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
 	// outbox/txn.go).
 	Transactions string
-	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (the
-	// default: use the pipeline's progress table when it declares one,
-	// unless FELDERA_TRANSACTIONS=off), ProgressOn (require it) or
-	// ProgressOff (progress.go).
+	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (use the
+	// pipeline's progress table when it declares one, unless
+	// FELDERA_TRANSACTIONS=off), ProgressOn (require it) or ProgressOff
+	// (the default while the feature is being built; progress.go).
 	ProgressTable string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table

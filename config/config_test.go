@@ -23,7 +23,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 		}{
 			{"AckMode", cfg.AckMode, config.AckCompleted},
 			{"Transactions", cfg.Transactions, config.TxnAuto},
-			{"ProgressTable", cfg.ProgressTable, "auto"},
+			{"ProgressTable", cfg.ProgressTable, "off"},
 			{"SnapshotMode", cfg.SnapshotMode, config.SnapshotInitial},
 			{"BatchMaxRows", cfg.BatchMaxRows, config.DefaultBatchMaxRows},
 			{"BatchMaxBytes", cfg.BatchMaxBytes, config.DefaultBatchMaxBytes},

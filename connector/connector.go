@@ -133,6 +133,7 @@ type testHooks struct {
 	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
 	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)
 	noReset          bool                            // keep the progress row when a new slot starts (unsafe)
+	noWALEndGuard    bool                            // skip below a progress row past the server's WAL end (unsafe)
 }
 
 // New returns a connector. It does not connect.

@@ -120,10 +120,15 @@ func IgnoreShapeChanges(c *Connector) { c.test.ignoreShape = true }
 // shows the wait is what keeps a source transaction whole.
 func SkipFeedWait(c *Connector) { c.out.NoFeedWait = true }
 
-// KeepProgressRow makes a new slot start without resetting the progress
-// row to its consistent point: the unsafe variant the tests show skipping
-// what the new slot streams, when the row lies past its start.
+// KeepProgressRow makes a new slot start without clearing the progress
+// row, and TrustProgressRow makes a session skip below a row past the
+// server's WAL end: together, the unsafe variant the tests show skipping
+// what a new slot streams when the row holds a position of another
+// history.
 func KeepProgressRow(c *Connector) { c.test.noReset = true }
+
+// TrustProgressRow: see KeepProgressRow.
+func TrustProgressRow(c *Connector) { c.test.noWALEndGuard = true }
 
 // IgnoreTransactionLeftOpen makes the connector ignore the Feldera
 // transaction the fence file says a crashed process left open: the unsafe

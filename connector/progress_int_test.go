@@ -11,20 +11,25 @@ import (
 )
 
 // The progress row holds a position in the history of the slot that
-// wrote it, and a new slot starts at its consistent point, which after a
-// failover may lie below the row. Here the row is set far ahead (as a
-// fork before it leaves it) and the slot dropped while pgfeldera is
-// stopped: the resnapshot's new slot resets the row to its start, and a
-// change after it arrives. Without the reset (the unsafe variant) the
-// change is skipped as if Feldera held it, and lost.
-func TestProgress_NewSlotResetsTheRow(t *testing.T) {
+// wrote it; a row of another history (a failover's old timeline) must
+// skip nothing. Here the row is set far ahead and the slot dropped while
+// pgfeldera is stopped, so the restart resnapshots into a new slot and
+// then streams a change. Two guards keep that change: the row is cleared
+// before a slot is created, and a row past the server's WAL end is not
+// used. Each alone keeps it; without both (the unsafe variant) the change
+// is skipped as if Feldera held it, and lost.
+func TestProgress_RowOfAnotherHistorySkipsNothing(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
-	for _, unsafe := range []bool{false, true} {
-		t.Run(map[bool]string{false: "reset", true: "keepRow"}[unsafe], func(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		clear, guard bool
+	}{{"clear", true, false}, {"walEnd", false, true}, {"neither", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, mixedPG, mixedFeldera+setup.ProgressDDL)
 			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
 			cfg := e.snapshotConfig("users")
+			cfg.ProgressTable = setup.ProgressOn
 			r := e.start(cfg)
 			e.waitSlot()
 			e.exec("INSERT INTO users VALUES (500, 'streamed', 0)")
@@ -40,11 +45,14 @@ func TestProgress_NewSlotResetsTheRow(t *testing.T) {
 			}
 			e.dropSlot(e.slot)
 
-			c := e.newConnector(cfg, e.client)
-			if unsafe {
-				connector.KeepProgressRow(c)
+			conn := e.newConnector(cfg, e.client)
+			if !c.clear {
+				connector.KeepProgressRow(conn)
 			}
-			r = e.run(c)
+			if !c.guard {
+				connector.TrustProgressRow(conn)
+			}
+			r = e.run(conn)
 			e.waitLog("snapshot: complete", 60*time.Second)
 			e.waitSlot()
 			e.exec("INSERT INTO users VALUES (501, 'after the new slot', 0)")
@@ -52,14 +60,13 @@ func TestProgress_NewSlotResetsTheRow(t *testing.T) {
 			if err := r.stop(t); err != nil {
 				t.Fatal(err)
 			}
-			got := e.fel.Len("users")
-			if unsafe {
-				if got != 101 {
-					t.Fatalf("without the reset Feldera holds %d rows, want 101 (the change after the new slot skipped): the test cannot see the loss", got)
-				}
+			if c.clear || c.guard {
+				e.assertEqual("users", "users")
 				return
 			}
-			e.assertEqual("users", "users")
+			if got := e.fel.Len("users"); got != 101 {
+				t.Fatalf("without either guard Feldera holds %d rows, want 101 (the change after the new slot skipped): the test cannot see the loss", got)
+			}
 		})
 	}
 }

@@ -143,12 +143,14 @@ func TestScripted_ProgressSkipsWhatFelderaHolds(t *testing.T) {
 	}
 }
 
-// scriptOptsUnsafe sets the noSkip hook on the session o starts.
+// scriptOptsUnsafe sets the noSkip hook on the session o starts, whose
+// server's WAL end (when it began) lies past every transaction replayed.
 func scriptOptsUnsafe(o scriptOpts, unsafe bool) scriptOpts {
 	plan := o.plan
 	o.plan = func(p *setup.Plan, c *Connector) {
 		plan(p, c)
 		c.test.noSkip = unsafe
+		c.srv.WALEnd = 0x6000
 	}
 	return o
 }

@@ -191,10 +191,10 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
 	p := &setup.Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
 		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
+	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	if o.plan != nil {
 		o.plan(p, c)
 	}
-	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	src := newScript()
 	ctx, stop := context.WithCancel(context.Background())
 	sc := &scripted{src: src, fel: fel, c: c, done: make(chan error, 1), stop: stop}

@@ -17,11 +17,10 @@ import (
 // (outbox.Skip).
 //
 // The skipped transactions' COMMITs reach the ledger as COMMITs with
-// nothing buffered. Under the checkpoint gate the row may be in
-// Feldera's state and not yet in a checkpoint, so the session writes the
-// row again before it streams (Sender.PutProgress): the step that
-// completes it enters the step watermark, and nothing skipped is
-// acknowledged before a checkpoint covers it.
+// nothing buffered: under the completion gate, what Feldera completed is
+// durable (exactly_once) or lost with all of Feldera's state (no fault
+// tolerance, which a restart resnapshots), so they are acknowledged at
+// once. The checkpoint gate does not use the row yet (setProgress).
 
 // txnMode is the session's FELDERA_TRANSACTIONS: with the progress row,
 // every flush is a Feldera transaction that ends with it.
@@ -33,22 +32,30 @@ func (s *stream) txnMode() string {
 }
 
 // setProgress sets the Sender's progress row for the session p plans,
-// and reports whether there is one.
+// and reports whether there is one. Under the checkpoint gate
+// (at_least_once) none is used yet: the row a session reads may be in
+// Feldera's state and in no checkpoint, and the step a skip would have to
+// wait for is not known without a write that a Feldera restart in between
+// could plant in an older state (docs/exactly-once-design.md).
 func (c *Connector) setProgress(p *setup.Plan) bool {
-	if p.Progress == nil {
-		c.out.Progress = nil
-		if !c.saidProgress {
-			c.saidProgress = true
-			why := "the pipeline declares no progress table (" + setup.ProgressTable + "; `pgfeldera ddl` prints it)"
-			if c.cfg.ProgressTable == setup.ProgressOff {
-				why = "the progress table is off (FELDERA_PROGRESS_TABLE=off, or FELDERA_TRANSACTIONS=off)"
-			}
-			c.logger.Info("progress: " + why + ": after a restart pgfeldera replays from the slot what Feldera may hold already (at least once)")
-		}
-		return false
+	c.out.Progress = nil
+	why := ""
+	switch {
+	case p.Progress != nil && p.Gate == GateCheckpoint:
+		why = "the pipeline's fault tolerance is at_least_once, under which the progress table is not used yet"
+	case p.Progress != nil:
+		c.out.Progress = &outbox.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
+		return true
+	case c.cfg.ProgressTable == setup.ProgressOff:
+		why = "the progress table is off (FELDERA_PROGRESS_TABLE=off, the default, or FELDERA_TRANSACTIONS=off)"
+	default:
+		why = "the pipeline declares no progress table (" + setup.ProgressTable + "; `pgfeldera ddl` prints it)"
 	}
-	c.out.Progress = &outbox.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
-	return true
+	if !c.saidProgress {
+		c.saidProgress = true
+		c.logger.Info("progress: " + why + ": after a restart pgfeldera replays from the slot what Feldera may hold already (at least once)")
+	}
+	return false
 }
 
 // readProgress reads the session's progress row: the position the session
@@ -61,15 +68,16 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 	if err != nil || !found {
 		return 0, err
 	}
-	if lsn <= c.acked || c.test.noSkip {
+	switch {
+	case lsn <= c.acked || c.test.noSkip:
 		return 0, nil // the slot is there already: nothing to skip
+	case lsn > c.srv.WALEnd && !c.test.noWALEndGuard:
+		// Past everything the server wrote: a position of another history
+		// (a failover the start did not see). Nothing is skipped.
+		c.logger.Warn("progress: the progress row lies past the server's WAL end, so it belongs to another history (a failover?): nothing is skipped, and the slot replays", "progress_lsn", lsn, "wal_end", c.srv.WALEnd)
+		return 0, nil
 	}
 	c.logger.Info("progress: Feldera holds the source transactions up to the progress row, past the slot's position: skipping them", "progress_lsn", lsn, "confirmed_flush_lsn", c.acked)
-	if p.Gate == GateCheckpoint {
-		if err := c.out.PutProgress(ctx, lsn); err != nil {
-			return 0, err
-		}
-	}
 	return lsn, nil
 }
 

@@ -108,7 +108,14 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	}
 	if plan.In && plan.End && s.Progress != nil && b.AckTo != 0 {
 		// The Feldera transaction's last record: the position of the
-		// last whole source transaction it holds, committed with it.
+		// last whole source transaction it holds, committed with it. It
+		// is posted once Feldera has fed every row before it: under
+		// exactly_once a restart commits the journaled part of an open
+		// transaction (DURABILITY.md §1.4), and a row fed before the
+		// rows it covers would be committed without them.
+		if err := s.absorbedUnlessHooked(ctx); err != nil {
+			return fail(err)
+		}
 		tok, err := s.postProgress(ctx, b.AckTo)
 		if err != nil {
 			return fail(err)

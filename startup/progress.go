@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -16,45 +15,39 @@ import (
 // with another history must never meet it: a new slot (a snapshot, a
 // resnapshot, a slot created for SNAPSHOT_MODE=never) starts at its
 // consistent point, which may lie below the row after a failover (a fork
-// before the row's position) even on the same server; and a promoted
-// standby's positions past the fork are not the old primary's. So the
-// row is reset to the new slot's start right after the slot is created,
-// before the state file records the slot, and to the slot's confirmed
-// position when the server is not the one the state file last recorded:
-// a crash in between finds the same reason again at the next start.
+// before the row's position); and a promoted standby's positions past the
+// fork are not the old primary's. So the row is cleared (set to 0: skip
+// nothing) before a slot is created, and when the server is not the one
+// the state file last recorded. Cleared first, a crash anywhere after
+// leaves a row that skips nothing; the stream's first Feldera
+// transaction writes it again.
 
-// createSlot creates the session's slot (export: with an exported
-// snapshot) and resets the progress row to its consistent point.
+// createSlot clears the progress row, then creates the session's slot
+// (export: with an exported snapshot).
 func (s *Starter) createSlot(ctx context.Context, conn *pgconn.PgConn, export bool) (snapshot.Created, error) {
-	created, err := snapshot.CreateSlot(ctx, conn, s.Slot, export, s.srv.Failover)
-	if err != nil || s.ResetProgress == nil {
-		return created, err
+	if s.ResetProgress != nil {
+		if err := s.ResetProgress(ctx, 0); err != nil {
+			return snapshot.Created{}, fmt.Errorf("clear the progress row before creating slot %s: %w", s.Slot, err)
+		}
+		s.Logger.Info("progress: cleared the progress row: a new slot starts another history")
 	}
-	if err := s.ResetProgress(ctx, created.ConsistentPoint); err != nil {
-		return created, fmt.Errorf("reset the progress row to the new slot's start %s: %w", created.ConsistentPoint, err)
-	}
-	s.Logger.Info("progress: the progress row starts at the new slot's consistent point", "lsn", created.ConsistentPoint)
-	return created, nil
+	return snapshot.CreateSlot(ctx, conn, s.Slot, export, s.srv.Failover)
 }
 
-// serverMoved resets the progress row to the slot's confirmed position
-// when the state file last recorded another server or timeline (a
-// failover): the row may hold a position of the old history.
-func (s *Starter) serverMoved(ctx context.Context, conn *pgconn.PgConn) error {
+// serverMoved clears the progress row when the state file last recorded
+// another server or timeline (a failover): the row may hold a position
+// of the old history.
+func (s *Starter) serverMoved(ctx context.Context) error {
 	if s.ResetProgress == nil {
 		return nil
 	}
 	st, err := state.Load(s.StateFile)
 	if err != nil || st.SystemID == "" || st.SystemID == s.srv.SystemID && st.Timeline == s.srv.Timeline {
-		return nil // no state (its start resets on creating the slot), or the same server
+		return nil // no state (a new slot clears the row), or the same server
 	}
-	slot, err := replconn.ReadSlot(ctx, conn, s.Slot)
-	if err != nil || !slot.Exists {
-		return err // a missing slot is created, and the row reset, by the startup plan
+	if err := s.ResetProgress(ctx, 0); err != nil {
+		return fmt.Errorf("clear the progress row after a change of server (system %s timeline %d → %s timeline %d): %w", st.SystemID, st.Timeline, s.srv.SystemID, s.srv.Timeline, err)
 	}
-	if err := s.ResetProgress(ctx, slot.Confirmed); err != nil {
-		return fmt.Errorf("reset the progress row after a change of server (system %s timeline %d → %s timeline %d): %w", st.SystemID, st.Timeline, s.srv.SystemID, s.srv.Timeline, err)
-	}
-	s.Logger.Info("progress: the server changed since the state file's last session (a failover): the progress row is reset to the slot's confirmed position", "lsn", slot.Confirmed)
+	s.Logger.Info("progress: the server changed since the state file's last session (a failover): cleared the progress row", "system_identifier", s.srv.SystemID, "timeline", s.srv.Timeline)
 	return nil
 }

@@ -19,7 +19,8 @@ import (
 )
 
 // Starter starts one session on its replication connection. The
-// Connector builds one per session; its fields are read, never written.
+// Connector builds one per session; Begin writes only its unexported
+// fields (the server it reached, the connection it kept).
 type Starter struct {
 	DSN, Slot, Publication, StateFile string
 	Tables                            []catalog.Table
@@ -55,7 +56,7 @@ type Starter struct {
 	// PublishGate publishes the gate a journal gap moved (reconcile).
 	PublishGate func(delivery.Gate)
 	// ResetProgress writes the progress row at lsn and waits for it (nil:
-	// the pipeline has no progress table; progress.go).
+	// no progress table is used; progress.go).
 	ResetProgress func(ctx context.Context, lsn pglogrepl.LSN) error
 	Logger        *slog.Logger
 	Hooks         Hooks
@@ -107,7 +108,7 @@ func (s *Starter) begin(ctx context.Context, p *setup.Plan, conn *pgconn.PgConn)
 	if err := s.failoverChecker().Preflight(ctx, conn, s.srv); err != nil {
 		return 0, err
 	}
-	if err := s.serverMoved(ctx, conn); err != nil {
+	if err := s.serverMoved(ctx); err != nil {
 		return 0, err
 	}
 	if err := s.startup(ctx, p, conn); err != nil {

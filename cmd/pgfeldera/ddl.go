@@ -16,7 +16,7 @@ import (
 // not used, so FELDERA_URL and FELDERA_PIPELINE may be unset. Columns the
 // connector cannot map are printed as comments and listed on stderr; the
 // exit code is then still 0, since the printed schema is accepted. The
-// progress table follows, unless FELDERA_PROGRESS_TABLE=off.
+// progress table follows (FELDERA_PROGRESS_TABLE).
 func runDDL(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	env := func(k string) string {
 		v := getenv(k)
@@ -37,9 +37,7 @@ func runDDL(ctx context.Context, args []string, getenv func(string) string, stdo
 		return exitFatal
 	}
 	fmt.Fprint(stdout, ddl)
-	if cfg.ProgressTable != setup.ProgressOff {
-		fmt.Fprint(stdout, "\n-- pgfeldera's position, committed with the rows (FELDERA_PROGRESS_TABLE): a restart skips what Feldera holds\n"+setup.ProgressDDL)
-	}
+	fmt.Fprint(stdout, "\n-- pgfeldera's position, committed with the rows: with FELDERA_PROGRESS_TABLE=auto or on, a restart skips what Feldera holds\n"+setup.ProgressDDL)
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "pgfeldera ddl: note:", n)
 	}

@@ -40,12 +40,6 @@ func TestDDLCommand(t *testing.T) {
 	if err != nil || len(rels) != 2 || len(rels[0].Fields) != 3 || rels[1].Name != "pgfeldera_progress" {
 		t.Fatalf("parsed %+v, %v", rels, err)
 	}
-	vars["FELDERA_PROGRESS_TABLE"] = "off"
-	out.Reset()
-	if code := run(context.Background(), func() {}, []string{"ddl"}, func(k string) string { return vars[k] }, &out, &errb); code != exitOK || strings.Contains(out.String(), "pgfeldera_progress") {
-		t.Fatalf("FELDERA_PROGRESS_TABLE=off: exit %d, output:\n%s", code, out.String())
-	}
-	delete(vars, "FELDERA_PROGRESS_TABLE")
 
 	vars["PG_PUBLICATION"] = "nopub"
 	out.Reset()
