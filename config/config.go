@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -186,14 +185,7 @@ func (cfg Config) WithDefaults() (Config, error) {
 	if cfg.BatchMaxBytes <= 0 {
 		cfg.BatchMaxBytes = DefaultBatchMaxBytes
 	}
-	switch cfg.Transactions {
-	case "":
-		cfg.Transactions = TxnAuto
-	case TxnAuto, TxnAlways, TxnOff:
-	default:
-		return cfg, fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
-	}
-	if err := progressDefaults(&cfg); err != nil {
+	if err := transactionDefaults(&cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.BatchMaxInFlight <= 0 {

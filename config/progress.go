@@ -7,6 +7,19 @@ import (
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
+// transactionDefaults checks FELDERA_TRANSACTIONS and
+// FELDERA_PROGRESS_TABLE, and fills in their defaults.
+func transactionDefaults(cfg *Config) error {
+	switch cfg.Transactions {
+	case "":
+		cfg.Transactions = TxnAuto
+	case TxnAuto, TxnAlways, TxnOff:
+	default:
+		return fmt.Errorf("connector: FELDERA_TRANSACTIONS=%q: want auto, always or off", cfg.Transactions)
+	}
+	return progressDefaults(cfg)
+}
+
 // progressDefaults checks FELDERA_PROGRESS_TABLE against
 // FELDERA_TRANSACTIONS: the row is written inside Feldera transactions,
 // so "on" refuses transactions off, and "auto" is off with them.

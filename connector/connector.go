@@ -2,7 +2,6 @@ package connector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
-	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -28,34 +26,14 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// Sink is what the connector needs from Feldera. *feldera.Client satisfies it.
+// Sink is what the connector needs from Feldera: the union of what its
+// parts declare (each documents its methods). *feldera.Client satisfies
+// it.
 type Sink interface {
-	// Pipeline reads the pipeline's status and schema.
-	Pipeline(ctx context.Context) (*feldera.Pipeline, error)
-	// StartTransaction opens the pipeline's API transaction and returns
-	// its ID; CommitTransaction asks for its commit (DURABILITY.md §1).
-	StartTransaction(ctx context.Context) (int64, error)
-	CommitTransaction(ctx context.Context) error
-	// Ingress pushes NDJSON insert/delete lines to a table and returns a
-	// completion token covering them.
-	Ingress(ctx context.Context, table string, body []byte) (string, error)
-	// WaitCompleteStep returns when the token's records are processed,
-	// with the step that processed them (0 when unknown).
-	WaitCompleteStep(ctx context.Context, token string) (uint64, error)
-	// CompletionStep asks once whether the token's records are processed,
-	// and by which step (0 when unknown).
-	CompletionStep(ctx context.Context, token string) (done bool, step uint64, err error)
-	// Stats reads /stats: the incarnation, the output endpoints.
-	Stats(ctx context.Context) (*feldera.Stats, error)
-	// Checkpoints lists the pipeline's checkpoints, oldest first.
-	Checkpoints(ctx context.Context) ([]feldera.Checkpoint, error)
-	// RequestCheckpoint asks for a checkpoint (POST /checkpoint).
-	RequestCheckpoint(ctx context.Context) (uint64, error)
-	// CheckpointStatus reads /checkpoint_status: whether a checkpoint
-	// asked for failed.
-	CheckpointStatus(ctx context.Context) (*feldera.CheckpointStatus, error)
-	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
-	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
+	outbox.Sink       // ingress, completion waits, ad-hoc queries
+	delivery.Poller   // a completion's step, polled
+	delivery.TxnAPI   // Feldera transactions
+	delivery.WatchAPI // the pipeline, /stats, checkpoints
 }
 
 // Connector streams one publication through one slot into a Sink.
