@@ -50,7 +50,7 @@ func TestDecide(t *testing.T) {
 		{"felderaRedeployedFaultTolerantNoCheckpoint", withDeployment(complete, "d1"), present, snapshot.Resnapshot, snapshot.Target{DeploymentID: "d2", FaultTolerant: true, NoCheckpoint: true}},
 		{"felderaSameDeploymentNoCheckpoint", withDeployment(complete, "d1"), present, snapshot.Stream, snapshot.Target{DeploymentID: "d1", FaultTolerant: true, NoCheckpoint: true}},
 		// A program change streams on: the tables it modified are read
-		// again by themselves (connector/restore.go, reconcile).
+		// again by themselves (setup/restore.go, Reconcile).
 		{"programChanged", withProgram(complete, 1), present, snapshot.Stream, snapshot.Target{FaultTolerant: true}},
 		{"restoredLess", complete, present, snapshot.Resnapshot, snapshot.Target{FaultTolerant: true, Lost: "Feldera lists no checkpoint"}},
 		{"restoredLessSlotMissing", complete, snapshot.Slot{}, snapshot.Resnapshot, snapshot.Target{FaultTolerant: true, Lost: "Feldera lists no checkpoint"}},
