@@ -262,30 +262,16 @@ func (c *Connector) stopContext(ctx context.Context) context.Context {
 	return context.WithoutCancel(ctx)
 }
 
-// confirm waits up to 5 s for confirmed_flush_lsn to reach lsn: the
-// protocol does not acknowledge a status update.
+// confirm waits up to 5 s for confirmed_flush_lsn to reach lsn
+// (replconn.AwaitConfirmed): the protocol does not acknowledge a status
+// update.
 func (c *Connector) confirm(lsn pglogrepl.LSN) error {
 	ctx, cancel := context.WithTimeout(c.stopContext(context.Background()), 5*time.Second)
 	defer cancel()
-	conn, err := replconn.Connect(ctx, c.cfg.DSN)
+	confirmed, err := replconn.AwaitConfirmed(ctx, c.cfg.DSN, c.cfg.Slot, lsn)
 	if err == nil {
-		defer conn.Close(context.Background())
-		for {
-			var confirmed pglogrepl.LSN
-			var ok bool
-			confirmed, ok, err = replconn.Confirmed(ctx, conn, c.cfg.Slot)
-			if ok && confirmed >= lsn {
-				c.logger.Info("session: stopped; final acknowledgement confirmed by the slot", "confirmed_flush_lsn", confirmed)
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				err = ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-				continue
-			}
-			break
-		}
+		c.logger.Info("session: stopped; final acknowledgement confirmed by the slot", "confirmed_flush_lsn", confirmed)
+		return nil
 	}
 	c.logger.Warn("session: stopped, but the final acknowledgement was not confirmed: a restart will redeliver from the slot (harmless with primary keys)", "want", lsn, "err", err)
 	return nil

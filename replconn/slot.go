@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -111,6 +112,29 @@ func Confirmed(ctx context.Context, conn *pgx.Conn, name string) (lsn pglogrepl.
 	}
 	lsn, err = pglogrepl.ParseLSN(*txt)
 	return lsn, err == nil, err
+}
+
+// AwaitConfirmed waits, on a connection of its own, until slot name's
+// confirmed_flush_lsn reaches lsn, looking every 50 ms until ctx ends,
+// and returns the position it saw: the stop-time confirmation (the
+// protocol does not acknowledge a status update).
+func AwaitConfirmed(ctx context.Context, dsn, name string, lsn pglogrepl.LSN) (pglogrepl.LSN, error) {
+	conn, err := Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	for {
+		// A look that failed is tried again until ctx ends.
+		if confirmed, ok, _ := Confirmed(ctx, conn, name); ok && confirmed >= lsn {
+			return confirmed, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // TerminateWalsender ends the walsender that holds slot name, if one
