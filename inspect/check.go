@@ -12,9 +12,9 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
-	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/startup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -122,7 +122,7 @@ func checkStateFile(path string) error {
 // replication lines and a free walsender all show here), then looks at
 // the slot: free for another consumer, or room for a new one.
 func checkReplication(ctx context.Context, dsn, slotName, failoverSetting string, ps *setup.Found) error {
-	rcfg, err := replicationConfig(dsn)
+	rcfg, err := startup.ReplicationConfig(dsn)
 	if ps.Add("PG_DSN", err) || err != nil {
 		return setup.OrNil(err)
 	}
@@ -152,17 +152,6 @@ func checkReplication(ctx context.Context, dsn, slotName, failoverSetting string
 			"drop an unused slot (pg_drop_replication_slot), or raise max_replication_slots and restart postgres"))
 	}
 	return nil
-}
-
-// replicationConfig parses the DSN and asks for a logical replication
-// connection, as a run does: a DSN that does not parse is a fatal error,
-// recorded as a problem of PG_DSN.
-func replicationConfig(dsn string) (*pgconn.Config, error) {
-	cfg, err := replconn.Config(dsn)
-	if err != nil {
-		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
-	}
-	return cfg, nil
 }
 
 // replicationFix is the fix for a replication connection's refusal, by

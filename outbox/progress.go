@@ -48,9 +48,9 @@ func (s *Sender) postProgress(ctx context.Context, lsn pglogrepl.LSN) (*delivery
 }
 
 // PutProgress writes the slot's row at lsn on its own and waits until it
-// is complete, raising the step watermark: a snapshot resets the row to
-// its slot's start, and a session that read the row writes it again, so
-// that the step its skip waits for a checkpoint to cover is known.
+// is complete, raising the step watermark: the start clears the row (lsn
+// 0) before it creates a slot and when the server changed
+// (startup/progress.go).
 func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 	if err := s.WaitFence(ctx); err != nil {
 		return err

@@ -13,9 +13,10 @@ import (
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
-// replicationConfig parses the DSN and asks for a logical replication
-// connection.
-func replicationConfig(dsn string) (*pgconn.Config, error) {
+// ReplicationConfig parses the DSN and asks for a logical replication
+// connection; a DSN that does not parse is fatal, naming PG_DSN (inspect's
+// check uses it too).
+func ReplicationConfig(dsn string) (*pgconn.Config, error) {
 	cfg, err := replconn.Config(dsn)
 	if err != nil {
 		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
@@ -26,7 +27,7 @@ func replicationConfig(dsn string) (*pgconn.Config, error) {
 // OpenReplication opens the replication connection with the settings
 // every session pins.
 func (s *Starter) OpenReplication(ctx context.Context) (*pgconn.PgConn, error) {
-	rcfg, err := replicationConfig(s.DSN)
+	rcfg, err := ReplicationConfig(s.DSN)
 	if err != nil {
 		return nil, err
 	}
