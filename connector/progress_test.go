@@ -1,14 +1,17 @@
 package connector
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
@@ -161,4 +164,40 @@ func withPipeline(fc felderatest.Config) felderatest.Config {
 	fc.Pipeline = "p"
 	fc.Tables = felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);` + setup.ProgressDDL)
 	return fc
+}
+
+// Under the checkpoint gate (at_least_once) the progress table is not
+// used yet (setProgress): no flush writes the row, and none is wrapped in
+// a Feldera transaction for it.
+func TestScripted_ProgressNotUsedUnderTheCheckpointGate(t *testing.T) {
+	fc := withPipeline(felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`})
+	fel, err := felderatest.NewServer(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fel.Close()
+	o := withProgress(fel)
+	plan := o.plan
+	o.plan = func(p *setup.Plan, c *Connector) {
+		plan(p, c)
+		st, err := c.sink.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
+		c.gate.Store(int32(GateCheckpoint))
+	}
+	sc := runScriptedWith(t, fc, func(c *Config) { c.CheckpointAfter = time.Hour }, o)
+	sc.transaction(0x2000, 0x2010, "1")
+	waitRows(t, fel, 1)
+	if err := fel.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	sc.src.waitFlushed(t, 0x2010)
+	if rows := fel.Rows("pgfeldera_progress"); len(rows) != 0 || sc.c.out.Progress != nil {
+		t.Fatalf("under at_least_once the progress row was written: %v", rows)
+	}
+	if n := sc.c.Stats().Transactions.Load(); n != 0 {
+		t.Fatalf("%d Feldera transactions for a one-row transaction under at_least_once, want none", n)
+	}
 }
