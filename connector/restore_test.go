@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
@@ -193,10 +194,18 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felder
 				t.Fatal(err)
 			}
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			covered := e.confirmed()
+			// The slot may move past what it confirms now without loss:
+			// the cluster is shared, and a quiet keepalive releases other
+			// databases' WAL. It must not pass the first lost batch's
+			// COMMIT, which ends at or below firstLost.
+			var firstLost pglogrepl.LSN
 			for i := 2; i <= 6; i++ {
 				e.exec(fmt.Sprintf("INSERT INTO users VALUES (%d, 'lost', %d)", i, i))
+				if i == 2 {
+					firstLost = e.currentLSN()
+				}
 			}
+			covered := firstLost
 			e.poll("five batches to complete", 30*time.Second, func() bool { return e.fel.Len("users") == 6 })
 			// The connector sees every batch complete before the restart:
 			// a token polled after it answers 410, and the session ends
