@@ -112,6 +112,7 @@ type testHooks struct {
 	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)
 	noReset          bool                            // keep the progress row when a new slot starts (unsafe)
 	noWALEndGuard    bool                            // skip below a progress row past the server's WAL end (unsafe)
+	noProgressStep   bool                            // acknowledge a skip under the checkpoint gate at once (unsafe)
 }
 
 // New returns a connector. It does not connect.

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
@@ -166,38 +169,123 @@ func withPipeline(fc felderatest.Config) felderatest.Config {
 	return fc
 }
 
-// Under the checkpoint gate (at_least_once) the progress table is not
-// used yet (setProgress): no flush writes the row, and none is wrapped in
-// a Feldera transaction for it.
-func TestScripted_ProgressNotUsedUnderTheCheckpointGate(t *testing.T) {
+// Under the checkpoint gate (at_least_once) the skip's acknowledgement
+// waits for a checkpoint that holds the row it skipped below: the row
+// can be in Feldera's state and in no checkpoint. A checkpoint taken
+// before the row was written (here after the first transaction) releases
+// nothing of it. The unsafe variant (noProgressStep) acknowledges the
+// skipped transactions at once, and a restart in place then restores a
+// state without them while the slot has moved past them: they are lost.
+func TestScripted_ProgressSkipWaitsForACheckpointHoldingTheRow(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "step", true: "noProgressStep"}[unsafe], func(t *testing.T) {
+			fc := withPipeline(felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`})
+			fel, err := felderatest.NewServer(fc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fel.Close()
+			hour := func(c *Config) { c.CheckpointAfter = time.Hour }
+			// The first session ends as in a crash: its stop takes no
+			// checkpoint (its hard stop has passed already).
+			crash, crashNow := context.WithCancel(context.Background())
+			o := atLeastOnce(t, scriptOptsUnsafe(withProgress(fel), false), false)
+			plan := o.plan
+			o.plan = func(p *setup.Plan, c *Connector) {
+				plan(p, c)
+				c.hardStop = crash
+			}
+			first := runScriptedWith(t, fc, hour, o)
+			first.transaction(progressTxns[0].commit, progressTxns[0].end, progressTxns[0].ids...)
+			waitRows(t, fel, 2)
+			if err := fel.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			for _, tx := range progressTxns[1:3] {
+				first.transaction(tx.commit, tx.end, tx.ids...)
+			}
+			waitRows(t, fel, 6)
+			crashNow()
+			first.end()
+
+			second := runScriptedWith(t, fc, hour, atLeastOnce(t, scriptOptsUnsafe(withProgress(fel), false), unsafe))
+			for _, tx := range progressTxns {
+				second.transaction(tx.commit, tx.end, tx.ids...)
+			}
+			waitRows(t, fel, 7)
+			for id, n := range fel.InsertsByKey("users") {
+				if n != 1 {
+					t.Fatalf("key %s sent %d times: the skip did not hold under at_least_once", id, n)
+				}
+			}
+			if unsafe {
+				second.src.waitFlushed(t, 0x4010)
+				fel.RestartInPlace()
+				if n := fel.Len("users"); n != 2 {
+					t.Fatalf("after the restart Feldera holds %d rows, want the checkpoint's 2", n)
+				}
+				return // the slot is past 0/4010: rows 3 to 6 are in no state and no WAL
+			}
+			second.src.in <- pgoutputtest.Keepalive(0x5010, true) // the answer says the loop read the last COMMIT
+			second.src.waitWritten(t, 0x5010)
+			if got := second.src.flushed(); got >= progressTxns[0].end {
+				t.Fatalf("the skipped transactions were acknowledged (flush %s) before a checkpoint held the progress row", got)
+			}
+			if err := fel.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			second.src.waitFlushed(t, 0x5010)
+		})
+	}
+}
+
+// A Feldera restart between the plan and the progress row's read ends the
+// session, which reads the row again: the step count read after the row
+// counts in another process, and a checkpoint of it may not hold the row.
+func TestScripted_ProgressReadAcrossARestartEndsTheSession(t *testing.T) {
 	fc := withPipeline(felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`})
 	fel, err := felderatest.NewServer(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fel.Close()
-	o := withProgress(fel)
+	hour := func(c *Config) { c.CheckpointAfter = time.Hour }
+	first := runScriptedWith(t, fc, hour, atLeastOnce(t, scriptOptsUnsafe(withProgress(fel), false), false))
+	first.transaction(0x2000, 0x2010, "1")
+	waitRows(t, fel, 1)
+	first.end() // its graceful stop's checkpoint keeps the row across the restart below
+
+	var readErr error
+	o := atLeastOnce(t, scriptOptsUnsafe(withProgress(fel), false), false)
 	plan := o.plan
 	o.plan = func(p *setup.Plan, c *Connector) {
 		plan(p, c)
+		fel.RestartInPlace() // after the plan learned the process
+	}
+	o.readErr = &readErr
+	if sc := runScriptedWith(t, fc, hour, o); sc != nil || readErr == nil {
+		t.Fatal("a progress row read across a Feldera restart started a session")
+	}
+	if cause.Of(readErr) != cause.Feldera || !strings.Contains(readErr.Error(), "restarted") {
+		t.Fatalf("error %v (cause %s), want Feldera's restart", readErr, cause.Of(readErr))
+	}
+}
+
+// atLeastOnce is o under the checkpoint gate, in the double's process;
+// unsafe sets the noProgressStep hook.
+func atLeastOnce(t *testing.T, o scriptOpts, unsafe bool) scriptOpts {
+	plan := o.plan
+	o.plan = func(p *setup.Plan, c *Connector) {
+		if plan != nil {
+			plan(p, c)
+		}
 		st, err := c.sink.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
 		c.gate.Store(int32(GateCheckpoint))
+		c.test.noProgressStep = unsafe
 	}
-	sc := runScriptedWith(t, fc, func(c *Config) { c.CheckpointAfter = time.Hour }, o)
-	sc.transaction(0x2000, 0x2010, "1")
-	waitRows(t, fel, 1)
-	if err := fel.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	sc.src.waitFlushed(t, 0x2010)
-	if rows := fel.Rows("pgfeldera_progress"); len(rows) != 0 || sc.c.out.Progress != nil {
-		t.Fatalf("under at_least_once the progress row was written: %v", rows)
-	}
-	if n := sc.c.Stats().Transactions.Load(); n != 0 {
-		t.Fatalf("%d Feldera transactions for a one-row transaction under at_least_once, want none", n)
-	}
+	return o
 }

@@ -155,6 +155,9 @@ type scriptOpts struct {
 	plan func(p *setup.Plan, c *Connector)      // changes the session's plan
 	ddl  string                                 // more tables for the double's program
 	fel  *felderatest.Server                    // the double to use (nil: a new one)
+	// readErr, when set, takes the error reading the progress row, and
+	// a failed read starts no session.
+	readErr *error
 }
 
 // runScriptedWith is runScripted with the session o describes.
@@ -204,7 +207,12 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	}
 	c.setProgress(p)
 	skip, err := c.readProgress(ctx, p)
-	if err != nil {
+	switch {
+	case o.readErr != nil && err != nil:
+		*o.readErr = err
+		stop()
+		return nil
+	case err != nil:
 		t.Fatal(err)
 	}
 	s := c.newStream(p, src, is)
@@ -337,14 +345,7 @@ func TestScripted_TruncateDiscardsAndRetracts(t *testing.T) {
 // restart restore the rows the TRUNCATE removed, with the slot past it.
 func TestScripted_TruncateWaitsForACheckpointCoveringItsRetraction(t *testing.T) {
 	fc := felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`}
-	sc := runScriptedWith(t, fc, func(c *Config) { c.CheckpointAfter = time.Hour }, scriptOpts{plan: func(p *setup.Plan, c *Connector) {
-		st, err := c.sink.Stats(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
-		c.gate.Store(int32(GateCheckpoint))
-	}})
+	sc := runScriptedWith(t, fc, func(c *Config) { c.CheckpointAfter = time.Hour }, atLeastOnce(t, scriptOpts{}, false))
 	sc.transaction(0x2000, 0x2010, "1", "2")
 	waitRows(t, sc.fel, 2)
 	if err := sc.fel.Checkpoint(); err != nil {

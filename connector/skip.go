@@ -2,9 +2,11 @@ package connector
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -17,10 +19,14 @@ import (
 // (outbox.Skip).
 //
 // The skipped transactions' COMMITs reach the ledger as COMMITs with
-// nothing buffered: under the completion gate, what Feldera completed is
-// durable (exactly_once) or lost with all of Feldera's state (no fault
-// tolerance, which a restart resnapshots), so they are acknowledged at
-// once. The checkpoint gate does not use the row yet (setProgress).
+// nothing buffered, acknowledged as the gate says. Under the completion
+// gate, what Feldera completed is durable (exactly_once) or lost with all
+// of Feldera's state (no fault tolerance, which a restart resnapshots),
+// so they are acknowledged at once. Under the checkpoint gate
+// (at_least_once) the row may be in Feldera's state and in no checkpoint
+// yet: the session's step watermark is raised to the steps Feldera had
+// begun when the row was read (progressStep), so they wait for a
+// checkpoint of that process that holds it.
 
 // txnMode is the session's FELDERA_TRANSACTIONS: with the progress row,
 // every flush is a Feldera transaction that ends with it.
@@ -32,17 +38,11 @@ func (s *stream) txnMode() string {
 }
 
 // setProgress sets the Sender's progress row for the session p plans,
-// and reports whether there is one. Under the checkpoint gate
-// (at_least_once) none is used yet: the row a session reads may be in
-// Feldera's state and in no checkpoint, and the step a skip would have to
-// wait for is not known without a write that a Feldera restart in between
-// could plant in an older state (docs/exactly-once-design.md).
+// and reports whether there is one.
 func (c *Connector) setProgress(p *setup.Plan) bool {
 	c.out.Progress = nil
 	why := ""
 	switch {
-	case p.Progress != nil && p.Gate == GateCheckpoint:
-		why = "the pipeline's fault tolerance is at_least_once, under which the progress table is not used yet"
 	case p.Progress != nil:
 		c.out.Progress = &outbox.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
 		return true
@@ -77,8 +77,32 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 		c.logger.Warn("progress: the progress row lies past the server's WAL end, so it belongs to another history (a failover?): nothing is skipped, and the slot replays", "progress_lsn", lsn, "wal_end", c.srv.WALEnd)
 		return 0, nil
 	}
+	if p.Gate == GateCheckpoint && !c.test.noProgressStep {
+		step, err := c.progressStep(ctx, p)
+		if err != nil {
+			return 0, err
+		}
+		outbox.Raise(&c.syncStep, step)
+	}
 	c.logger.Info("progress: Feldera holds the source transactions up to the progress row, past the slot's position: skipping them", "progress_lsn", lsn, "confirmed_flush_lsn", c.acked)
 	return lsn, nil
+}
+
+// progressStep is the step count a checkpoint must reach to hold the
+// progress row just read: /stats's total_initiated_steps, read after the
+// query, counts the step that made the row visible. It counts only in the
+// process the session feeds: a restart between the plan and the read
+// restores a checkpoint whose step count starts lower, so a changed
+// incarnation ends the session, which reads the row again.
+func (c *Connector) progressStep(ctx context.Context, p *setup.Plan) (uint64, error) {
+	st, err := c.sink.Stats(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("progress: reading the step count after the progress row: %w", err)
+	}
+	if now := st.GlobalMetrics.IncarnationUUID; p.Incarnation == "" || now != p.Incarnation {
+		return 0, cause.FromFeldera(fmt.Errorf("progress: the feldera pipeline restarted while the progress row was read (incarnation %q → %q): reading it again", p.Incarnation, now))
+	}
+	return st.GlobalMetrics.TotalInitiatedSteps, nil
 }
 
 // skipAt applies a BEGIN or a COMMIT to the skip (outbox.Skip).

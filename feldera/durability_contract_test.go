@@ -31,6 +31,15 @@ func TestContract_CompletionStepsAndCheckpoints(t *testing.T) {
 	if cps, err := c.Checkpoints(ctx(t)); err != nil || len(cps) != 0 {
 		t.Fatalf("no checkpoint yet (interval null): %+v %v", cps, err)
 	}
+	// total_initiated_steps counts the step that completed tok2: a
+	// checkpoint of that many steps holds it.
+	st, err := c.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GlobalMetrics.TotalInitiatedSteps < step2 {
+		t.Fatalf("total_initiated_steps %d after a completion at step %d", st.GlobalMetrics.TotalInitiatedSteps, step2)
+	}
 	seq, err := c.RequestCheckpoint(ctx(t))
 	if err != nil || seq != 1 {
 		t.Fatalf("POST /checkpoint: seq %d, %v", seq, err)
@@ -45,7 +54,7 @@ func TestContract_CompletionStepsAndCheckpoints(t *testing.T) {
 	if code, body := raw(t, s, "GET", "/v0/pipelines/p1/checkpoint_status?incarnation_uuid=00000000-0000-4000-8000-000000000000", ""); code != 400 || !strings.Contains(body, "IncarnationUuidMismatch") {
 		t.Fatalf("a stale incarnation: %d %s", code, body)
 	}
-	st, err := c.Stats(ctx(t))
+	st, err = c.Stats(ctx(t))
 	if err != nil || st.GlobalMetrics.IncarnationUUID != s.Incarnation() || st.GlobalMetrics.State != "Running" {
 		t.Fatalf("stats %+v %v", st, err)
 	}

@@ -211,9 +211,14 @@ type GlobalMetrics struct {
 	// (refreshed about once a second: operators done, in progress and
 	// left, and the records of those in progress), null otherwise.
 	// TransactionMsecs is the time in the current phase.
-	TotalProcessedRecords uint64          `json:"total_processed_records"`
-	CommitProgress        json.RawMessage `json:"commit_progress,omitempty"`
-	TransactionMsecs      *int64          `json:"transaction_msecs,omitempty"`
+	TotalProcessedRecords uint64 `json:"total_processed_records"`
+	// TotalInitiatedSteps counts the steps begun, the one in progress
+	// included: whatever a query showed before it was read came from a
+	// step that a checkpoint of at least this many steps holds, in the
+	// same process (stats.rs, total_initiated_steps).
+	TotalInitiatedSteps uint64          `json:"total_initiated_steps"`
+	CommitProgress      json.RawMessage `json:"commit_progress,omitempty"`
+	TransactionMsecs    *int64          `json:"transaction_msecs,omitempty"`
 	// TransactionInitiators says who holds the transaction: the API
 	// ("Started", "Committed" or null) and input connectors (Delta,
 	// Iceberg, datagen with transaction_mode), by endpoint name.

@@ -304,12 +304,18 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			"state":                   map[bool]string{true: "Paused", false: "Running"}[s.status == "Paused"],
 			"incarnation_uuid":        s.incarnation,
 			"total_processed_records": s.processed,
-			"transaction_status":      txnStatus,
-			"transaction_id":          txnID,
-			"transaction_msecs":       msecs,
-			"transaction_records":     records,
-			"commit_progress":         progress,
-			"transaction_initiators":  s.c.TxnInitiators(),
+			// controller.rs, CircuitThread::step, stores step+1 in
+			// total_initiated_steps before the step takes its input: a
+			// count that includes the step in progress, as the circuit's
+			// step count does here (circuit.beginStep). A checkpoint of
+			// n steps holds steps 0..n (stats.rs, checkpoint_notifier).
+			"total_initiated_steps":  s.c.Steps,
+			"transaction_status":     txnStatus,
+			"transaction_id":         txnID,
+			"transaction_msecs":      msecs,
+			"transaction_records":    records,
+			"commit_progress":        progress,
+			"transaction_initiators": s.c.TxnInitiators(),
 		},
 		"inputs":              s.inputStats(),
 		"outputs":             outputs,
