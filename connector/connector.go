@@ -113,6 +113,7 @@ type testHooks struct {
 	noReset          bool                            // keep the progress row when a new slot starts (unsafe)
 	noWALEndGuard    bool                            // skip below a progress row past the server's WAL end (unsafe)
 	noProgressStep   bool                            // acknowledge a skip under the checkpoint gate at once (unsafe)
+	noJoin           bool                            // commit a Feldera transaction left open instead of joining it (unsafe)
 }
 
 // New returns a connector. It does not connect.

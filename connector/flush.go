@@ -64,8 +64,9 @@ func (s *stream) flushDue(now time.Time) bool {
 	switch {
 	case b.Total == 0:
 		// A Feldera transaction left open by a batch that ended inside a
-		// source transaction, which has ended since: commit it now.
-		return s.txnOpen && !s.open
+		// source transaction, which has ended since: commit it now,
+		// unless it is one a crash left that the replay has not covered.
+		return s.txnOpen && !s.open && !s.joinHolds()
 	case s.c.bounds().Full(b):
 		// Inside a transaction the next change seals it (see handle).
 		return !s.open
@@ -92,6 +93,9 @@ func (s *stream) startFlush(end bool) {
 	spans := s.open && s.openRows && !end
 	s.noteSent(s.open && s.openRows)
 	s.openRows = false
+	if !spans && !end && s.txnOpen && s.joinHolds() {
+		spans = true // the joined transaction goes on (outbox.Join)
+	}
 	if spans && s.txnOpen && s.led.InFlight() >= maxTxnFlight-1 {
 		// The source transaction outgrew what one Feldera transaction may
 		// keep in flight: commit what was sent, and go on in a new one.
@@ -112,6 +116,13 @@ func (s *stream) startFlush(end bool) {
 	now := time.Now()
 	var id uint64
 	id, b.AckTo = s.led.Seal(now)
+	if plan.In {
+		s.txnTo = max(s.txnTo, b.AckTo)
+	}
+	if plan.End {
+		b.Progress, s.txnTo = s.txnTo, 0
+		s.join.Ended()
+	}
 	sz := [2]int{b.Total, b.Size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]

@@ -177,6 +177,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// below ServerWALEnd was read, so idle slots release WAL (writes
 		// to unpublished tables move the WAL head too).
 		idle := !s.pending()
+		s.join.Keepalive(pkm.ServerWALEnd, s.open)
 		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), time.Now())
 		if idle && replconn.IdleKeepalive(pkm.ServerWALEnd, s.startEnd) {
 			s.c.healthy = time.Now()
@@ -245,7 +246,7 @@ func (s *stream) event(ev *decode.Event) error {
 				return err
 			}
 		}
-		if (s.c.cfg.BatchLinger == 0 && s.filling.Total > 0 || s.txnOpen) && s.canPost() {
+		if (s.c.cfg.BatchLinger == 0 && s.filling.Total > 0 || s.txnOpen && !s.joinHolds()) && s.canPost() {
 			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
 		}
 	case decode.KindRows:

@@ -205,7 +205,9 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	if o.inc != nil {
 		is = o.inc(c)
 	}
-	c.setProgress(p)
+	if err := c.txns.Settle(ctx, c.joinTables(p, c.setProgress(p))); err != nil {
+		t.Fatal(err)
+	}
 	skip, err := c.readProgress(ctx, p)
 	switch {
 	case o.readErr != nil && err != nil:

@@ -43,6 +43,8 @@ type stream struct {
 	// txnOpen: the last batch sent left a Feldera transaction open (it
 	// ended inside a source transaction); the next one continues it.
 	txnOpen      bool
+	txnTo        pglogrepl.LSN // the last COMMIT the open Feldera transaction carries: its progress row
+	join         outbox.Join   // the Feldera transaction a crash left open, joined (skip.go)
 	warnedTxnCut bool
 	maxFlight    int // BATCH_MAX_IN_FLIGHT
 	// Rows and bytes sent and not yet complete, per batch id and in all:
@@ -80,14 +82,17 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	c.txns.Incarnation = p.Incarnation
+	progress := c.setProgress(p)
 	// A Feldera transaction left open (by a failed session, or a process
-	// that crashed) is committed before anything else is sent: a snapshot
-	// or a retraction waits for completions, which it would hold back.
-	if err := c.txns.Settle(ctx); err != nil {
+	// that crashed) is dealt with before anything else is sent: committed,
+	// or, with the progress row, joined by the replay (skip.go). A
+	// snapshot or a retraction commits a joined one first: it waits for
+	// completions, which the transaction would hold back.
+	if err := c.txns.Settle(ctx, c.joinTables(p, progress)); err != nil {
 		return err
 	}
 	st := c.starter()
-	if c.setProgress(p) && !c.test.noReset {
+	if progress && !c.test.noReset {
 		st.ResetProgress = c.out.PutProgress
 	}
 	conn, err := st.OpenReplication(ctx)
@@ -151,6 +156,11 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Ses
 	// position reached before anything of the session completes waits
 	// for a checkpoint to cover them too.
 	s.led.Stepped(c.syncStep.Load())
+	if c.txns.Held() {
+		// Joined: the replay goes on in the transaction a crash left open
+		// (outbox.Join).
+		s.txnOpen, s.join.Until = true, c.srv.WALEnd
+	}
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.Routes))
 	}

@@ -116,3 +116,24 @@ func (s *stream) skipAt(ev *decode.Event) {
 		s.skip.Commit()
 	}
 }
+
+// joinTables is what Settle joins a transaction left open with: every
+// table the session POSTs to, the progress table included, or nil when
+// it must commit it instead (no progress row: nothing would tell the
+// replay where the transaction's rows end).
+func (c *Connector) joinTables(p *setup.Plan, progress bool) map[string]bool {
+	if !progress || c.test.noJoin {
+		return nil
+	}
+	tables := map[string]bool{c.out.Progress.Table: true}
+	for _, t := range p.Routes {
+		tables[t.Dest.CanonicalName()] = true
+	}
+	return tables
+}
+
+// joinHolds reports whether the joined transaction must stay open past
+// the filling batch (outbox.Join).
+func (s *stream) joinHolds() bool {
+	return s.join.Holds(s.led.Recorded())
+}

@@ -79,6 +79,9 @@ func (l *Ledger) Committed(end pglogrepl.LSN, buffered bool, now time.Time) bool
 	return l.set(l.front.reach(end, l.step, now))
 }
 
+// Recorded is the COMMIT the filling batch carries (0: none yet).
+func (l *Ledger) Recorded() pglogrepl.LSN { return l.commit }
+
 // Seal enters the filling batch, about to be sent, with the COMMIT it
 // carries (0 when it ends inside a transaction): it returns the batch's
 // id and that position.

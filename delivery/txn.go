@@ -352,11 +352,20 @@ func (x *Transactions) done() {
 
 // Settle deals with a transaction the session left open, by a
 // session that failed or a previous process (the fence file's record),
-// before anything is sent: one still open (or pending) is committed; one
-// whose commit runs is waited for, so that a replay never sends a second
-// copy of what it commits; one of another pipeline process was dropped by
-// its restart.
-func (x *Transactions) Settle(ctx context.Context) error {
+// before anything is sent: one still open (or pending) is committed, or,
+// given join, joined (below); one whose commit runs is waited for, so
+// that a replay never sends a second copy of what it commits; one of
+// another pipeline process was dropped by its restart.
+//
+// join is, with the progress row, every table the session POSTs to: the
+// transaction is kept open, the session's replay goes on in it, and the
+// stream commits it at a source transaction's end with the progress row,
+// so that no view sees the part the crash left alone (a commit would
+// show a prefix of a flush: Feldera has no abort). The progress row read
+// meanwhile is the last committed one: Feldera refreshes what ad-hoc
+// queries read only at a transaction boundary (controller.rs, step:
+// update_snapshot runs once transaction_state is None).
+func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 	t := x.cur
 	if t == nil {
 		return nil
@@ -385,11 +394,31 @@ func (x *Transactions) Settle(ctx context.Context) error {
 		return x.awaitCommit(ctx)
 	default:
 		t.incarnation = g.IncarnationUUID
+		if join != nil && t.id != 0 {
+			t.tables, t.mark = join, &TxnMark{}
+			// What the dead process left in Feldera's buffer is not
+			// known: Room reads /stats before the first POST.
+			t.unfedRows, t.unfedBytes = QueueRecords, QueueBytes
+			x.Logger.Warn("startup: joining the Feldera transaction left open: the replay goes on in it, and it commits at a source transaction's end with the progress row", "transaction_id", t.id, "state", v.String())
+			return nil
+		}
 		x.Logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
 		return x.Commit(ctx)
 	}
 	x.done()
 	return nil
+}
+
+// Release commits the transaction held open before a send that starts
+// its own or waits for completions, which nothing inside a transaction
+// gets before its commit: one the session joined (Settle) and that a
+// snapshot, a retraction or a progress reset now precedes.
+func (x *Transactions) Release(ctx context.Context) error {
+	if x == nil || x.cur == nil {
+		return nil
+	}
+	x.Logger.Warn("flush: committing the Feldera transaction left open before a snapshot or a retraction; what it holds becomes visible", "transaction_id", x.cur.id)
+	return x.Commit(ctx)
 }
 
 // Abandon commits, on a failure path, the transaction a batch left open,

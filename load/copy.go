@@ -86,6 +86,9 @@ func (l *Loader) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan
 	if err := l.Sender.WaitFence(ctx); err != nil {
 		return nil, err
 	}
+	if err := l.Sender.Txns.Release(ctx); err != nil {
+		return nil, err
+	}
 	if err := l.Sender.Txns.Begin(ctx); err != nil {
 		l.Sender.AbandonTxn()
 		return nil, err

@@ -18,6 +18,10 @@ type Batch struct {
 	// filling. Every row of that transaction is in this batch or an earlier
 	// one, so once this batch and all before it are complete, AckTo is safe.
 	AckTo pglogrepl.LSN
+	// Progress is, in a batch that ends a Feldera transaction, the last
+	// COMMIT the transaction carries (its batches' highest AckTo): what
+	// its progress row records (0: none).
+	Progress pglogrepl.LSN
 	// Multi: the batch holds a whole source transaction of more than one
 	// record (a key-changing UPDATE is two), which Feldera may feed to
 	// its views over several steps unless it is inside a Feldera
@@ -86,7 +90,7 @@ func (b *Batch) Reset(seq int) {
 		b.Bufs[i] = b.Bufs[i][:0]
 		b.Rows[i] = 0
 	}
-	b.Total, b.AckTo, b.Seq, b.First, b.SealNow, b.Multi = 0, 0, seq, time.Time{}, false, false
+	b.Total, b.AckTo, b.Progress, b.Seq, b.First, b.SealNow, b.Multi = 0, 0, 0, seq, time.Time{}, false, false
 }
 
 // Shrink drops buffers that grew far past what a batch needs, so one huge

@@ -26,6 +26,9 @@ func (s *Sender) Flush(ctx context.Context, targets []*decode.Target, b *Batch, 
 	defer s.FlushSince.Store(0)
 	failed := true
 	defer func() { s.FlushFailed.Store(failed) }()
+	if err := s.Txns.Release(ctx); err != nil {
+		return err
+	}
 	tokens, start, err := s.post(ctx, targets, b)
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 	if err := s.WaitFence(ctx); err != nil {
 		return err
 	}
+	if err := s.Txns.Release(ctx); err != nil {
+		return err
+	}
 	tok, err := s.postProgress(ctx, lsn)
 	if err != nil {
 		return err

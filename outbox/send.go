@@ -74,6 +74,10 @@ type Sender struct {
 	// input to be fed (unsafe): a test hook, false in production, set
 	// only by connector/export_test.go.
 	NoFeedWait bool
+	// CommitOnFailure commits a Feldera transaction a failure leaves
+	// open even with the progress row (unsafe): a test hook, false in
+	// production.
+	CommitOnFailure bool
 }
 
 // Send is the poster's work for one batch: under its transaction plan,
@@ -106,7 +110,7 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	if err != nil {
 		return fail(err)
 	}
-	if plan.In && plan.End && s.Progress != nil && b.AckTo != 0 {
+	if plan.In && plan.End && s.Progress != nil && b.Progress != 0 {
 		// The Feldera transaction's last record: the position of the
 		// last whole source transaction it holds, committed with it. It
 		// is posted once Feldera has fed every row before it: under
@@ -116,7 +120,7 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 		if err := s.absorbedUnlessHooked(ctx); err != nil {
 			return fail(err)
 		}
-		tok, err := s.postProgress(ctx, b.AckTo)
+		tok, err := s.postProgress(ctx, b.Progress)
 		if err != nil {
 			return fail(err)
 		}
@@ -173,8 +177,15 @@ func (s *Sender) absorbedUnlessHooked(ctx context.Context) error {
 }
 
 // AbandonTxn commits, on a failure path, the Feldera transaction a batch
-// left open, bounded by STOP_TIMEOUT (Transactions.Abandon).
+// left open, bounded by STOP_TIMEOUT (Transactions.Abandon). With the
+// progress row it leaves it open instead: a commit would show a prefix
+// of the flush, and the next session joins it (Transactions.Settle),
+// replays into it, and commits it whole.
 func (s *Sender) AbandonTxn() {
+	if s.Progress != nil && s.Txns.ID() != 0 && !s.CommitOnFailure {
+		s.Logger.Warn("flush: leaving the Feldera transaction open after a failure: the next session joins it, and commits it once the replay completes it", "transaction_id", s.Txns.ID())
+		return
+	}
 	s.Txns.Abandon(s.HardStop(context.Background()))
 }
 
