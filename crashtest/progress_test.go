@@ -1,0 +1,170 @@
+package crashtest_test
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
+)
+
+// Exactly once with the progress table (FELDERA_PROGRESS_TABLE=on), over
+// the real binary: ten users hold 1,000 points between them, and every
+// source transaction moves points from one to another, so every state the
+// source had sums to 1,000. BATCH_MAX_ROWS=1 cuts every transfer across
+// batches, so a crash can leave Feldera holding its first half.
+//
+//   - after_post of the first stream batch: the crash leaves a Feldera
+//     transaction open with half a transfer. The restart joins it; no
+//     state Feldera shows breaks the sum. Without the table the restart
+//     commits it, and the test sees the broken state.
+//   - after_complete of the second batch: the first transfer is committed
+//     with its progress row, and the slot has not heard of it. The
+//     restart skips it: no row of it is sent again. Without the table it
+//     is sent again.
+//   - a kill at a random moment while transfers stream: no state breaks
+//     the sum, nothing is lost.
+//
+// Feldera keeps running across the crash: the connector crashed, not the
+// pipeline.
+func TestProgress_CrashesKeepEveryStateWhole(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		crash []string // CRASH_AT and CRASH_AFTER_BATCHES, or none: a kill
+		off   bool     // without the progress table (the unsafe variant)
+	}{
+		{"after_post", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, false},
+		{"after_post/off", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, true},
+		{"after_complete", []string{"CRASH_AT=after_complete", "CRASH_AFTER_BATCHES=2"}, false},
+		{"after_complete/off", []string{"CRASH_AT=after_complete", "CRASH_AFTER_BATCHES=2"}, true},
+		{"kill", nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBank(t)
+			env := []string{"BATCH_MAX_ROWS=1", "FELDERA_PROGRESS_TABLE=on"}
+			if c.off {
+				env[1] = "FELDERA_PROGRESS_TABLE=off"
+			}
+			p := b.w.start(append(env, c.crash...)...)
+			b.w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
+			if c.crash == nil {
+				stop := b.transferAll(40 * time.Millisecond)
+				time.Sleep(time.Duration(500+rand.Intn(1500)) * time.Millisecond)
+				p.kill()
+				stop()
+			} else {
+				b.transfer(0) // both crash points are in its two batches
+				if code := p.exited(60 * time.Second); code != 70 {
+					t.Fatalf("the first run exited %d, want 70 at %s\n%s", code, c.crash[0], b.w.log())
+				}
+			}
+			before := b.sent()
+			p2 := b.w.start(env...)
+			if msg := b.w.caughtUp(p2, 120*time.Second); msg != "" {
+				t.Fatalf("after the restart: %s", msg)
+			}
+			resent := b.sent() - before
+			for i := 1; i < 6; i++ {
+				b.transfer(i)
+			}
+			if msg := b.w.caughtUp(p2, 120*time.Second); msg != "" {
+				t.Fatalf("after the last transfers: %s", msg)
+			}
+			p2.stop(t)
+			broken := b.brokenStates()
+			t.Logf("%d of %d states broke the sum; %d rows of users sent by the restart before the next write", len(broken), b.states.Load(), resent)
+			switch {
+			case c.name == "after_post/off" && len(broken) == 0:
+				t.Fatal("without the progress table, no state showed the half transfer the crash left: the test cannot see it")
+			case c.name == "after_complete/off" && resent == 0:
+				t.Fatal("without the progress table, the restart sent nothing again: the test cannot see a replay")
+			case !c.off && len(broken) > 0:
+				t.Fatalf("%d states broke the sum, the first: %s", len(broken), broken[0])
+			case c.name == "after_complete" && resent != 0:
+				t.Fatalf("the restart sent %d rows of users again that Feldera held with their progress row", resent)
+			}
+		})
+	}
+}
+
+// bank is a world whose users hold 1,000 points, and a check of every
+// state the double shows.
+type bank struct {
+	w      *world
+	mu     sync.Mutex
+	broken []string
+	states atomic.Int64
+}
+
+func newBank(t *testing.T) *bank {
+	b := &bank{}
+	b.w = newWorld(t, func(c *felderatest.Config) {
+		crashDouble(c)
+		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
+		c.OnState = b.see
+	})
+	b.w.exec("INSERT INTO users SELECT g, 'u' || g, 100 FROM generate_series(1, 10) g")
+	return b
+}
+
+// see checks a state: once the snapshot is in, the users hold 1,000.
+func (b *bank) see(v felderatest.View) {
+	if v.Len("users") != 10 {
+		return
+	}
+	b.states.Add(1)
+	sum, err := v.SumInt("users", "score")
+	if err == nil && sum == 1000 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.broken = append(b.broken, fmt.Sprintf("sum %d (%v)", sum, err))
+}
+
+func (b *bank) brokenStates() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.broken...)
+}
+
+// transfer runs the i-th transfer: two users, some points.
+func (b *bank) transfer(i int) {
+	from, to, n := i%10+1, (i+3)%10+1, i%7+1
+	b.w.exec(fmt.Sprintf("BEGIN; UPDATE users SET score = score - %d WHERE id = %d; UPDATE users SET score = score + %d WHERE id = %d; COMMIT", n, from, n, to))
+}
+
+// transferAll runs transfers on its own until the returned stop.
+func (b *bank) transferAll(pause time.Duration) (stop func()) {
+	var halt atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; !halt.Load(); i++ {
+			b.transfer(i)
+			time.Sleep(pause)
+		}
+	}()
+	return func() { halt.Store(true); wg.Wait() }
+}
+
+// sent counts the rows of users the double's ingress received.
+func (b *bank) sent() int {
+	n := 0
+	for _, r := range b.w.fel.Requests() {
+		if strings.EqualFold(r.Table, "users") {
+			n += r.Lines
+		}
+	}
+	return n
+}
