@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 type bench struct {
@@ -48,7 +49,7 @@ const felderaSchema = `
 CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, amount DECIMAL(12,2), ts TIMESTAMP_TZ, payload VARIANT);
 CREATE TABLE live (id BIGINT NOT NULL PRIMARY KEY, ts TIMESTAMP_TZ NOT NULL, payload VARCHAR);
 CREATE TABLE wide (id BIGINT NOT NULL PRIMARY KEY, payload VARCHAR);
-CREATE TABLE t2 (id BIGINT NOT NULL PRIMARY KEY, ref BIGINT, qty INT);`
+CREATE TABLE t2 (id BIGINT NOT NULL PRIMARY KEY, ref BIGINT, qty INT);` + setup.ProgressDDL
 
 // rowsSQL inserts rows [from, to] into t.
 func rowsSQL(from, to int) string {

@@ -66,7 +66,7 @@ func run() int {
 	txns := flag.Int("txns", 100_000, "single-row transactions")
 	rate := flag.Int("live-rate", 10_000, "live workload: rows per second")
 	liveFor := flag.Duration("live-duration", 20*time.Second, "live workload: how long pgbench runs")
-	only := flag.String("only", "abcdefghijk", "workloads to run (h runs with a)")
+	only := flag.String("only", "abcdefghijkl", "workloads to run (h runs with a)")
 	out := flag.String("out", "bench-result.json", "JSON result file")
 	flag.Parse()
 
@@ -98,6 +98,7 @@ func run() int {
 		{"g", func() (Result, error) { return b.wideRows(*rounds) }},
 		{"i", func() (Result, error) { return b.ackLatency(*rate, *liveFor) }},
 		{"j", func() (Result, error) { return b.transactionsCost(*rounds, *txns, *rate, *liveFor) }},
+		{"l", func() (Result, error) { return b.progressCost(*rounds, *rows, *txns) }},
 	}
 	b.raw = strings.Contains(*only, "h")
 	failed := b.runSteps(&rep, *only, steps)

@@ -329,12 +329,12 @@ func (b *bench) slowCompletion(rounds, rows int) (Result, error) {
 // two-table transactions (one row into t, one into t2): the catch-up of
 // txns of them, each mode on its own slot over the same WAL in alternating
 // order, and commit → confirmed latency under a live load.
-// catchUp measures, per FELDERA_TRANSACTIONS mode (off, auto), how fast
-// pgfeldera catches up on what fill writes (rows rows into tables): each
-// round truncates, creates a slot per mode, fills, and runs the modes in
-// alternating order, each from its own slot.
-func (b *bench) catchUp(rounds, rows int, tables, pub, fill string) (map[string][]float64, error) {
-	modes := []string{"off", "auto"}
+// catchUp measures, per value of setting (modes: the reference first),
+// how fast pgfeldera catches up on what fill writes (rows rows into
+// tables): each round truncates, creates a slot per mode, fills, and runs
+// the modes in alternating order, each from its own slot. A mode other
+// than "off" must have committed a Feldera transaction.
+func (b *bench) catchUp(rounds, rows int, tables, pub, fill, setting string, modes []string) (map[string][]float64, error) {
 	rates := map[string][]float64{}
 	for r := 0; r < rounds; r++ {
 		if err := b.exec("TRUNCATE t, t2"); err != nil {
@@ -356,7 +356,7 @@ func (b *bench) catchUp(rounds, rows int, tables, pub, fill string) (map[string]
 		}
 		for k := range modes {
 			m := modes[(k+r)%len(modes)]
-			p, err := b.startPGF(slots[m], tables, pub, "never", map[string]string{"FELDERA_TRANSACTIONS": m}, nil)
+			p, err := b.startPGF(slots[m], tables, pub, "never", map[string]string{setting: m}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -370,10 +370,10 @@ func (b *bench) catchUp(rounds, rows int, tables, pub, fill string) (map[string]
 				err = serr
 			}
 			if err == nil && got < rows {
-				err = fmt.Errorf("%s, FELDERA_TRANSACTIONS=%s: the double counted %d rows, want %d", tables, m, got, rows)
+				err = fmt.Errorf("%s, %s=%s: the double counted %d rows, want %d", tables, setting, m, got, rows)
 			}
-			if err == nil && m == "auto" && committed == 0 {
-				err = fmt.Errorf("%s, FELDERA_TRANSACTIONS=auto committed no Feldera transaction", tables)
+			if err == nil && m != "off" && committed == 0 {
+				err = fmt.Errorf("%s, %s=%s committed no Feldera transaction", tables, setting, m)
 			}
 			if err != nil {
 				return nil, err
@@ -381,10 +381,13 @@ func (b *bench) catchUp(rounds, rows int, tables, pub, fill string) (map[string]
 			rates[m] = append(rates[m], float64(rows)/d.Seconds())
 			b.dropSlot(slots[m])
 		}
-		fmt.Printf("    round %d, %s: off %.0f rows/s, auto %.0f rows/s\n", r+1, tables, rates["off"][r], rates["auto"][r])
+		fmt.Printf("    round %d, %s: %s %s %.0f rows/s, %s %.0f rows/s\n", r+1, tables, setting, modes[0], rates[modes[0]][r], modes[1], rates[modes[1]][r])
 	}
 	return rates, nil
 }
+
+// txnModes are j's FELDERA_TRANSACTIONS values, the reference first.
+var txnModes = []string{"off", "auto"}
 
 func (b *bench) transactionsCost(rounds, txns, rate int, dur time.Duration) (Result, error) {
 	fmt.Printf("j: FELDERA_TRANSACTIONS auto vs off: catch-up of %d two-table transactions, and of %d two-row transactions of one table; live at %d transactions/s\n", txns, txns, rate/10)
@@ -392,7 +395,7 @@ func (b *bench) transactionsCost(rounds, txns, rate int, dur time.Duration) (Res
 	one := strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0)", "generate_series(i, i)")
 	// Two tables, a row each: wrapped by auto since it was written.
 	rates, err := b.catchUp(rounds, rows, "t,t2", "pub_two",
-		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; INSERT INTO t2 VALUES (i, i, 1); COMMIT; END LOOP; END $$`, txns, one))
+		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; INSERT INTO t2 VALUES (i, i, 1); COMMIT; END LOOP; END $$`, txns, one), "FELDERA_TRANSACTIONS", txnModes)
 	if err != nil {
 		return Result{}, err
 	}
@@ -400,7 +403,7 @@ func (b *bench) transactionsCost(rounds, txns, rate int, dur time.Duration) (Res
 	// request to its steps in parts, so auto wraps these too.
 	two := strings.ReplaceAll(rowsSQL(0, 0), "generate_series(0, 0) g", fmt.Sprintf("(VALUES (i), (i + %d)) AS v(g)", txns))
 	oneTable, err := b.catchUp(rounds, rows, "t", "pub",
-		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; COMMIT; END LOOP; END $$`, txns, two))
+		fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP %s; COMMIT; END LOOP; END $$`, txns, two), "FELDERA_TRANSACTIONS", txnModes)
 	if err != nil {
 		return Result{}, err
 	}
