@@ -74,6 +74,10 @@ func (s *stream) flushDue(now time.Time) bool {
 		return !s.open
 	case s.open && s.openRows:
 		return false
+	case s.txnOpen && !s.open && !s.joinHolds():
+		// The batch ends the Feldera transaction at the source COMMIT
+		// that came while a POST ran: it goes now, not at its linger.
+		return true
 	}
 	return !now.Before(b.First.Add(s.c.cfg.BatchLinger))
 }

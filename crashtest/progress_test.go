@@ -96,6 +96,76 @@ func TestProgress_CrashesKeepEveryStateWhole(t *testing.T) {
 	}
 }
 
+// Under at_least_once with no checkpoint asked for, the slot does not move
+// while Feldera holds everything the connector sent: a connector killed
+// after its writes were all in replays every one of them, and a view sees
+// points move back (states that never existed, the sum broken while a
+// replayed transfer sets two users to old values). With the progress
+// table the restart skips all of it: no row sent again, no state broken.
+// Then Feldera restarts in place from a checkpoint taken halfway: it
+// restores that state and its progress row together, and the connector
+// sends what followed, exactly.
+func TestProgress_AtLeastOnceReplaysNothingFelderaHolds(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on", true: "off"}[off], func(t *testing.T) {
+			t.Parallel()
+			b := newBankFT(t, `{"model": "at_least_once", "checkpoint_interval_secs": null}`)
+			env := []string{"BATCH_MAX_ROWS=1", "FELDERA_PROGRESS_TABLE=on", "FELDERA_CHECKPOINT_AFTER=1h"}
+			if off {
+				env[1] = "FELDERA_PROGRESS_TABLE=off"
+			}
+			p := b.w.start(env...)
+			b.w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
+			for i := range 30 {
+				b.transfer(i)
+				if i == 14 {
+					b.w.poll("the first transfers in Feldera", 60*time.Second, func() bool { return b.w.oracle() == "" })
+					if err := b.w.fel.Checkpoint(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			b.w.poll("every transfer in Feldera", 60*time.Second, func() bool { return b.w.oracle() == "" })
+			p.kill()
+			before := b.sent()
+			p2 := b.w.start(env...)
+			if msg := b.w.caughtUp(p2, 120*time.Second); msg != "" {
+				t.Fatalf("after the connector's restart: %s", msg)
+			}
+			resent := b.sent() - before
+			broken := b.brokenStates()
+			t.Logf("connector restart: %d rows of users sent again, %d of %d states broke the sum", resent, len(broken), b.states.Load())
+			if off {
+				if resent == 0 || len(broken) == 0 {
+					t.Fatalf("without the progress table the restart sent %d rows again and broke %d states: the test cannot see a replay", resent, len(broken))
+				}
+				return
+			}
+			if resent != 0 || len(broken) != 0 {
+				t.Fatalf("the restart sent %d rows of users again that Feldera held, and %d states broke the sum (%v)", resent, len(broken), broken)
+			}
+
+			b.w.fel.RestartInPlace() // back to the checkpoint after 15 transfers
+			if msg := b.w.caughtUp(p2, 120*time.Second); msg != "" {
+				t.Fatalf("after Feldera's restart: %s", msg)
+			}
+			for i := 30; i < 35; i++ {
+				b.transfer(i)
+			}
+			if msg := b.w.caughtUp(p2, 120*time.Second); msg != "" {
+				t.Fatalf("after the last transfers: %s", msg)
+			}
+			p2.stop(t)
+			if broken := b.brokenStates(); len(broken) != 0 {
+				t.Fatalf("%d states broke the sum after Feldera's restart, the first: %s", len(broken), broken[0])
+			}
+			t.Logf("Feldera restart: %d rows of users sent after it, %d states", b.sent()-before-resent, b.states.Load())
+		})
+	}
+}
+
 // bank is a world whose users hold 1,000 points, and a check of every
 // state the double shows.
 type bank struct {
@@ -105,10 +175,17 @@ type bank struct {
 	states atomic.Int64
 }
 
-func newBank(t *testing.T) *bank {
+func newBank(t *testing.T) *bank { return newBankFT(t, "") }
+
+// newBankFT is newBank on a double of the given fault tolerance ("": the
+// crash suite's).
+func newBankFT(t *testing.T, ft string) *bank {
 	b := &bank{}
 	b.w = newWorld(t, func(c *felderatest.Config) {
 		crashDouble(c)
+		if ft != "" {
+			c.FaultTolerance = ft
+		}
 		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
 		c.OnState = b.see
 	})
