@@ -3,7 +3,6 @@ package crashtest_test
 import (
 	"flag"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -11,9 +10,17 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 var randomRuns = flag.Int("crashtest.random", 25, "randomised crash histories to run (CRASHTEST_SEED fixes the first seed)")
+
+// randomProgress runs the histories with the progress table
+// (FELDERA_PROGRESS_TABLE=on, the pipeline declaring it).
+var randomProgress = flag.Bool("crashtest.progress", false, "run the random crash histories with the progress table")
 
 // history generates a random workload: inserts, non-key and key-changing
 // updates, deletes, truncates, multi-table and large transactions.
@@ -124,7 +131,7 @@ func TestCrashRandom(t *testing.T) {
 					n = 1 + r.IntN(min(retracts, 3))
 				}
 			}
-			w := newWorld(t, crashDouble)
+			w := newWorld(t, randomDouble)
 			if pre > 0 {
 				w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(-%d, -1) g", pre))
 				w.exec(fmt.Sprintf("INSERT INTO items SELECT g, 'pre', 1 FROM generate_series(1000, %d) g", 1000+pre/10))
@@ -155,7 +162,9 @@ func TestCrashRandom(t *testing.T) {
 				w.exec("ANALYZE users")
 			}
 			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode + " " + lanes
-			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode, lanes)
+			progress := fmt.Sprintf("FELDERA_PROGRESS_TABLE=%s", map[bool]string{false: "off", true: "on"}[*randomProgress])
+			settings += " " + progress
+			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode, lanes, progress)
 			seeded(w, p, pre > 0)
 			if pre > 0 && point != "snapshot_after_chunk" {
 				// Let the snapshot reach its point first: a TRUNCATE in the
@@ -178,7 +187,7 @@ func TestCrashRandom(t *testing.T) {
 			restart := time.Now()
 			// The restart logs at debug level: a failure below prints its
 			// log, which then shows each chunk's read.
-			p2 := w.start(bytesBound, inFlight, mode, "LOG_LEVEL=debug")
+			p2 := w.start(bytesBound, inFlight, mode, progress, "LOG_LEVEL=debug")
 			if msg := w.caughtUp(p2, 60*time.Second); msg != "" {
 				t.Fatalf("CRASHTEST_SEED=%d (%s at %s/%d, %d rows before, %s): %s\nhistory:\n%s", s, how, point, n, pre, settings, msg, strings.Join(stmts, ";\n"))
 			}
@@ -217,5 +226,14 @@ func TestCrashRandom(t *testing.T) {
 		hits.Load(), total, fallbacks.Load(), fencedRestarts.Load(), time.Duration(firstPostMax.Load()).Round(time.Millisecond))
 	if total > 0 && float64(fallbacks.Load()) > maxFallbacks*float64(total) {
 		t.Fatalf("%d of %d histories missed their crash point (more than %.0f%%): the histories no longer exercise the points they name", fallbacks.Load(), total, maxFallbacks*100)
+	}
+}
+
+// randomDouble is crashDouble, declaring the progress table under
+// -crashtest.progress.
+func randomDouble(c *felderatest.Config) {
+	crashDouble(c)
+	if *randomProgress {
+		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
 	}
 }
