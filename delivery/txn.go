@@ -217,6 +217,13 @@ func (x *Transactions) Absorbed(ctx context.Context) error {
 		}
 		switch v := viewTxn(g, t.id, t.incarnation); v {
 		case txnRestarted:
+			if openedAfterRestart(g, t.id) {
+				// Opened in the new process: the next session finds it
+				// there (Settle), and joins or commits it.
+				old := t.incarnation
+				t.incarnation = g.IncarnationUUID
+				return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) before transaction %d was opened, which holds what was posted since; replaying from the slot", old, g.IncarnationUUID, t.id)
+			}
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
 		case txnGone, txnCommitting:
 			return false, fmt.Errorf("feldera transaction %d is %s before pgfeldera committed it (/stats transaction_id %d, %s): another client committed it; replaying from the slot", t.id, v, g.TransactionID, g.TransactionStatus)
@@ -383,6 +390,9 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		}
 	}
 	x.Clock.Opened()
+	if t.incarnation != g.IncarnationUUID && openedAfterRestart(g, t.id) {
+		t.incarnation = g.IncarnationUUID // a start that reached the restarted process
+	}
 	switch v := viewTxn(g, t.id, t.incarnation); v {
 	case txnRestarted:
 		x.Logger.Info("startup: the Feldera transaction left open is gone: the pipeline restarted since", "transaction_id", t.id)

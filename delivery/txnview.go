@@ -62,6 +62,21 @@ func viewTxn(g feldera.GlobalMetrics, id int64, incarnation string) txnState {
 	return txnGone
 }
 
+// openedAfterRestart reports whether the pipeline process /stats
+// describes holds an API transaction under id that has not committed: a
+// start_transaction of ours that reached a process which restarted after
+// the session learnt its incarnation. A restart resets the transaction
+// ids (controller.rs: last_transaction_id lives in the process), and ours
+// count from 1 again there, so another client's transaction under the
+// same id needs a second writer of the pipeline's API transaction.
+func openedAfterRestart(g feldera.GlobalMetrics, id int64) bool {
+	in := g.TransactionInitiators
+	if id == 0 || in == nil || in.TransactionID == nil || *in.TransactionID != id || in.InitiatedByAPI == nil {
+		return false
+	}
+	return *in.InitiatedByAPI == "Started"
+}
+
 // progressMark is what a wait on Feldera watches: while it changes,
 // Feldera is working (steps process input, a commit advances, our
 // buffered records are taken), and the wait goes on.

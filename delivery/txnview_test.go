@@ -56,3 +56,39 @@ func TestViewTxn(t *testing.T) {
 		t.Errorf("unknown incarnation: %s", got)
 	}
 }
+
+// A transaction a start of ours opened in a process that restarted after
+// the session learnt its incarnation: the new process names it as the
+// API's, under the id the start returned. Anything else is not ours.
+func TestOpenedAfterRestart(t *testing.T) {
+	stats := func(js string) feldera.GlobalMetrics {
+		var g feldera.GlobalMetrics
+		if err := json.Unmarshal([]byte(js), &g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, tc := range []struct {
+		name, stats string
+		id          int64
+		want        bool
+	}{
+		{"started under its id", `{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":1,
+			"transaction_initiators":{"transaction_id":1,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, 1, true},
+		{"pending under its id", `{"incarnation_uuid":"b","transaction_status":"NoTransaction","transaction_id":1,
+			"transaction_initiators":{"transaction_id":1,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, 1, true},
+		{"another id", `{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":2,
+			"transaction_initiators":{"transaction_id":2,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, 1, false},
+		{"a connector's", `{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":1,
+			"transaction_initiators":{"transaction_id":1,"initiated_by_api":null,"initiated_by_connectors":{"delta":{"phase":"Started","label":null}}}}`, 1, false},
+		{"committing", `{"incarnation_uuid":"b","transaction_status":"CommitInProgress","transaction_id":1,
+			"transaction_initiators":{"transaction_id":1,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, 1, false},
+		{"none", `{"incarnation_uuid":"b","transaction_status":"NoTransaction","transaction_id":0}`, 1, false},
+		{"an id never known", `{"incarnation_uuid":"b","transaction_status":"NoTransaction","transaction_id":0,
+			"transaction_initiators":{"transaction_id":0,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, 0, false},
+	} {
+		if got := openedAfterRestart(stats(tc.stats), tc.id); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
