@@ -112,13 +112,7 @@ func leaveByCrash(t *testing.T, fc felderatest.Config, fel *felderatest.Server, 
 		c.hardStop = crash
 	}
 	first := runScriptedWith(t, fc, func(c *Config) { c.BatchMaxRows, c.BatchLinger = 4, time.Hour }, o)
-	first.transaction(0x2000, 0x2010, "1", "2")
-	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	first.src.push(0x3000, pgoutputtest.Begin(0x3000, at, 701))
-	for _, id := range []string{"3", "4", "5"} {
-		first.src.push(0x3000, pgoutputtest.Insert(10, id, "n"+id))
-	}
-	waitPosted(t, fel, 4)
+	sendFirstAndAHalf(t, first, fel)
 	crashNow()
 	first.end()
 	left := first.c.txns.ID()
@@ -141,15 +135,9 @@ func leaveByFailure(t *testing.T, fc felderatest.Config, fel *felderatest.Server
 		c.out.CommitOnFailure = noJoin
 	}
 	first := runScriptedWith(t, fc, func(c *Config) { c.BatchMaxRows, c.BatchLinger = 2, time.Hour }, o)
-	first.transaction(0x2000, 0x2010, "1", "2")
-	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	first.src.push(0x3000, pgoutputtest.Begin(0x3000, at, 701))
-	for _, id := range []string{"3", "4", "5"} {
-		first.src.push(0x3000, pgoutputtest.Insert(10, id, "n"+id))
-	}
-	waitPosted(t, fel, 4)
+	sendFirstAndAHalf(t, first, fel)
 	fel.InjectFault(felderatest.Fault{Kind: felderatest.FailStatus, Path: "ingress", Status: 400, Code: "InvalidRequest"})
-	first.src.push(0x3010, pgoutputtest.Commit(0x3000, 0x3010, at))
+	first.src.push(0x3010, pgoutputtest.Commit(0x3000, 0x3010, time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)))
 	select {
 	case err := <-first.done:
 		if err == nil {
@@ -165,6 +153,19 @@ func leaveByFailure(t *testing.T, fc felderatest.Config, fel *felderatest.Server
 		t.Fatalf("the failed session left no Feldera transaction open (id %d, %d rows shown)", left, fel.Len("users"))
 	}
 	return left
+}
+
+// sendFirstAndAHalf pushes the first source transaction (rows 1 and 2)
+// and the second's rows 3 to 5 without its COMMIT, and waits until
+// Feldera took four rows.
+func sendFirstAndAHalf(t *testing.T, first *scripted, fel *felderatest.Server) {
+	first.transaction(0x2000, 0x2010, "1", "2")
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	first.src.push(0x3000, pgoutputtest.Begin(0x3000, at, 701))
+	for _, id := range []string{"3", "4", "5"} {
+		first.src.push(0x3000, pgoutputtest.Insert(10, id, "n"+id))
+	}
+	waitPosted(t, fel, 4)
 }
 
 // waitPosted waits until Feldera's users endpoint took n records, in a

@@ -179,12 +179,7 @@ func withPipeline(fc felderatest.Config) felderatest.Config {
 func TestScripted_ProgressSkipWaitsForACheckpointHoldingTheRow(t *testing.T) {
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "step", true: "noProgressStep"}[unsafe], func(t *testing.T) {
-			fc := withPipeline(felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`})
-			fel, err := felderatest.NewServer(fc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fel.Close()
+			fc, fel := atLeastOnceDouble(t)
 			hour := func(c *Config) { c.CheckpointAfter = time.Hour }
 			// The first session ends as in a crash: its stop takes no
 			// checkpoint (its hard stop has passed already).
@@ -243,12 +238,7 @@ func TestScripted_ProgressSkipWaitsForACheckpointHoldingTheRow(t *testing.T) {
 // session, which reads the row again: the step count read after the row
 // counts in another process, and a checkpoint of it may not hold the row.
 func TestScripted_ProgressReadAcrossARestartEndsTheSession(t *testing.T) {
-	fc := withPipeline(felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`})
-	fel, err := felderatest.NewServer(fc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fel.Close()
+	fc, fel := atLeastOnceDouble(t)
 	hour := func(c *Config) { c.CheckpointAfter = time.Hour }
 	first := runScriptedWith(t, fc, hour, atLeastOnce(t, scriptOptsUnsafe(withProgress(fel), false), false))
 	first.transaction(0x2000, 0x2010, "1")
@@ -288,4 +278,16 @@ func atLeastOnce(t *testing.T, o scriptOpts, unsafe bool) scriptOpts {
 		c.test.noProgressStep = unsafe
 	}
 	return o
+}
+
+// atLeastOnceDouble is a double under at_least_once that takes no
+// checkpoint of its own, declaring the progress table.
+func atLeastOnceDouble(t *testing.T) (felderatest.Config, *felderatest.Server) {
+	fc := withPipeline(felderatest.Config{FaultTolerance: `{"model": "at_least_once", "checkpoint_interval_secs": null}`})
+	fel, err := felderatest.NewServer(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fel.Close)
+	return fc, fel
 }

@@ -12,13 +12,7 @@ import (
 // an automatic step's commit (transaction_id names that step's
 // transaction, 4 or 6, never ours), asked to commit, and gone.
 func TestViewTxn(t *testing.T) {
-	stats := func(js string) feldera.GlobalMetrics {
-		var g feldera.GlobalMetrics
-		if err := json.Unmarshal([]byte(js), &g); err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
+	stats := func(js string) feldera.GlobalMetrics { return globalMetrics(t, js) }
 	for _, tc := range []struct {
 		name, stats string
 		want        txnState
@@ -61,13 +55,7 @@ func TestViewTxn(t *testing.T) {
 // the session learnt its incarnation: the new process names it as the
 // API's, under the id the start returned. Anything else is not ours.
 func TestOpenedAfterRestart(t *testing.T) {
-	stats := func(js string) feldera.GlobalMetrics {
-		var g feldera.GlobalMetrics
-		if err := json.Unmarshal([]byte(js), &g); err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
+	stats := func(js string) feldera.GlobalMetrics { return globalMetrics(t, js) }
 	for _, tc := range []struct {
 		name, stats string
 		id          int64
@@ -91,4 +79,13 @@ func TestOpenedAfterRestart(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// globalMetrics parses /stats global_metrics.
+func globalMetrics(t *testing.T, js string) feldera.GlobalMetrics {
+	var g feldera.GlobalMetrics
+	if err := json.Unmarshal([]byte(js), &g); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
