@@ -93,7 +93,7 @@ func (c *Connector) session(ctx context.Context) error {
 	}
 	st := c.starter()
 	if progress && !c.test.noReset {
-		st.ResetProgress = c.out.PutProgress
+		st.ResetProgress, st.ReadProgress = c.out.PutProgress, c.out.ReadProgress
 	}
 	conn, err := st.OpenReplication(ctx)
 	if err != nil {

@@ -33,6 +33,11 @@ type failoverWorld struct {
 // skipped) and a standby streaming from it over physical slot standby1;
 // with standbySlots, the primary lists it in synchronized_standby_slots.
 func newFailoverWorld(t *testing.T, standbySlots bool) *failoverWorld {
+	return newFailoverWorldWith(t, standbySlots, nil)
+}
+
+// newFailoverWorldWith is newFailoverWorld with mod changing the double.
+func newFailoverWorldWith(t *testing.T, standbySlots bool, mod func(*felderatest.Config)) *failoverWorld {
 	primary := pgcluster.New(t, pgcluster.Options{})
 	if primary.Version < pgcluster.MinFailoverVersion {
 		t.Skipf("PostgreSQL %d has no failover slots (%d+ does)", primary.Version, pgcluster.MinFailoverVersion)
@@ -48,7 +53,7 @@ func newFailoverWorld(t *testing.T, standbySlots bool) *failoverWorld {
 			t.Fatal(err)
 		}
 	}
-	w := newWorldOn(t, primary, nil)
+	w := newWorldOn(t, primary, mod)
 	u, err := url.Parse(w.dsn)
 	if err != nil {
 		t.Fatal(err)

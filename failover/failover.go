@@ -176,9 +176,11 @@ func (c *Checker) standbySlots(ctx context.Context, conn *pgconn.PgConn) (string
 
 // Diverged says why the state's tables cannot be trusted on this server
 // ("" when they can): another cluster, or a new timeline that forked
-// before something this process sent Feldera. acked is what this process
-// acknowledged, sentHigh the highest WAL position of a change it sent.
-func (c *Checker) Diverged(ctx context.Context, conn *pgconn.PgConn, st *state.State, srv Server, acked, sentHigh pglogrepl.LSN) (string, error) {
+// before something Feldera holds. acked is what this process
+// acknowledged, sentHigh the highest WAL position of a change it sent,
+// progress the progress row as the old history left it (0: none): the
+// end of the last source transaction Feldera holds.
+func (c *Checker) Diverged(ctx context.Context, conn *pgconn.PgConn, st *state.State, srv Server, acked, sentHigh, progress pglogrepl.LSN) (string, error) {
 	if st == nil || st.SystemID == "" {
 		return "", nil
 	}
@@ -213,7 +215,11 @@ func (c *Checker) Diverged(ctx context.Context, conn *pgconn.PgConn, st *state.S
 	switch {
 	case sentHigh > fork:
 		return fmt.Sprintf("a failover: timeline %d forked from %d at %s, and Feldera was sent changes up to %s, past the fork, which the new primary never had", srv.Timeline, st.Timeline, fork, sentHigh), nil
-	case sentHigh == 0:
+	case progress > fork:
+		// A commit that ends past the fork is no commit of the new
+		// primary's.
+		return fmt.Sprintf("a failover: timeline %d forked from %d at %s, and Feldera's progress row says it holds source transactions up to %s, past the fork, which the new primary never had", srv.Timeline, st.Timeline, fork, progress), nil
+	case sentHigh == 0 && progress == 0:
 		c.Logger.Warn("failover: a new timeline, and this process sent nothing before it, so it cannot tell whether Feldera holds changes past the fork (with synchronized_standby_slots it cannot)",
 			"timeline", srv.Timeline, "was", st.Timeline, "fork", fork)
 	default:

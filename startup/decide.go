@@ -29,7 +29,7 @@ func (s *Starter) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.PgCo
 	if err != nil {
 		return err
 	}
-	if slot.Diverged, err = s.failoverChecker().Diverged(ctx, rconn, st, s.srv, s.Acked, s.SentHigh); err != nil {
+	if slot.Diverged, err = s.failoverChecker().Diverged(ctx, rconn, st, s.srv, s.Acked, s.SentHigh, s.heldBefore); err != nil {
 		return err
 	}
 	mappings := make([]snapshot.Mapping, len(s.Tables))

@@ -36,14 +36,25 @@ func (s *Starter) createSlot(ctx context.Context, conn *pgconn.PgConn, export bo
 
 // serverMoved clears the progress row when the state file last recorded
 // another server or timeline (a failover): the row may hold a position
-// of the old history.
+// of the old history. What it held is kept first (heldBefore): Feldera
+// holds the old history up to there, and a fork before it means rows the
+// new primary never had (failover.Checker.Diverged), which a process
+// that sent nothing before the failover knows only from the row.
 func (s *Starter) serverMoved(ctx context.Context) error {
+	s.heldBefore = 0
 	if s.ResetProgress == nil {
 		return nil
 	}
 	st, err := state.Load(s.StateFile)
 	if err != nil || st.SystemID == "" || st.SystemID == s.srv.SystemID && st.Timeline == s.srv.Timeline {
 		return nil // no state (a new slot clears the row), or the same server
+	}
+	if s.ReadProgress != nil {
+		held, _, err := s.ReadProgress(ctx)
+		if err != nil {
+			return fmt.Errorf("read the progress row after a change of server: %w", err)
+		}
+		s.heldBefore = held
 	}
 	if err := s.ResetProgress(ctx, 0); err != nil {
 		return fmt.Errorf("clear the progress row after a change of server (system %s timeline %d → %s timeline %d): %w", st.SystemID, st.Timeline, s.srv.SystemID, s.srv.Timeline, err)

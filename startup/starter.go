@@ -58,11 +58,18 @@ type Starter struct {
 	// ResetProgress writes the progress row at lsn and waits for it (nil:
 	// no progress table is used; progress.go).
 	ResetProgress func(ctx context.Context, lsn pglogrepl.LSN) error
-	Logger        *slog.Logger
-	Hooks         Hooks
+	// ReadProgress reads the progress row (nil with ResetProgress): after
+	// a failover, what it held before it is cleared says what Feldera
+	// holds (progress.go).
+	ReadProgress func(ctx context.Context) (pglogrepl.LSN, bool, error)
+	Logger       *slog.Logger
+	Hooks        Hooks
 
 	srv   failover.Server  // the server Begin reached
 	spare incsession.Spare // the connection for chunks an incremental start opened
+	// heldBefore is the progress row a change of server cleared: the end
+	// of the last source transaction Feldera held from the old history.
+	heldBefore pglogrepl.LSN
 }
 
 // Hooks are the test seams a start reads: zero in production, which is
