@@ -3,7 +3,6 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -14,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 var streamPoints = []string{"after_decode", "after_post", "after_complete", "after_ack"}
@@ -301,6 +303,29 @@ type outcome struct {
 // acknowledged, so the restart must send it again.
 var replayRequired = map[string]bool{"after_post": true, "after_complete": true}
 
+// heldPoints crash, under the progress table, where everything sent was
+// committed with its progress row, except what a Feldera transaction
+// still open holds (a flush that ended inside a source transaction): the
+// restart sends again exactly what that transaction held (openLines),
+// which the restart joins, or, Feldera restarting too, lost. At
+// after_complete and after_ack the poster may be inside its next flush,
+// whose POSTs Feldera's restart may drop unseen by the request log.
+var heldPoints = map[string]bool{"after_decode": true, "after_post": true}
+
+// openLines is how many changes run1 posted after its last progress row:
+// what the Feldera transaction it left open held.
+func openLines(run1 []felderatest.Request) int {
+	n := 0
+	for _, r := range run1 {
+		if r.Table == setup.ProgressTable {
+			n = 0
+			continue
+		}
+		n += r.Inserts + r.Deletes + r.Updates
+	}
+	return n
+}
+
 // txnPoints crash with a Feldera transaction open. Feldera is not
 // restarted after them, so the transaction is still open when the next
 // process starts: it must commit it (nothing may be left open, or every
@@ -414,12 +439,12 @@ func matrixTable(t *testing.T, results []outcome) {
 // Feldera received: the baseline replays are counted against.
 func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 	t.Helper()
-	w := newWorld(t, crashDouble)
+	w := newWorld(t, suiteDouble)
 	if wl.setup != nil {
 		wl.setup(w)
 	}
 	before := w.delivered()
-	p := w.start(append(append([]string{}, matrixEnv...), wl.env...)...)
+	p := w.start(append(append([]string{progressEnv()}, matrixEnv...), wl.env...)...)
 	wl.run(w, p, false)
 	if msg := w.caughtUp(p, 120*time.Second); msg != "" {
 		t.Fatalf("%s clean run: %s\n%s", wl.name, msg, w.log())
@@ -432,12 +457,12 @@ func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 
 func crashCase(t *testing.T, wl workload, point string, n int, baseline int, clean keyOps) outcome {
 	o := outcome{workload: wl.name, point: point, batches: n, firstPost: -1}
-	w := newWorld(t, crashDouble)
+	w := newWorld(t, suiteDouble)
 	if wl.setup != nil {
 		wl.setup(w)
 	}
 	before := w.delivered()
-	p := w.start(append(append([]string{fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n)}, matrixEnv...), wl.env...)...)
+	p := w.start(append(append([]string{fmt.Sprintf("CRASH_AT=%s", point), fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), progressEnv()}, matrixEnv...), wl.env...)...)
 	wl.run(w, p, strings.HasPrefix(point, "snapshot_"))
 	if code := p.exited(60 * time.Second); code != 70 {
 		p.kill()
@@ -455,7 +480,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	}
 	run1 := w.fel.Requests()
 	restart := time.Now()
-	p2 := w.start(append(append([]string{}, matrixEnv...), wl.env...)...)
+	p2 := w.start(append(append([]string{progressEnv()}, matrixEnv...), wl.env...)...)
 	if msg := w.caughtUp(p2, 120*time.Second); msg != "" {
 		o.lost = w.lost()
 		o.err = fmt.Sprintf("after restart: %s\n%s", msg, w.log())
@@ -479,7 +504,9 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 		o.err = fmt.Sprintf("Feldera transaction %d is still open after the restart caught up (the crashed one: %d)\n%s", w.fel.OpenTransaction(), open, w.log())
 	case replayRequired[point] && len(run1) == 0:
 		o.err = "the crashed batch was never posted"
-	case replayRequired[point] && !wl.truncates && !wl.timed:
+	case *suiteProgress && heldPoints[point] && wl.setup == nil && !wl.truncates && !wl.timed && o.replayed != openLines(run1):
+		o.err = fmt.Sprintf("with the progress table the restart sent %d changes again after a crash at %s, where only the %d the crash left in an open Feldera transaction are to be sent again\n%s", o.replayed, point, openLines(run1), w.log())
+	case replayRequired[point] && !wl.truncates && !wl.timed && !*suiteProgress:
 		if missing := w.notReplayed(run1[len(run1)-1], clean); len(missing) > 0 {
 			o.err = fmt.Sprintf("the restart did not send the unacknowledged batch again: %d of its changes missing (%s …)", len(missing), missing[0])
 		}

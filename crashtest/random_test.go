@@ -18,9 +18,14 @@ import (
 
 var randomRuns = flag.Int("crashtest.random", 25, "randomised crash histories to run (CRASHTEST_SEED fixes the first seed)")
 
-// randomProgress runs the histories with the progress table
-// (FELDERA_PROGRESS_TABLE=on, the pipeline declaring it).
-var randomProgress = flag.Bool("crashtest.progress", false, "run the random crash histories with the progress table")
+// suiteProgress runs the crash matrix and the random histories with the
+// progress table (FELDERA_PROGRESS_TABLE=on, the pipeline declaring it).
+var suiteProgress = flag.Bool("crashtest.progress", false, "run the crash matrix and the random crash histories with the progress table")
+
+// progressEnv is FELDERA_PROGRESS_TABLE as -crashtest.progress says.
+func progressEnv() string {
+	return "FELDERA_PROGRESS_TABLE=" + map[bool]string{false: "off", true: "on"}[*suiteProgress]
+}
 
 // history generates a random workload: inserts, non-key and key-changing
 // updates, deletes, truncates, multi-table and large transactions.
@@ -131,7 +136,7 @@ func TestCrashRandom(t *testing.T) {
 					n = 1 + r.IntN(min(retracts, 3))
 				}
 			}
-			w := newWorld(t, randomDouble)
+			w := newWorld(t, suiteDouble)
 			if pre > 0 {
 				w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(-%d, -1) g", pre))
 				w.exec(fmt.Sprintf("INSERT INTO items SELECT g, 'pre', 1 FROM generate_series(1000, %d) g", 1000+pre/10))
@@ -162,7 +167,7 @@ func TestCrashRandom(t *testing.T) {
 				w.exec("ANALYZE users")
 			}
 			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode + " " + lanes
-			progress := fmt.Sprintf("FELDERA_PROGRESS_TABLE=%s", map[bool]string{false: "off", true: "on"}[*randomProgress])
+			progress := progressEnv()
 			settings += " " + progress
 			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode, lanes, progress)
 			seeded(w, p, pre > 0)
@@ -229,11 +234,11 @@ func TestCrashRandom(t *testing.T) {
 	}
 }
 
-// randomDouble is crashDouble, declaring the progress table under
+// suiteDouble is crashDouble, declaring the progress table under
 // -crashtest.progress.
-func randomDouble(c *felderatest.Config) {
+func suiteDouble(c *felderatest.Config) {
 	crashDouble(c)
-	if *randomProgress {
+	if *suiteProgress {
 		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
 	}
 }
