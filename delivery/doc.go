@@ -12,7 +12,8 @@
 //     after newer ones, across processes through the fence file;
 //   - the Completer, which polls the completion tokens of the batches in
 //     flight;
-//   - Transactions, the Feldera transaction protocol (txn.go);
+//   - Transactions, the Feldera transaction protocol (txn.go; what /stats
+//     says of a transaction is internal/txnview);
 //   - the Watcher, which watches the pipeline while a session streams
 //     (restarts, redeploys, checkpoints, asking for one when completed
 //     work waited), and waits for a checkpoint to cover a step.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/delivery/internal/txnview"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -17,7 +18,7 @@ import (
 // Feldera runs every ordinary step as an automatic transaction of its own
 // (controller.rs, advance_transaction_state), so /stats names a running
 // transaction that is not ours most of the time; ours is read from the
-// initiators, who wanted it (txnView).
+// initiators, who wanted it (txnview.Of).
 //
 // The protocol (Transactions), on the poster (one request at a time, in source order):
 //  1. POST /start_transaction, retried with backoff while another client
@@ -215,9 +216,9 @@ func (x *Transactions) Absorbed(ctx context.Context) error {
 		if t.incarnation == "" {
 			t.incarnation = g.IncarnationUUID
 		}
-		switch v := viewTxn(g, t.id, t.incarnation); v {
-		case txnRestarted:
-			if openedAfterRestart(g, t.id) {
+		switch v := txnview.Of(g, t.id, t.incarnation); v {
+		case txnview.Restarted:
+			if txnview.OpenedAfterRestart(g, t.id) {
 				// Opened in the new process: the next session finds it
 				// there (Settle), and joins or commits it.
 				old := t.incarnation
@@ -225,9 +226,9 @@ func (x *Transactions) Absorbed(ctx context.Context) error {
 				return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) before transaction %d was opened, which holds what was posted since; replaying from the slot", old, g.IncarnationUUID, t.id)
 			}
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) while transaction %d was open: it dropped it; replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
-		case txnGone, txnCommitting:
+		case txnview.Gone, txnview.Committing:
 			return false, fmt.Errorf("feldera transaction %d is %s before pgfeldera committed it (/stats transaction_id %d, %s): another client committed it; replaying from the slot", t.id, v, g.TransactionID, g.TransactionStatus)
-		case txnTaking:
+		case txnview.Taking:
 			if st.IngressBuffered(t.tables) == 0 {
 				t.unfedRows, t.unfedBytes = 0, 0
 				return true, nil
@@ -239,11 +240,11 @@ func (x *Transactions) Absorbed(ctx context.Context) error {
 	})
 }
 
-// pollStats reads /stats on txnPoll's schedule until done reports true or
-// an error. It gives up once Feldera showed no progress (progressMark)
+// pollStats reads /stats on txnview.Poll's schedule until done reports true or
+// an error. It gives up once Feldera showed no progress (txnview.Mark)
 // for stall; timeout makes the error from the last answer.
 func (x *Transactions) pollStats(ctx context.Context, what string, tables map[string]bool, stall time.Duration, done func(*feldera.Stats) (bool, error), timeout func(*feldera.Stats) error) error {
-	var last progressMark
+	var last txnview.Mark
 	moved := time.Now()
 	for n := 0; ; n++ {
 		st, err := x.API.Stats(ctx)
@@ -253,12 +254,12 @@ func (x *Transactions) pollStats(ctx context.Context, what string, tables map[st
 		if ok, err := done(st); ok || err != nil {
 			return err
 		}
-		if m := markOf(st, tables); n == 0 || m != last {
+		if m := txnview.MarkOf(st, tables); n == 0 || m != last {
 			last, moved = m, time.Now()
 		} else if time.Since(moved) >= stall {
 			return timeout(st)
 		}
-		if err := sleepCtx(ctx, txnPoll(n)); err != nil {
+		if err := sleepCtx(ctx, txnview.Poll(n)); err != nil {
 			return err
 		}
 	}
@@ -327,11 +328,11 @@ func (x *Transactions) awaitCommit(ctx context.Context) error {
 	logged := time.Now()
 	return x.pollStats(ctx, fmt.Sprintf("wait for the commit of Feldera transaction %d", t.id), t.tables, x.CommitStallTimeout, func(st *feldera.Stats) (bool, error) {
 		g := st.GlobalMetrics
-		switch viewTxn(g, t.id, t.incarnation) {
-		case txnRestarted:
+		switch txnview.Of(g, t.id, t.incarnation) {
+		case txnview.Restarted:
 			x.done()
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
-		case txnGone:
+		case txnview.Gone:
 			if t.mark != nil {
 				t.mark.Committed(time.Now())
 			}
@@ -346,7 +347,7 @@ func (x *Transactions) awaitCommit(ctx context.Context) error {
 	}, func(st *feldera.Stats) error {
 		// Asked, and committed by the API's side: the next session waits
 		// for it, or finds it gone, before it sends anything.
-		return fmt.Errorf("%w: the commit of transaction %d showed no progress for %s (FELDERA_COMMIT_STALL_TIMEOUT; /stats %s%s): nothing acknowledged", ErrFelderaUnavailable, t.id, x.CommitStallTimeout, st.GlobalMetrics.TransactionStatus, waitingFor(st))
+		return fmt.Errorf("%w: the commit of transaction %d showed no progress for %s (FELDERA_COMMIT_STALL_TIMEOUT; /stats %s%s): nothing acknowledged", ErrFelderaUnavailable, t.id, x.CommitStallTimeout, st.GlobalMetrics.TransactionStatus, txnview.WaitingFor(st))
 	})
 }
 
@@ -390,15 +391,15 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		}
 	}
 	x.Clock.Opened()
-	if t.incarnation != g.IncarnationUUID && openedAfterRestart(g, t.id) {
+	if t.incarnation != g.IncarnationUUID && txnview.OpenedAfterRestart(g, t.id) {
 		t.incarnation = g.IncarnationUUID // a start that reached the restarted process
 	}
-	switch v := viewTxn(g, t.id, t.incarnation); v {
-	case txnRestarted:
+	switch v := txnview.Of(g, t.id, t.incarnation); v {
+	case txnview.Restarted:
 		x.Logger.Info("startup: the Feldera transaction left open is gone: the pipeline restarted since", "transaction_id", t.id)
-	case txnGone:
+	case txnview.Gone:
 		x.Logger.Info("startup: Feldera holds no transaction of pgfeldera's: the one left open was committed or never opened", "transaction_id", t.id)
-	case txnCommitting:
+	case txnview.Committing:
 		x.Logger.Warn("startup: the commit of the Feldera transaction left open still runs; waiting for it before sending anything", "transaction_id", t.id)
 		t.incarnation = g.IncarnationUUID
 		return x.awaitCommit(ctx)
@@ -443,5 +444,16 @@ func (x *Transactions) Abandon(stop context.Context) {
 	id := x.cur.id
 	if err := x.Commit(ctx); err != nil && x.cur != nil {
 		x.Logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it, or waits for its commit", "transaction_id", id, "err", err)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }

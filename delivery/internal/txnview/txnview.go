@@ -1,45 +1,46 @@
-package delivery
+// Package txnview reads what Feldera's /stats says of a transaction the
+// connector holds (Of), whether one was opened in a restarted process
+// (OpenedAfterRestart), and what a wait on Feldera watches for progress
+// (Mark): rules without I/O, for delivery.Transactions.
+package txnview
 
 import (
-	"context"
 	"strings"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
-// What /stats says of a transaction, and how its waits poll.
-
-// txnPoll is the /stats schedule of the waits below.
-func txnPoll(n int) time.Duration {
+// Poll is the /stats schedule of delivery.Transactions' waits.
+func Poll(n int) time.Duration {
 	return min(time.Duration(1<<min(n, 5))*time.Millisecond, 25*time.Millisecond)
 }
 
-// txnState is what /stats says of a transaction this connector holds.
-type txnState int
+// State is what /stats says of a transaction this connector holds.
+type State int
 
 const (
-	txnGone       txnState = iota // nothing names it: committed, or dropped
-	txnPending                    // initiated by the API; it starts at the next step (after a commit that runs)
-	txnTaking                     // it runs: its steps take input
-	txnCommitting                 // its commit runs, or was asked and begins at the next step
-	txnRestarted                  // the pipeline restarted: it is gone with its process
+	Gone       State = iota // nothing names it: committed, or dropped
+	Pending                 // initiated by the API; it starts at the next step (after a commit that runs)
+	Taking                  // it runs: its steps take input
+	Committing              // its commit runs, or was asked and begins at the next step
+	Restarted               // the pipeline restarted: it is gone with its process
 )
 
-func (v txnState) String() string {
+func (v State) String() string {
 	return [...]string{"gone", "pending", "taking input", "committing", "restarted"}[v]
 }
 
-// viewTxn reads a transaction's state from /stats: the running
+// Of reads a transaction's state from /stats: the running
 // transaction's id and status first (controller/stats.rs: the circuit's
 // transaction_state), then the initiators (who want one, and the id it
 // will have). During an automatic step transaction_id names that step's
 // transaction, never ours, so "not the running one" is not "gone":
 // ours is gone only when no initiator names it either. incarnation is the
 // pipeline process it was opened in ("" when unknown).
-func viewTxn(g feldera.GlobalMetrics, id int64, incarnation string) txnState {
+func Of(g feldera.GlobalMetrics, id int64, incarnation string) State {
 	if incarnation != "" && g.IncarnationUUID != incarnation {
-		return txnRestarted
+		return Restarted
 	}
 	in := g.TransactionInitiators
 	named := in != nil && in.TransactionID != nil && *in.TransactionID == id
@@ -49,27 +50,27 @@ func viewTxn(g feldera.GlobalMetrics, id int64, incarnation string) txnState {
 	}
 	switch {
 	case g.TransactionID == id && g.TransactionStatus == "TransactionInProgress":
-		return txnTaking
+		return Taking
 	case g.TransactionID == id && g.TransactionStatus == "CommitInProgress":
-		return txnCommitting
+		return Committing
 	case api == "Committed":
-		return txnCommitting
+		return Committing
 	case api == "Started" || named && len(in.InitiatedByConnectors) > 0:
-		return txnPending
+		return Pending
 	case in == nil && g.TransactionID == id && g.TransactionStatus == "NoTransaction":
-		return txnPending // a Feldera without initiators shows the pending id
+		return Pending // a Feldera without initiators shows the pending id
 	}
-	return txnGone
+	return Gone
 }
 
-// openedAfterRestart reports whether the pipeline process /stats
+// OpenedAfterRestart reports whether the pipeline process /stats
 // describes holds an API transaction under id that has not committed: a
 // start_transaction of ours that reached a process which restarted after
 // the session learnt its incarnation. A restart resets the transaction
 // ids (controller.rs: last_transaction_id lives in the process), and ours
 // count from 1 again there, so another client's transaction under the
 // same id needs a second writer of the pipeline's API transaction.
-func openedAfterRestart(g feldera.GlobalMetrics, id int64) bool {
+func OpenedAfterRestart(g feldera.GlobalMetrics, id int64) bool {
 	in := g.TransactionInitiators
 	if id == 0 || in == nil || in.TransactionID == nil || *in.TransactionID != id || in.InitiatedByAPI == nil {
 		return false
@@ -77,10 +78,10 @@ func openedAfterRestart(g feldera.GlobalMetrics, id int64) bool {
 	return *in.InitiatedByAPI == "Started"
 }
 
-// progressMark is what a wait on Feldera watches: while it changes,
+// Mark is what a wait on Feldera watches: while it changes,
 // Feldera is working (steps process input, a commit advances, our
 // buffered records are taken), and the wait goes on.
-type progressMark struct {
+type Mark struct {
 	txnID     int64
 	status    string
 	processed uint64
@@ -88,14 +89,14 @@ type progressMark struct {
 	buffered  uint64
 }
 
-func markOf(st *feldera.Stats, tables map[string]bool) progressMark {
+func MarkOf(st *feldera.Stats, tables map[string]bool) Mark {
 	g := st.GlobalMetrics
-	return progressMark{txnID: g.TransactionID, status: g.TransactionStatus, processed: g.TotalProcessedRecords,
+	return Mark{txnID: g.TransactionID, status: g.TransactionStatus, processed: g.TotalProcessedRecords,
 		commit: string(g.CommitProgress), buffered: st.IngressBuffered(tables)}
 }
 
-// waitingFor names the input connectors a commit waits for, if any.
-func waitingFor(st *feldera.Stats) string {
+// WaitingFor names the input connectors a commit waits for, if any.
+func WaitingFor(st *feldera.Stats) string {
 	in := st.GlobalMetrics.TransactionInitiators
 	if in == nil || len(in.InitiatedByConnectors) == 0 {
 		return ""
@@ -105,15 +106,4 @@ func waitingFor(st *feldera.Stats) string {
 		names = append(names, n)
 	}
 	return ", waiting for input connectors " + strings.Join(names, ",")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -1,4 +1,4 @@
-package delivery
+package txnview
 
 import (
 	"encoding/json"
@@ -15,38 +15,38 @@ func TestViewTxn(t *testing.T) {
 	stats := func(js string) feldera.GlobalMetrics { return globalMetrics(t, js) }
 	for _, tc := range []struct {
 		name, stats string
-		want        txnState
+		want        State
 	}{
 		{"running", `{"incarnation_uuid":"a","transaction_status":"TransactionInProgress","transaction_id":5,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnTaking},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, Taking},
 		{"pending before any step", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":5,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnPending},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, Pending},
 		{"pending behind an automatic step", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":4,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnPending},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, Pending},
 		{"pending behind another's commit, joined by a connector", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":3,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":null,"initiated_by_connectors":{"delta":{"phase":"Started","label":null}}}}`, txnPending},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":null,"initiated_by_connectors":{"delta":{"phase":"Started","label":null}}}}`, Pending},
 		{"commit asked, not begun", `{"incarnation_uuid":"a","transaction_status":"TransactionInProgress","transaction_id":5,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, txnTaking},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, Taking},
 		{"commit asked while pending", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":4,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, txnCommitting},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Committed","initiated_by_connectors":{}}}`, Committing},
 		{"committing", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":5,
-			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, txnCommitting},
+			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, Committing},
 		{"committed, an automatic step runs", `{"incarnation_uuid":"a","transaction_status":"CommitInProgress","transaction_id":6,
-			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, txnGone},
+			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, Gone},
 		{"committed, idle", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":0,
-			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, txnGone},
+			"transaction_initiators":{"transaction_id":null,"initiated_by_api":null,"initiated_by_connectors":{}}}`, Gone},
 		{"another client's", `{"incarnation_uuid":"a","transaction_status":"TransactionInProgress","transaction_id":7,
-			"transaction_initiators":{"transaction_id":7,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnGone},
-		{"a Feldera without initiators, pending", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":5}`, txnPending},
+			"transaction_initiators":{"transaction_id":7,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, Gone},
+		{"a Feldera without initiators, pending", `{"incarnation_uuid":"a","transaction_status":"NoTransaction","transaction_id":5}`, Pending},
 		{"restarted", `{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":5,
-			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, txnRestarted},
+			"transaction_initiators":{"transaction_id":5,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, Restarted},
 	} {
-		if got := viewTxn(stats(tc.stats), 5, "a"); got != tc.want {
+		if got := Of(stats(tc.stats), 5, "a"); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
 	// An unknown incarnation (a start whose answer was lost) is not a restart.
-	if got := viewTxn(stats(`{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":5}`), 5, ""); got != txnTaking {
+	if got := Of(stats(`{"incarnation_uuid":"b","transaction_status":"TransactionInProgress","transaction_id":5}`), 5, ""); got != Taking {
 		t.Errorf("unknown incarnation: %s", got)
 	}
 }
@@ -75,7 +75,7 @@ func TestOpenedAfterRestart(t *testing.T) {
 		{"an id never known", `{"incarnation_uuid":"b","transaction_status":"NoTransaction","transaction_id":0,
 			"transaction_initiators":{"transaction_id":0,"initiated_by_api":"Started","initiated_by_connectors":{}}}`, 0, false},
 	} {
-		if got := openedAfterRestart(stats(tc.stats), tc.id); got != tc.want {
+		if got := OpenedAfterRestart(stats(tc.stats), tc.id); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
