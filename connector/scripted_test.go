@@ -195,11 +195,18 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	p := &setup.Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
 		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
 	c.acked, c.srv.WALEnd = scriptStart, scriptStart
+	ctx, stop := context.WithCancel(context.Background())
+	// STOP_TIMEOUT after the stop begins, what is unfinished is abandoned,
+	// as Run arms it (armStop): a graceful stop that waits for a
+	// checkpoint a restarted double never takes ends.
+	hard, abandon := context.WithCancel(context.Background())
+	c.hardStop = hard
+	context.AfterFunc(ctx, func() { time.AfterFunc(cfg.StopTimeout, abandon) })
+	t.Cleanup(abandon)
 	if o.plan != nil {
 		o.plan(p, c)
 	}
 	src := newScript()
-	ctx, stop := context.WithCancel(context.Background())
 	sc := &scripted{src: src, fel: fel, c: c, done: make(chan error, 1), stop: stop}
 	var is *incsession.Session
 	if o.inc != nil {
