@@ -114,6 +114,7 @@ type testHooks struct {
 	noWALEndGuard    bool                            // skip below a progress row past the server's WAL end (unsafe)
 	noProgressStep   bool                            // acknowledge a skip under the checkpoint gate at once (unsafe)
 	noJoin           bool                            // commit a Feldera transaction left open instead of joining it (unsafe)
+	beforeStart      func()                          // runs right before START_REPLICATION (a test freezes the connection there)
 }
 
 // New returns a connector. It does not connect.

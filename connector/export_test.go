@@ -105,6 +105,10 @@ func CompletedStep(c *Connector) uint64 { return c.step.Load() }
 // hanging on a connection the network dropped without a reset.
 func NoHeartbeat(c *Connector) { c.test.noHeartbeat = true }
 
+// BeforeStartReplication runs f right before each session's
+// START_REPLICATION.
+func BeforeStartReplication(c *Connector, f func()) { c.test.beforeStart = f }
+
 // WatermarkNudge is incremental.WatermarkNudge, for the tests that count
 // nudges.
 const WatermarkNudge = incremental.WatermarkNudge

@@ -3,6 +3,7 @@ package connector_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,12 +60,17 @@ func TestLiveness_FrozenReplicationConnection(t *testing.T) {
 			e.waitSlot()
 			w := e.startWriter("users", 0)
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			// The freeze may land while START_REPLICATION awaits its
+			// answer (the slot is active by then), before the session
+			// counts as streaming: that wait is bounded by the same
+			// timeout, and the next session is the one after it.
+			began := c.Stats().Sessions.Load()
 			if n := proxy.Freeze(); n == 0 {
 				t.Fatal("no connection to freeze")
 			}
 			frozen := time.Now()
 			deadline := frozen.Add(30 * time.Second)
-			for time.Now().Before(deadline) && c.Stats().Sessions.Load() < 2 {
+			for time.Now().Before(deadline) && c.Stats().Sessions.Load() <= began {
 				time.Sleep(50 * time.Millisecond)
 			}
 			w.halt()
@@ -92,6 +98,53 @@ func TestLiveness_FrozenReplicationConnection(t *testing.T) {
 				t.Fatalf("the session did not end as silent\n%s", tail(logs, 3000))
 			}
 			t.Logf("caught up %s after the freeze", time.Since(frozen).Round(time.Millisecond))
+		})
+	}
+}
+
+// The replication connection goes silent before START_REPLICATION is
+// answered (here: before it is sent, the proxy frozen right then). The
+// wait for the answer is bounded by the liveness timeout (10 s): the
+// session ends silent, the next one streams, and a change made since
+// reaches Feldera. Without the heartbeat (no timeout) the first session
+// waits for ever and none ever streams.
+func TestLiveness_FrozenAtStartReplication(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	cluster := frozenCluster(t)
+	for _, unsafe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bounded", true: "no_heartbeat_UNSAFE"}[unsafe], func(t *testing.T) {
+			e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
+			proxy, dsn := proxied(t, e, cluster)
+			cfg := e.config("users")
+			cfg.DSN = dsn
+			c := e.newConnector(cfg, e.client)
+			if unsafe {
+				connector.NoHeartbeat(c)
+			}
+			var once sync.Once
+			connector.BeforeStartReplication(c, func() { once.Do(func() { proxy.Freeze() }) })
+			e.run(c)
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) && c.Stats().Sessions.Load() == 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			streamed := c.Stats().Sessions.Load() > 0
+			if unsafe {
+				if streamed {
+					t.Fatal("without the heartbeat a session still streamed: the test cannot see the wait")
+				}
+				return
+			}
+			if !streamed {
+				t.Fatalf("no session streamed within 30 s of a freeze at START_REPLICATION\n%s", tail(e.logs.String(), 3000))
+			}
+			e.exec("INSERT INTO users VALUES (1, 'after', 1)")
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			e.assertEqual("users", "users")
+			if !strings.Contains(e.logs.String(), "no answer") {
+				t.Fatalf("the first session did not end on START_REPLICATION's silence\n%s", tail(e.logs.String(), 3000))
+			}
 		})
 	}
 }

@@ -123,6 +123,10 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
+	st.ReplicationTimeout = c.replicationTimeout(p)
+	if c.test.beforeStart != nil {
+		c.test.beforeStart()
+	}
 	if err := st.StartReplication(ctx, conn); err != nil {
 		return err
 	}

@@ -58,7 +58,20 @@ func (s *Starter) StartReplication(ctx context.Context, conn *pgconn.PgConn) err
 		"publication_names " + replconn.QuoteLiteral(catalog.QuoteIdent(s.Publication)),
 		"messages 'true'",
 	}}
-	if err := pglogrepl.StartReplication(ctx, conn, s.Slot, 0, opts); err != nil {
+	// The answer is awaited no longer than the liveness timeout: a
+	// connection that goes silent here (a NAT dropping the flow) would
+	// otherwise hold the session before its heartbeat runs. Silent, the
+	// next session ends the walsender, which holds the slot already.
+	sctx := ctx
+	if s.ReplicationTimeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, s.ReplicationTimeout)
+		defer cancel()
+	}
+	if err := pglogrepl.StartReplication(sctx, conn, s.Slot, 0, opts); err != nil {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("start replication on slot %s: no answer: %w", s.Slot, &replconn.SilentError{For: s.ReplicationTimeout})
+		}
 		return cause.FromPostgres(fmt.Errorf("start replication on slot %s: %w", s.Slot, err))
 	}
 	return nil

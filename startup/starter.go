@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -37,8 +38,11 @@ type Starter struct {
 	// a fork before it means phantom rows.
 	Acked, SentHigh pglogrepl.LSN
 	// SilentEnd: the last session ended silent; StartReplication ends the
-	// walsender that may still hold the slot.
-	SilentEnd bool
+	// walsender that may still hold the slot. ReplicationTimeout bounds
+	// the wait for START_REPLICATION's answer (the liveness timeout; 0:
+	// none).
+	SilentEnd          bool
+	ReplicationTimeout time.Duration
 
 	Loader *load.Loader // copies the tables into Feldera (snapshot)
 	// Watcher is a watcher of the pipeline a plan describes, for the
