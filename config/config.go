@@ -179,50 +179,33 @@ func (cfg Config) WithDefaults() (Config, error) {
 	if cfg.AckMode == "" {
 		cfg.AckMode = AckCompleted
 	}
-	if cfg.BatchMaxRows <= 0 {
-		cfg.BatchMaxRows = DefaultBatchMaxRows
-	}
-	if cfg.BatchMaxBytes <= 0 {
-		cfg.BatchMaxBytes = DefaultBatchMaxBytes
-	}
+	positive(&cfg.BatchMaxRows, DefaultBatchMaxRows)
+	positive(&cfg.BatchMaxBytes, DefaultBatchMaxBytes)
 	if err := transactionDefaults(&cfg); err != nil {
 		return cfg, err
 	}
-	if cfg.BatchMaxInFlight <= 0 {
-		cfg.BatchMaxInFlight = DefaultBatchMaxInFlight
-	}
-	if cfg.CompletionTimeout <= 0 {
-		cfg.CompletionTimeout = DefaultCompletionTimeout
-	}
-	if cfg.CommitStallTimeout <= 0 {
-		cfg.CommitStallTimeout = DefaultCommitStallTimeout
-	}
-	if cfg.NoProgressTimeout <= 0 {
-		cfg.NoProgressTimeout = DefaultNoProgressTimeout
-	}
+	positive(&cfg.BatchMaxInFlight, DefaultBatchMaxInFlight)
+	positive(&cfg.CompletionTimeout, DefaultCompletionTimeout)
+	positive(&cfg.CommitStallTimeout, DefaultCommitStallTimeout)
+	positive(&cfg.NoProgressTimeout, DefaultNoProgressTimeout)
 	if cfg.SnapshotMode == "" {
 		cfg.SnapshotMode = SnapshotInitial
 	}
-	if cfg.IngressFence <= 0 {
-		cfg.IngressFence = DefaultIngressFence
-	}
-	if cfg.StopTimeout <= 0 {
-		cfg.StopTimeout = DefaultStopTimeout
-	}
-	if cfg.CheckpointAfter <= 0 {
-		cfg.CheckpointAfter = DefaultCheckpointAfter
-	}
-	if cfg.ReadyBlockedFor <= 0 {
-		cfg.ReadyBlockedFor = ReadyBlockedFor
-	}
-	if cfg.BackoffInitial <= 0 {
-		cfg.BackoffInitial = time.Second
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = 30 * time.Second
-	}
+	positive(&cfg.IngressFence, DefaultIngressFence)
+	positive(&cfg.StopTimeout, DefaultStopTimeout)
+	positive(&cfg.CheckpointAfter, DefaultCheckpointAfter)
+	positive(&cfg.ReadyBlockedFor, ReadyBlockedFor)
+	positive(&cfg.BackoffInitial, time.Second)
+	positive(&cfg.BackoffMax, 30*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	return cfg, nil
+}
+
+// positive sets *v to d when the setting left it zero or negative.
+func positive[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }

@@ -33,6 +33,20 @@ func proxied(t *testing.T, e *env, c *pgcluster.Cluster) (*tcpproxy.Proxy, strin
 	return p, dsn
 }
 
+// frozenConnector is a connector of users on cluster through a proxy
+// the test can freeze; unsafe turns its heartbeat off.
+func frozenConnector(t *testing.T, cluster *pgcluster.Cluster, unsafe bool) (*env, *tcpproxy.Proxy, *connector.Connector) {
+	e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
+	proxy, dsn := proxied(t, e, cluster)
+	cfg := e.config("users")
+	cfg.DSN = dsn
+	c := e.newConnector(cfg, e.client)
+	if unsafe {
+		connector.NoHeartbeat(c)
+	}
+	return e, proxy, c
+}
+
 // The replication connection goes silent mid-stream, a writer running:
 // the proxy it goes through stops forwarding without closing it (a NAT or
 // load balancer that dropped the flow). The session notices within the
@@ -48,14 +62,7 @@ func TestLiveness_FrozenReplicationConnection(t *testing.T) {
 			if unsafe {
 				pgcluster.AnyVersion(t) // the check sees a hang: one server shows it
 			}
-			e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
-			proxy, dsn := proxied(t, e, cluster)
-			cfg := e.config("users")
-			cfg.DSN = dsn
-			c := e.newConnector(cfg, e.client)
-			if unsafe {
-				connector.NoHeartbeat(c)
-			}
+			e, proxy, c := frozenConnector(t, cluster, unsafe)
 			r := e.run(c)
 			e.waitSlot()
 			w := e.startWriter("users", 0)
@@ -114,14 +121,7 @@ func TestLiveness_FrozenAtStartReplication(t *testing.T) {
 	cluster := frozenCluster(t)
 	for _, unsafe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "bounded", true: "no_heartbeat_UNSAFE"}[unsafe], func(t *testing.T) {
-			e := newEnvOn(t, cluster, mixedPG, mixedFeldera, nil)
-			proxy, dsn := proxied(t, e, cluster)
-			cfg := e.config("users")
-			cfg.DSN = dsn
-			c := e.newConnector(cfg, e.client)
-			if unsafe {
-				connector.NoHeartbeat(c)
-			}
+			e, proxy, c := frozenConnector(t, cluster, unsafe)
 			var once sync.Once
 			connector.BeforeStartReplication(c, func() { once.Do(func() { proxy.Freeze() }) })
 			e.run(c)
