@@ -120,13 +120,7 @@ func (s *stream) startFlush(end bool) {
 	now := time.Now()
 	var id uint64
 	id, b.AckTo = s.led.Seal(now)
-	if plan.In {
-		s.txnTo = max(s.txnTo, b.AckTo)
-	}
-	if plan.End {
-		b.Progress, s.txnTo = s.txnTo, 0
-		s.join.Ended()
-	}
+	s.carry(plan, b)
 	sz := [2]int{b.Total, b.Size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]
@@ -149,4 +143,18 @@ func (s *stream) startFlush(end bool) {
 		}
 		s.emit(event{kind: evPosted, b: b, id: id, ackNow: accepted, err: err})
 	}()
+}
+
+// carry records the COMMIT a sealed batch b carries in the Feldera
+// transaction its plan puts it in: the batch that ends the transaction
+// writes the last of them in the progress row (Batch.Progress), and ends
+// a joined transaction's hold.
+func (s *stream) carry(plan outbox.TxnPlan, b *outbox.Batch) {
+	if plan.In {
+		s.txnTo = max(s.txnTo, b.AckTo)
+	}
+	if plan.End {
+		b.Progress, s.txnTo = s.txnTo, 0
+		s.join.Ended()
+	}
 }
