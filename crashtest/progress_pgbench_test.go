@@ -1,0 +1,233 @@
+package crashtest_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
+)
+
+const pgbenchFeldera = `
+CREATE TABLE pgbench_accounts (aid INT NOT NULL PRIMARY KEY, bid INT, abalance INT, filler CHAR(84));
+CREATE TABLE pgbench_tellers (tid INT NOT NULL PRIMARY KEY, bid INT, tbalance INT, filler CHAR(84));
+CREATE TABLE pgbench_branches (bid INT NOT NULL PRIMARY KEY, bbalance INT, filler CHAR(88));
+`
+
+var pgbenchTables = []string{"pgbench_accounts", "pgbench_tellers", "pgbench_branches"}
+
+// The acceptance of the progress table, over the real binary and pgbench's
+// tpcb-like transactions (each adds one delta to an account, a teller and
+// a branch, so in every state Postgres had the three sums are equal):
+//
+//   - at_least_once with no checkpoint asked for: 20 s of writes, all of
+//     them in Feldera, then the connector killed. The restart sends
+//     nothing again and no state breaks the sums; then Feldera restarts
+//     in place, back to its last checkpoint and that checkpoint's row,
+//     and the end is exact. Without the table the restart replays what
+//     Feldera held since the last checkpoint and states break.
+//   - crashes at after_begin and before_commit while pgbench writes: no
+//     state breaks the sums, the end is exact. before_commit without the
+//     table replays what the committed transaction held, and states
+//     break.
+func TestProgress_Pgbench(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		crash string // CRASH_AT, or "": all writes in, then a kill
+		off   bool
+	}{
+		{"at_least_once", "", false},
+		{"at_least_once/off", "", true},
+		{"after_begin", "after_begin", false},
+		{"before_commit", "before_commit", false},
+		{"before_commit/off", "before_commit", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ft := ""
+			if c.crash == "" {
+				ft = `{"model": "at_least_once", "checkpoint_interval_secs": null}`
+			}
+			b := newPgbenchWorld(t, ft)
+			env := []string{"FELDERA_PROGRESS_TABLE=on", "FELDERA_CHECKPOINT_AFTER=1h", "FELDERA_TRANSACTIONS=always"}
+			if c.off {
+				env[0] = "FELDERA_PROGRESS_TABLE=off"
+			}
+			if c.crash == "" {
+				b.killAfterWrites(t, env)
+			} else {
+				b.crashWhileWriting(t, env, c.crash)
+			}
+			states, broken, resent := b.states, len(b.broken), b.resent
+			t.Logf("%d of %d states broke the sums; %d rows sent again that Feldera held", broken, states, resent)
+			switch {
+			case c.off && broken == 0:
+				t.Fatalf("without the progress table no state broke the sums (%d rows sent again): the test cannot see a replay", resent)
+			case c.off:
+			case broken > 0:
+				t.Fatalf("%d of %d states broke the sums, the first: %s", broken, states, b.broken[0])
+			case resent > 0:
+				t.Fatalf("%d rows that Feldera held were sent again", resent)
+			}
+		})
+	}
+}
+
+// pgbenchWorld is a world of pgbench's tables and a check of every state
+// the double shows.
+type pgbenchWorld struct {
+	w      *world
+	tool   string
+	mu     sync.Mutex
+	states int
+	broken []string
+	resent int // rows POSTed again that Feldera held (at_least_once case)
+}
+
+func newPgbenchWorld(t *testing.T, ft string) *pgbenchWorld {
+	b := &pgbenchWorld{tool: pgcluster.Tool(t, "pgbench")}
+	b.w = newWorld(t, func(c *felderatest.Config) {
+		crashDouble(c)
+		if ft != "" {
+			c.FaultTolerance = ft
+		}
+		c.Tables = felderatest.MustParseDDL(pgbenchFeldera + setup.ProgressDDL)
+		c.OnState = b.see
+	})
+	b.pgbench("-i", "-s", "1", "-q")
+	b.w.exec("CREATE PUBLICATION pgb FOR TABLE pgbench_accounts, pgbench_tellers, pgbench_branches")
+	return b
+}
+
+// see checks a state once the snapshot is in: the three sums are equal.
+func (b *pgbenchWorld) see(v felderatest.View) {
+	if v.Len("pgbench_accounts") < 100_000 {
+		return
+	}
+	a, err1 := v.SumInt("pgbench_accounts", "abalance")
+	tl, err2 := v.SumInt("pgbench_tellers", "tbalance")
+	br, err3 := v.SumInt("pgbench_branches", "bbalance")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.states++
+	if err1 != nil || err2 != nil || err3 != nil || a != tl || tl != br {
+		b.broken = append(b.broken, fmt.Sprintf("sum(abalance)=%d sum(tbalance)=%d sum(bbalance)=%d (%v %v %v)", a, tl, br, err1, err2, err3))
+	}
+}
+
+func (b *pgbenchWorld) pgbench(args ...string) {
+	b.w.t.Helper()
+	if err := b.run(args...); err != nil {
+		b.w.t.Fatal(err)
+	}
+}
+
+// run runs pgbench; it may be called from any goroutine.
+func (b *pgbenchWorld) run(args ...string) error {
+	out, err := exec.Command(b.tool, append(args, b.w.dsn)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgbench %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// start runs pgfeldera on pgbench's tables.
+func (b *pgbenchWorld) start(env ...string) *proc {
+	return b.w.start(append([]string{"PG_PUBLICATION=pgb", "TABLES=" + strings.Join(pgbenchTables, ","), "SNAPSHOT_MODE=initial"}, env...)...)
+}
+
+// exact compares the three tables; "" when equal.
+func (b *pgbenchWorld) exact() string {
+	for _, tb := range pgbenchTables {
+		r, err := oracle.Compare(context.Background(), b.w.db, tb, b.w.fel, tb)
+		if err != nil {
+			return err.Error()
+		}
+		if !r.Equal() {
+			return tb + ": " + r.String()
+		}
+	}
+	return ""
+}
+
+// caughtUp waits until the slot confirmed the current WAL position and
+// Feldera holds what Postgres holds.
+func (b *pgbenchWorld) caughtUp(p *proc, within time.Duration) {
+	b.w.t.Helper()
+	target := b.w.lsn("SELECT pg_current_wal_insert_lsn()::text")
+	report := "not caught up"
+	b.w.until(within, 50*time.Millisecond, func() bool {
+		if exitedNow(p) {
+			b.w.t.Fatalf("pgfeldera exited with %d\n%s", p.code, b.w.log())
+		}
+		if p.streaming() && b.w.confirmed() >= target {
+			report = b.exact()
+		}
+		return report == ""
+	})
+	if report != "" {
+		b.w.t.Fatalf("not caught up: %s\n%s", report, b.w.log())
+	}
+}
+
+// sent counts the rows of pgbench's tables the double's ingress received.
+func (b *pgbenchWorld) sent() int {
+	n := 0
+	for _, r := range b.w.fel.Requests() {
+		if strings.HasPrefix(strings.ToLower(r.Table), "pgbench_") {
+			n += r.Lines
+		}
+	}
+	return n
+}
+
+// killAfterWrites: 20 s of writes, all in Feldera, a kill, a restart that
+// asks for checkpoints; then Feldera restarts in place.
+func (b *pgbenchWorld) killAfterWrites(t *testing.T, env []string) {
+	p := b.start(env...)
+	inFeldera := func() bool { return p.streaming() && b.exact() == "" }
+	b.w.poll("the snapshot in Feldera", 120*time.Second, inFeldera)
+	b.pgbench("-n", "-T", "20", "-R", "100", "-c", "2", "-j", "1")
+	b.w.poll("every write in Feldera", 120*time.Second, inFeldera) // the slot waits for a checkpoint
+	p.kill()
+	before := b.sent()
+	p2 := b.start(append(env[:2:2], "FELDERA_CHECKPOINT_AFTER=1s", env[2])...)
+	b.caughtUp(p2, 120*time.Second)
+	b.resent = b.sent() - before
+	if strings.Contains(env[0], "off") {
+		p2.stop(t)
+		return
+	}
+	b.pgbench("-n", "-t", "50", "-c", "1")
+	b.caughtUp(p2, 120*time.Second)
+	b.w.fel.RestartInPlace() // back to its last checkpoint, which may lack the last writes
+	b.caughtUp(p2, 120*time.Second)
+	p2.stop(t)
+}
+
+// crashWhileWriting crashes the connector at point while pgbench writes,
+// restarts it, and waits for the end of the writes.
+func (b *pgbenchWorld) crashWhileWriting(t *testing.T, env []string, point string) {
+	p := b.start(append(env, "CRASH_AT="+point, "CRASH_AFTER_BATCHES=20", "FELDERA_CHECKPOINT_AFTER=1s")...)
+	b.caughtUp(p, 120*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- b.run("-n", "-T", "10", "-R", "100", "-c", "2", "-j", "1") }()
+	if code := p.exited(60 * time.Second); code != 70 {
+		t.Fatalf("the first run exited %d, want 70 at %s\n%s", code, point, b.w.log())
+	}
+	p2 := b.start(append(env[:1:1], "FELDERA_CHECKPOINT_AFTER=1s", env[2])...)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.caughtUp(p2, 120*time.Second)
+	p2.stop(t)
+}
