@@ -177,6 +177,9 @@ func (s *stream) stage(st Stage, lsn pglogrepl.LSN) {
 // sent passes after_ack, whichever rule moved the position (a completion,
 // a checkpoint, a COMMIT with nothing buffered, an idle keepalive).
 func (s *stream) statusAsking(reply bool) error {
+	if err := s.markKept(); err != nil {
+		return err
+	}
 	if err := s.src.SendStatus(s.received, s.c.acked, s.c.acked, reply); err != nil {
 		return fromPostgres(fmt.Errorf("send status update: %w", err))
 	}

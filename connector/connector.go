@@ -114,6 +114,8 @@ type testHooks struct {
 	noWALEndGuard    bool                            // skip below a progress row past the server's WAL end (unsafe)
 	noProgressStep   bool                            // acknowledge a skip under the checkpoint gate at once (unsafe)
 	noJoin           bool                            // commit a Feldera transaction left open instead of joining it (unsafe)
+	noKeepRows       bool                            // let the slot pass the progress row at COMMITs and keepalives without rows (unsafe)
+	trustProgress    bool                            // no check of the progress row against the slot at startup (unsafe)
 	beforeStart      func()                          // runs right before START_REPLICATION (a test freezes the connection there)
 }
 

@@ -134,6 +134,11 @@ func KeepProgressRow(c *Connector) { c.test.noReset = true }
 // TrustProgressRow: see KeepProgressRow.
 func TrustProgressRow(c *Connector) { c.test.noWALEndGuard = true }
 
+// TrustProgressLoss makes startup skip the check of the progress row
+// against the slot: the unsafe variant that streams on from a Feldera
+// that went back.
+func TrustProgressLoss(c *Connector) { c.test.trustProgress = true }
+
 // IgnoreTransactionLeftOpen makes the connector ignore the Feldera
 // transaction the fence file says a crashed process left open: the unsafe
 // variant that shows settling it first is what lets the restart start its

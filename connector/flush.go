@@ -66,7 +66,12 @@ func (s *stream) flushDue(now time.Time) bool {
 		// A Feldera transaction left open by a batch that ended inside a
 		// source transaction, which has ended since: commit it now,
 		// unless it is one a crash left that the replay has not covered.
-		return s.txnOpen && !s.open && !s.joinHolds()
+		// Or the progress row alone (skip.go).
+		if s.txnOpen {
+			return !s.open && !s.joinHolds()
+		}
+		at, ok := s.rowOnlyAt()
+		return ok && !now.Before(at)
 	case s.c.bounds().Full(b):
 		// Inside a transaction the next change seals it (see handle).
 		return !s.open
@@ -121,6 +126,9 @@ func (s *stream) startFlush(end bool) {
 	var id uint64
 	id, b.AckTo = s.led.Seal(now)
 	s.carry(plan, b)
+	if b.Total == 0 && plan.End {
+		s.rowDue = now.Add(s.interval)
+	}
 	sz := [2]int{b.Total, b.Size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]

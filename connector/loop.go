@@ -124,6 +124,9 @@ func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
 	if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
 		deadline = ld
 	}
+	if ld, ok := s.rowOnlyAt(); ok && ld.Before(deadline) {
+		deadline = ld
+	}
 	if !nudge.IsZero() && nudge.Before(deadline) {
 		deadline = nudge
 	}

@@ -225,7 +225,9 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 		t.Fatal(err)
 	}
 	s := c.newStream(p, src, is)
-	s.skip.Below = skip
+	if err := s.skipBelow(skip); err != nil {
+		t.Fatal(err)
+	}
 	go func() { sc.done <- s.serve(ctx) }()
 	t.Cleanup(func() { sc.end() })
 	src.push(scriptStart, pgoutputtest.Relation(10, "public", "users", 'd', usersRel...))

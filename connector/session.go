@@ -45,6 +45,9 @@ type stream struct {
 	txnOpen      bool
 	txnTo        pglogrepl.LSN // the last COMMIT the open Feldera transaction carries: its progress row
 	join         outbox.Join   // the Feldera transaction a crash left open, joined (skip.go)
+	rowDue       time.Time     // when a batch of the progress row alone may go next (skip.go)
+	keepsRows    bool          // the slot keeps behind the progress row (skip.go)
+	markedKept   bool          // the state file says so (markKept)
 	warnedTxnCut bool
 	maxFlight    int // BATCH_MAX_IN_FLIGHT
 	// Rows and bytes sent and not yet complete, per batch id and in all:
@@ -131,7 +134,9 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	s := c.newStream(p, pgSource{conn}, inc)
-	s.skip.Below = skip
+	if err := s.skipBelow(skip); err != nil {
+		return err
+	}
 	return s.serve(ctx)
 }
 

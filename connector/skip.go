@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -115,6 +116,54 @@ func (s *stream) skipAt(ev *decode.Event) {
 	case decode.KindCommit:
 		s.skip.Commit()
 	}
+}
+
+// skipBelow starts the session's skip at the progress row's position at
+// (0: none), and with the row, keeps the slot from passing it. A session
+// that does not keep it clears the state's mark that it is kept, before
+// it acknowledges anything (state.State.ProgressKept).
+func (s *stream) skipBelow(at pglogrepl.LSN) error {
+	s.skip.Below = at
+	s.keepsRows = s.c.out.Progress != nil && !s.c.test.noKeepRows
+	if s.keepsRows {
+		s.led.KeepRows(at)
+		return nil
+	}
+	if s.inc != nil {
+		return s.inc.KeepProgress(false)
+	}
+	return nil
+}
+
+// markKept records, before the first status update of the session that
+// moves the slot, that the slot keeps behind the progress row: from then
+// on a row below the slot means Feldera lost acknowledged data
+// (setup.ProgressLost). Before it, the slot may lie past the row (turned
+// on with a slot already confirmed, or cleared), and the first position
+// the session acknowledges is one a row carries.
+func (s *stream) markKept() error {
+	if !s.keepsRows || s.markedKept || s.inc == nil || s.c.acked <= s.sentAck {
+		return nil
+	}
+	if err := s.inc.KeepProgress(true); err != nil {
+		return err
+	}
+	s.markedKept = true
+	return nil
+}
+
+// rowOnlyAt is when the filling batch, holding no rows, goes out as the
+// progress row alone: it carries positions the slot may not pass without
+// the row (delivery.Ledger.KeepRows: COMMITs with nothing buffered, a
+// quiet keepalive's WAL end). Nothing else is in flight, so at most one
+// goes at a time, and one at most every status interval: an idle or
+// filtered source costs one small Feldera transaction per status update
+// that moves the position.
+func (s *stream) rowOnlyAt() (time.Time, bool) {
+	if s.c.out.Progress == nil || s.filling.Total > 0 || s.open || s.txnOpen || s.busy() || !s.led.RowOwed() {
+		return time.Time{}, false
+	}
+	return s.rowDue, true
 }
 
 // joinTables is what Settle joins a transaction left open with: every

@@ -271,26 +271,36 @@ func TestStream_TransactionLongerThanCompletionTimeout(t *testing.T) {
 	c := e.newConnector(cfg, e.client)
 	r := e.run(c)
 	e.waitSlot()
-	before := len(e.fel.Requests())
-	e.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 15000) g") // 750 batches, one Feldera transaction
-	e.waitConfirmed(e.currentLSN(), 60*time.Second)
-	e.assertEqual("users", "users")
-	if strings.Contains(e.logs.String(), "not complete after") {
-		t.Fatalf("a batch of the transaction timed out before its commit:\n%s", tail(e.logs.String(), 3000))
-	}
-	// What the test is about: one Feldera transaction, one session, and
-	// sending it took longer than FELDERA_COMPLETION_TIMEOUT (the first
-	// batch's token completes only at the commit, after the last POST).
-	if n := c.Stats().Transactions.Load(); n != 1 {
-		t.Fatalf("%d Feldera transactions, want the source transaction in one", n)
+	// What the test is about: sending the transaction takes longer than
+	// FELDERA_COMPLETION_TIMEOUT (the first batch's token completes only
+	// at the commit, after the last POST). How long sending takes depends
+	// on the machine, so a transaction that went faster is followed by
+	// one of rows twice as wide (as many batches: one Feldera
+	// transaction holds at most maxTxnFlight), until one takes longer.
+	const n = 15000 // 750 batches, one Feldera transaction
+	from, width := 1, 0
+	for took := time.Duration(0); took <= cfg.CompletionTimeout; width = max(2*width, 256) {
+		if width > 8192 {
+			t.Fatalf("sending %d rows took %s, not longer than FELDERA_COMPLETION_TIMEOUT (%s): the test shows nothing", n, took, cfg.CompletionTimeout)
+		}
+		before, txns := len(e.fel.Requests()), c.Stats().Transactions.Load()
+		e.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'u' || g || repeat('x', %d), g FROM generate_series(%d, %d) g", width, from, from+n-1))
+		from += n
+		e.waitConfirmed(e.currentLSN(), 120*time.Second)
+		e.assertEqual("users", "users")
+		if strings.Contains(e.logs.String(), "not complete after") {
+			t.Fatalf("a batch of the transaction timed out before its commit:\n%s", tail(e.logs.String(), 3000))
+		}
+		if got := c.Stats().Transactions.Load() - txns; got != 1 {
+			t.Fatalf("%d Feldera transactions, want the source transaction in one", got)
+		}
+		reqs := e.fel.Requests()[before:]
+		if len(reqs) < 2 {
+			t.Fatalf("%d requests", len(reqs))
+		}
+		took = reqs[len(reqs)-1].Time.Sub(reqs[0].Time)
+		t.Logf("%d rows of names %d bytes wider: sending took %s", n, width, took)
 	}
 	sessionsOnly(t, e, c)
-	reqs := e.fel.Requests()[before:]
-	if len(reqs) < 2 {
-		t.Fatalf("%d requests", len(reqs))
-	}
-	if took := reqs[len(reqs)-1].Time.Sub(reqs[0].Time); took <= cfg.CompletionTimeout {
-		t.Fatalf("sending the transaction took %s, not longer than FELDERA_COMPLETION_TIMEOUT (%s): the test shows nothing", took, cfg.CompletionTimeout)
-	}
 	r.stop(t)
 }

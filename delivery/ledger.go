@@ -33,6 +33,13 @@ import (
 // retraction is no batch of the frontier, and reaches the gate only
 // through it.
 //
+// With the progress row (KeepRows), no position past the row Feldera
+// holds is reached without a batch: a COMMIT with nothing buffered, a
+// quiet keepalive's WAL end and the COMMITs of an emptied batch are
+// recorded as the filling batch's COMMIT instead, and a batch (with no
+// rows, the row alone) carries them. So the slot never passes the row,
+// and a row below the slot means Feldera lost what was acknowledged.
+//
 // The position never moves back. It starts at the slot's confirmed
 // position.
 type Ledger struct {
@@ -40,6 +47,8 @@ type Ledger struct {
 	acked  pglogrepl.LSN // the acknowledged position
 	commit pglogrepl.LSN // the last COMMIT whose rows the filling batch holds; 0: none
 	step   uint64        // the step watermark
+	rows   bool          // positions past rowAt go out in a batch (KeepRows)
+	rowAt  pglogrepl.LSN // the progress row's position at the session's start
 }
 
 // NewLedger starts a session's ledger at the slot's confirmed position
@@ -50,6 +59,23 @@ func NewLedger(g Gate, from pglogrepl.LSN, confirm bool) *Ledger {
 	f := newFrontier(g, from)
 	f.confirm = confirm
 	return &Ledger{front: f, acked: from}
+}
+
+// KeepRows puts the ledger in progress-row mode: a position past at, the
+// row Feldera held when the session began, is acknowledged only with a
+// batch that carries it (and so writes the row). Positions at or below at
+// (source transactions the session skips) are Feldera's already.
+func (l *Ledger) KeepRows(at pglogrepl.LSN) { l.rows, l.rowAt = true, at }
+
+// carried reports whether a position reached without rows must still go
+// out in a batch: in progress-row mode, past the row.
+func (l *Ledger) carried(end pglogrepl.LSN) bool { return l.rows && end > l.rowAt }
+
+// record makes end a COMMIT the filling batch carries.
+func (l *Ledger) record(end pglogrepl.LSN) {
+	if end > l.acked {
+		l.commit = max(l.commit, end)
+	}
 }
 
 // Acked is the acknowledged position: what a status update reports as
@@ -76,11 +102,19 @@ func (l *Ledger) Committed(end pglogrepl.LSN, buffered bool, now time.Time) bool
 	if end <= l.acked {
 		return false
 	}
+	if l.carried(end) {
+		l.record(end)
+		return false
+	}
 	return l.set(l.front.reach(end, l.step, now))
 }
 
 // Recorded is the COMMIT the filling batch carries (0: none yet).
 func (l *Ledger) Recorded() pglogrepl.LSN { return l.commit }
+
+// RowOwed reports whether the filling batch, even with no rows, carries a
+// position the slot cannot reach without it (progress-row mode).
+func (l *Ledger) RowOwed() bool { return l.carried(l.commit) && l.commit > l.acked }
 
 // Seal enters the filling batch, about to be sent, with the COMMIT it
 // carries (0 when it ends inside a transaction): it returns the batch's
@@ -95,7 +129,7 @@ func (l *Ledger) Seal(now time.Time) (uint64, pglogrepl.LSN) {
 // COMMIT (a TRUNCATE discarded its rows): the COMMITs need nothing more
 // than what was sent before them.
 func (l *Ledger) Emptied(now time.Time) bool {
-	if l.commit == 0 {
+	if l.commit == 0 || l.carried(l.commit) {
 		return false
 	}
 	to := l.commit
@@ -107,6 +141,10 @@ func (l *Ledger) Emptied(now time.Time) bool {
 // says the session has nothing open, buffered or in flight.
 func (l *Ledger) Keepalive(walEnd pglogrepl.LSN, quiet bool, now time.Time) bool {
 	if !quiet || l.Pending() {
+		return false
+	}
+	if l.carried(walEnd) {
+		l.record(walEnd)
 		return false
 	}
 	return l.set(l.front.reach(walEnd, l.step, now))

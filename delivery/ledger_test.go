@@ -62,6 +62,14 @@ func emptied(want pglogrepl.LSN) ledgerStep {
 	return ledgerStep{"emptied", func(l *Ledger, _ map[string]uint64) bool { return l.Emptied(t0) }, want}
 }
 
+// keepRows puts the ledger in progress-row mode, the row at at.
+func keepRows(at pglogrepl.LSN, want pglogrepl.LSN) ledgerStep {
+	return ledgerStep{fmt.Sprintf("progress row at %s", at), func(l *Ledger, _ map[string]uint64) bool {
+		l.KeepRows(at)
+		return false
+	}, want}
+}
+
 func checkpoint(steps uint64, want pglogrepl.LSN) ledgerStep {
 	return ledgerStep{fmt.Sprintf("checkpoint covering step %d", steps), func(l *Ledger, _ map[string]uint64) bool {
 		return l.Checkpointed(steps)
@@ -166,6 +174,45 @@ func TestLedger(t *testing.T) {
 			stepped(3, from),
 			keepalive(500, true, from),
 			checkpoint(3, 500),
+		}},
+		{"with the progress row, a COMMIT with nothing buffered waits for a batch to carry it", GateComplete, []ledgerStep{
+			keepRows(0, from),
+			commit(200, false, from),
+			seal("row", from),
+			complete("row", 1, 200),
+		}},
+		{"with the progress row, a quiet keepalive waits for a batch to carry its WAL end", GateComplete, []ledgerStep{
+			keepRows(0, from),
+			keepalive(500, true, from),
+			keepalive(600, true, from), // the first one waits: pending
+			seal("row", from),
+			complete("row", 1, 500),
+			keepalive(600, true, 500),
+			seal("row2", 500),
+			complete("row2", 2, 600),
+		}},
+		{"with the progress row, a TRUNCATE that empties the batch leaves its COMMITs to a batch", GateComplete, []ledgerStep{
+			keepRows(0, from),
+			commit(200, true, from),
+			emptied(from),
+			seal("row", from),
+			complete("row", 1, 200),
+		}},
+		{"with the progress row, positions at or below it (skipped transactions) move at once", GateComplete, []ledgerStep{
+			keepRows(300, from),
+			commit(200, false, 200),
+			commit(300, false, 300),
+			keepalive(300, true, 300),
+			commit(400, false, 300), // past the row: a batch carries it
+			seal("row", 300),
+			complete("row", 1, 400),
+		}},
+		{"with the progress row under the checkpoint gate, the row's batch waits for a checkpoint", GateCheckpoint, []ledgerStep{
+			keepRows(0, from),
+			keepalive(500, true, from),
+			seal("row", from),
+			complete("row", 4, from),
+			checkpoint(4, 500),
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -113,6 +113,13 @@ func (x *Transactions) Posted(table string) {
 	}
 }
 
+// Empty reports whether nothing was POSTed in the held transaction (nor
+// joined with what a crash left in it): it has not started in Feldera,
+// which starts a transaction at the next step input triggers.
+func (x *Transactions) Empty() bool {
+	return x.cur == nil || len(x.cur.tables) == 0
+}
+
 // Buffered records a batch of rows and bytes POSTed inside the held
 // transaction: Room bounds what Feldera still buffers of it.
 func (x *Transactions) Buffered(rows, bytes int) {

@@ -139,3 +139,13 @@ func (inc *Session) Checkpoint(cp *state.CheckpointRef) (gap bool, err error) {
 	}
 	return gap, nil
 }
+
+// KeepProgress records whether the slot keeps behind the progress row
+// (state.State.ProgressKept), unless the state records it already.
+func (inc *Session) KeepProgress(kept bool) error {
+	if inc.rec.St.ProgressKept == kept {
+		return nil
+	}
+	inc.rec.St.ProgressKept = kept
+	return inc.rec.Write()
+}

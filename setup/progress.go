@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -75,6 +77,24 @@ func progressShape(rel feldera.Relation) string {
 	}
 	if !slices.Equal(rel.PrimaryKey, []string{"slot"}) {
 		return fmt.Sprintf("its primary key is (%s), want (slot): one row per slot, upserted", strings.Join(rel.PrimaryKey, ", "))
+	}
+	return ""
+}
+
+// ProgressLost says why Feldera lost data the slot acknowledged, judged by
+// the progress row ("" when nothing says so): with kept (the state file's
+// ProgressKept) the slot never passes the row Feldera holds, so a missing
+// row, or one below the slot's confirmed position, is a Feldera that went
+// back (storage lost, an older checkpoint restored). Without kept the
+// row proves nothing: sessions without the table moved the slot alone.
+func ProgressLost(kept bool, slot string, row pglogrepl.LSN, found bool, confirmed pglogrepl.LSN) string {
+	switch {
+	case !kept:
+		return ""
+	case !found:
+		return fmt.Sprintf("Feldera's %s has no row for slot %s, which the slot's confirmed position %s needs: Feldera lost acknowledged data", ProgressTable, slot, confirmed)
+	case row < confirmed:
+		return fmt.Sprintf("Feldera's %s holds slot %s up to %s, below the slot's confirmed position %s: Feldera lost acknowledged data", ProgressTable, slot, row, confirmed)
 	}
 	return ""
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -43,6 +45,39 @@ func TestProgressTable(t *testing.T) {
 			}
 			if err == nil || !fatal.Is(err) || !strings.Contains(err.Error(), c.refused) || !strings.Contains(err.Error(), "FELDERA_PROGRESS_TABLE") {
 				t.Fatalf("err %v: want a refusal naming FELDERA_PROGRESS_TABLE and %q", err, c.refused)
+			}
+		})
+	}
+}
+
+// A row below the slot, or none, means loss only once the state file says
+// the slot never passes the row; the message names both positions.
+func TestProgressLost(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		kept      bool
+		row       pglogrepl.LSN
+		found     bool
+		confirmed pglogrepl.LSN
+		want      []string // in the reason; none: not lost
+	}{
+		{"not kept: a missing row proves nothing", false, 0, false, 0x5000, nil},
+		{"not kept: a row behind proves nothing", false, 0x1000, true, 0x5000, nil},
+		{"kept, the row at the slot", true, 0x5000, true, 0x5000, nil},
+		{"kept, the row ahead (the skip)", true, 0x6000, true, 0x5000, nil},
+		{"kept, the row behind", true, 0x4FFF, true, 0x5000, []string{"0/4FFF", "0/5000", "slot s"}},
+		{"kept, no row", true, 0, false, 0x5000, []string{"no row", "0/5000", "slot s"}},
+		{"kept, a cleared row", true, 0, true, 0x5000, []string{"up to 0/0", "0/5000"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := ProgressLost(c.kept, "s", c.row, c.found, c.confirmed)
+			if (got != "") != (c.want != nil) {
+				t.Fatalf("ProgressLost = %q, want lost=%v", got, c.want != nil)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%q does not name %q", got, w)
+				}
 			}
 		})
 	}

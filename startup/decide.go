@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -25,7 +26,7 @@ func (s *Starter) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.PgCo
 	} else if err != nil {
 		return fatal.Wrap(err)
 	}
-	slot, err := readSlot(ctx, rconn, s.Slot)
+	slot, confirmed, err := readSlot(ctx, rconn, s.Slot)
 	if err != nil {
 		return err
 	}
@@ -40,6 +41,11 @@ func (s *Starter) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.PgCo
 	if st != nil && p.FaultTolerant && !s.Hooks.TrustRestores {
 		if ok, why := setup.RestoredEnough(st.Checkpoint, p.Checkpoints); !ok {
 			target.Lost = why
+		}
+	}
+	if target.Lost == "" && st != nil && slot.Exists {
+		if target.Lost, err = s.progressLost(ctx, st, confirmed); err != nil {
+			return err
 		}
 	}
 	decision := snapshot.Decide(st, slot, s.Slot, s.Publication, mappings, target)
@@ -65,7 +71,8 @@ func (s *Starter) startup(ctx context.Context, p *setup.Plan, rconn *pgconn.PgCo
 	return s.snapshot(ctx, p, rconn, st, slot.Exists, decision.Action == snapshot.Resnapshot, mappings)
 }
 
-func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.Slot, error) {
+// readSlot reads the slot as Decide sees it, and its confirmed position.
+func readSlot(ctx context.Context, rconn *pgconn.PgConn, name string) (snapshot.Slot, pglogrepl.LSN, error) {
 	slot, err := replconn.ReadSlot(ctx, rconn, name)
-	return snapshot.Slot{Exists: slot.Exists, WalStatus: slot.WalStatus}, err
+	return snapshot.Slot{Exists: slot.Exists, WalStatus: slot.WalStatus}, slot.Confirmed, err
 }

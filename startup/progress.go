@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -56,9 +59,31 @@ func (s *Starter) serverMoved(ctx context.Context) error {
 		}
 		s.heldBefore = held
 	}
+	if st.ProgressKept {
+		// A cleared row is below the slot: the state must not say the
+		// slot never passes it (setup.ProgressLost).
+		st.ProgressKept = false
+		if err := state.Save(s.StateFile, st); err != nil {
+			return fatal.Wrap(err)
+		}
+	}
 	if err := s.ResetProgress(ctx, 0); err != nil {
 		return fmt.Errorf("clear the progress row after a change of server (system %s timeline %d → %s timeline %d): %w", st.SystemID, st.Timeline, s.srv.SystemID, s.srv.Timeline, err)
 	}
 	s.Logger.Info("progress: the server changed since the state file's last session (a failover): cleared the progress row", "system_identifier", s.srv.SystemID, "timeline", s.srv.Timeline)
 	return nil
+}
+
+// progressLost reads the progress row when the state says the slot never
+// passes it, and says why Feldera lost acknowledged data ("" when the row
+// holds the slot's confirmed position; setup.ProgressLost).
+func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed pglogrepl.LSN) (string, error) {
+	if s.ReadProgress == nil || !st.ProgressKept || s.Hooks.TrustProgress {
+		return "", nil
+	}
+	row, found, err := s.ReadProgress(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the progress row: %w", err)
+	}
+	return setup.ProgressLost(true, s.Slot, row, found, confirmed), nil
 }

@@ -84,6 +84,7 @@ type Hooks struct {
 	FailAfterSlot  bool   // an incremental start fails right after creating its slot
 	NoStartRetract bool   // an incremental resnapshot at startup skips the retraction (unsafe)
 	TrustRestores  bool   // no check of what a restart restored (unsafe)
+	TrustProgress  bool   // no check of the progress row against the slot (unsafe)
 	IgnoreShape    bool   // no resnapshot when a table's shape changes (unsafe)
 	GateForced     bool   // a test forced the gate (setup.Rules.GateForced)
 }

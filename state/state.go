@@ -169,8 +169,15 @@ type State struct {
 	// the UUID of the newest checkpoint when the change was seen ("-" when
 	// there was none). Until a checkpoint after it, completion is not
 	// durable.
-	JournalGap string  `json:"journal_gap,omitempty"`
-	Tables     []Table `json:"tables"`
+	JournalGap string `json:"journal_gap,omitempty"`
+	// ProgressKept is set once a session with the progress table
+	// acknowledged a position: from then on the slot never passes the
+	// row Feldera holds (delivery.Ledger.KeepRows), so a row below the
+	// slot, or none, means Feldera lost acknowledged data
+	// (setup.ProgressLost). Cleared before the row is reset (a new slot,
+	// a failover) and by a session without the table.
+	ProgressKept bool    `json:"progress_kept,omitempty"`
+	Tables       []Table `json:"tables"`
 	// Requests are the resnapshot requests received, oldest first.
 	Requests []Request `json:"requests,omitempty"`
 }

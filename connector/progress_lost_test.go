@@ -1,0 +1,127 @@
+package connector_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
+)
+
+// With the progress table the slot never passes the row Feldera holds, so
+// a Feldera that went back (storage lost, an older state restored) shows
+// a row below the slot, or none: startup resnapshots, naming both
+// positions, and Feldera ends exact. Here Feldera goes back by hand while
+// pgfeldera is stopped: the last three streamed rows are gone and the row
+// is set back to before them ("behind"), or is gone too ("removed"). The
+// unsafe variant (TrustProgressLoss) streams on from the slot, which has
+// forgotten those rows: they stay lost.
+func TestProgress_FelderaBehindTheSlotResnapshots(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		removed bool
+		trust   bool
+	}{{"behind", false, false}, {"removed", true, false}, {"behind/trusted", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, mixedPG, mixedFeldera+setup.ProgressDDL)
+			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
+			cfg := e.snapshotConfig("users")
+			cfg.ProgressTable = setup.ProgressOn
+			r := e.start(cfg)
+			e.waitSlot()
+			for id := 500; id < 503; id++ {
+				e.exec(fmt.Sprintf("INSERT INTO users VALUES (%d, 'kept', 0)", id))
+			}
+			e.waitConfirmed(e.currentLSN(), 30*time.Second)
+			back := progressRow(t, e)
+			for id := 503; id < 506; id++ {
+				e.exec(fmt.Sprintf("INSERT INTO users VALUES (%d, 'lost', 0)", id))
+			}
+			confirmed := e.currentLSN()
+			e.waitConfirmed(confirmed, 30*time.Second)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			if row := progressRow(t, e); row < confirmed {
+				t.Fatalf("the progress row is %s after the slot confirmed %s", row, confirmed)
+			}
+
+			// Feldera goes back.
+			for id := 503; id < 506; id++ {
+				if err := e.fel.Delete("users", fmt.Sprintf(`{"id": %d}`, id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			row := fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.slot, uint64(back))
+			var err error
+			if c.removed {
+				err = e.fel.Delete("pgfeldera_progress", row)
+			} else {
+				err = e.fel.Put("pgfeldera_progress", row)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			conn := e.newConnector(cfg, e.client)
+			if c.trust {
+				connector.TrustProgressLoss(conn)
+			}
+			r = e.run(conn)
+			e.waitSlot()
+			e.exec("INSERT INTO users VALUES (600, 'after', 0)")
+			e.waitConfirmed(e.currentLSN(), 60*time.Second)
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			if c.trust {
+				if got := e.fel.Len("users"); got != 104 {
+					t.Fatalf("trusting the row, Feldera holds %d rows, want 104 (the three it lost): the test cannot see the loss", got)
+				}
+				return
+			}
+			e.assertEqual("users", "users")
+			logs := e.logs.String()
+			i := strings.Index(logs, "startup: resnapshot")
+			if i < 0 {
+				t.Fatalf("no resnapshot at startup:\n%s", tail(logs, 3000))
+			}
+			line := logs[i:]
+			line = line[:strings.IndexByte(line, '\n')]
+			t.Log(line)
+			want := []string{"slot's confirmed position " + confirmed.String()}
+			if !c.removed {
+				want = append(want, "up to "+back.String())
+			}
+			for _, w := range want {
+				if !strings.Contains(line, w) {
+					t.Errorf("the resnapshot's reason does not name %q: %s", w, line)
+				}
+			}
+		})
+	}
+}
+
+// progressRow is the slot's progress row in the double (0: none).
+func progressRow(t *testing.T, e *env) pglogrepl.LSN {
+	t.Helper()
+	for _, r := range e.fel.Rows("pgfeldera_progress") {
+		if string(r["slot"]) == fmt.Sprintf("%q", e.slot) {
+			n, err := strconv.ParseUint(string(r["lsn"]), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pglogrepl.LSN(n)
+		}
+	}
+	return 0
+}
