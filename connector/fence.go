@@ -15,7 +15,7 @@ func (c *Connector) openFence() error {
 	if err != nil || left == nil || c.test.noSettle {
 		return err
 	}
-	c.txns.LeftOpen(left.ID, left.Incarnation)
+	c.txns.LeftOpen(*left)
 	c.logger.Warn("startup: the previous pgfeldera process left a Feldera transaction open; settling it before anything is sent (committing it, or with the progress table joining it)",
 		"transaction_id", left.ID, "since", delivery.FormatTime(left.Since))
 	return c.fence.Transaction(left)

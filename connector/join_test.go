@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // A Feldera transaction a crash or a failed POST left open holds a prefix
@@ -70,7 +71,7 @@ func TestScripted_ProgressJoinsTheTransactionACrashLeftOpen(t *testing.T) {
 			inc := fel.Incarnation()
 			o.plan = func(p *setup.Plan, cn *Connector) {
 				plan(p, cn)
-				cn.txns.LeftOpen(left, inc) // the fence file's record
+				cn.txns.LeftOpen(state.OpenTransaction{ID: left, Incarnation: inc}) // the fence file's record
 				cn.test.noJoin = c.noJoin
 			}
 			second := runScriptedWith(t, fc, nil, o)

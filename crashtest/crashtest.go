@@ -9,6 +9,7 @@
 package crashtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -69,5 +70,19 @@ func Point(name string) {
 	if remaining.Add(-1) == 0 {
 		fmt.Fprintf(os.Stderr, "pgfeldera: crash point %s reached: exiting with %d\n", name, ExitCode)
 		exit()
+	}
+}
+
+type quietKey struct{}
+
+// Quiet marks ctx so that PointIn under it neither fires nor counts: the
+// work of a batch that carries no rows (the progress row alone), which
+// the crash matrix's batch numbers do not count.
+func Quiet(ctx context.Context) context.Context { return context.WithValue(ctx, quietKey{}, true) }
+
+// PointIn is Point, unless ctx is Quiet.
+func PointIn(ctx context.Context, name string) {
+	if ctx.Value(quietKey{}) == nil {
+		Point(name)
 	}
 }

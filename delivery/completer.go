@@ -55,8 +55,9 @@ type Flight struct {
 	// Txn, for a batch sent inside a Feldera transaction: it cannot
 	// complete before the commit, so FELDERA_COMPLETION_TIMEOUT counts
 	// from the commit (the waits before it are bounded on their own).
-	Txn    *TxnMark
-	warned bool
+	Txn     *TxnMark
+	RowOnly bool // it carries the progress row alone, no rows
+	warned  bool
 }
 
 // TxnMark is shared by the batches of one Feldera transaction: when its

@@ -86,8 +86,19 @@ type Transactions struct {
 
 // LeftOpen takes over the transaction a previous process left open, by
 // its id and the pipeline process it was opened in: Settle deals with it.
-func (x *Transactions) LeftOpen(id int64, incarnation string) {
-	x.cur = &openTxn{id: id, incarnation: incarnation}
+func (x *Transactions) LeftOpen(left state.OpenTransaction) {
+	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since}
+}
+
+// Whole records, in the fence file too, that every POST of the held
+// transaction was answered and taken, the progress row last: it holds
+// whole source transactions up to its row. A process that dies before
+// the commit leaves one that the next commits (Settle) instead of
+// joining: nothing of it is sent again.
+func (x *Transactions) Whole() error {
+	t := x.cur
+	t.whole = true
+	return x.Fence.Transaction(&state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: true})
 }
 
 // Held reports whether a transaction is held open.
@@ -137,6 +148,8 @@ type openTxn struct {
 	// buffers of ours, not yet fed to a step (see Room).
 	unfedRows, unfedBytes int
 	joined                bool // said once: an input connector holds it too
+	whole                 bool // its POSTs all answered, the progress row last (Whole)
+	since                 time.Time
 }
 
 // txnBackoffMax bounds the wait between start_transaction attempts under
@@ -158,7 +171,7 @@ func (x *Transactions) Begin(ctx context.Context) error {
 	for {
 		id, err := x.API.StartTransaction(ctx)
 		if err == nil {
-			x.cur = &openTxn{id: id, incarnation: x.Incarnation, tables: map[string]bool{}, mark: &TxnMark{}}
+			x.cur = &openTxn{id: id, incarnation: x.Incarnation, tables: map[string]bool{}, mark: &TxnMark{}, since: start}
 			x.Clock.Opened()
 			if err := x.Fence.Transaction(&state.OpenTransaction{ID: id, Incarnation: x.Incarnation, Since: start}); err != nil {
 				return err // a transaction is held: the caller commits it on the way out
@@ -167,7 +180,7 @@ func (x *Transactions) Begin(ctx context.Context) error {
 			if waited := time.Since(start); waited > time.Second {
 				x.Logger.Info("flush: got Feldera's transaction after waiting for another client's", "transaction_id", id, "waited", waited.Round(time.Millisecond))
 			}
-			crashtest.Point("after_begin")
+			crashtest.PointIn(ctx, "after_begin")
 			return nil
 		}
 		if code := feldera.ErrorCode(err); code != "" {
@@ -310,7 +323,7 @@ func (x *Transactions) noteJoined(st *feldera.Stats) {
 // Commit commits the transaction and waits until the commit finished.
 func (x *Transactions) Commit(ctx context.Context) error {
 	t := x.cur
-	crashtest.Point("before_commit")
+	crashtest.PointIn(ctx, "before_commit")
 	err := x.API.CommitTransaction(ctx)
 	switch {
 	case feldera.IsNoTransactionInProgress(err):
@@ -412,7 +425,7 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		return x.awaitCommit(ctx)
 	default:
 		t.incarnation = g.IncarnationUUID
-		if join != nil && t.id != 0 {
+		if join != nil && t.id != 0 && !t.whole {
 			t.tables, t.mark = join, &TxnMark{}
 			// What the dead process left in Feldera's buffer is not
 			// known: Room reads /stats before the first POST.
@@ -420,7 +433,11 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 			x.Logger.Warn("startup: joining the Feldera transaction left open: the replay goes on in it, and it commits at a source transaction's end with the progress row", "transaction_id", t.id, "state", v.String())
 			return nil
 		}
-		x.Logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
+		if t.whole {
+			x.Logger.Info("startup: committing the Feldera transaction left open: it holds whole source transactions, its progress row last", "transaction_id", t.id, "state", v.String())
+		} else {
+			x.Logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
+		}
 		return x.Commit(ctx)
 	}
 	x.done()

@@ -10,6 +10,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 type nopObserver struct{}
@@ -45,7 +46,7 @@ func TestSettle_FindsATransactionOpenedAfterARestart(t *testing.T) {
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 			x := &delivery.Transactions{API: client, Fence: delivery.NewFence(time.Second, logger), Observer: nopObserver{}, Logger: logger,
 				CompletionTimeout: 5 * time.Second, CommitStallTimeout: 5 * time.Second}
-			x.LeftOpen(id, old)
+			x.LeftOpen(state.OpenTransaction{ID: id, Incarnation: old})
 			var tables map[string]bool
 			if join {
 				tables = map[string]bool{"users": true}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -110,26 +112,14 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	if err != nil {
 		return fail(err)
 	}
+	whole := false // the progress row went last: the transaction holds whole source transactions
 	if plan.In && plan.End && s.Progress != nil && b.Progress != 0 {
-		// The Feldera transaction's last record: the position of the
-		// last whole source transaction it holds, committed with it. It
-		// is posted once Feldera has fed every row before it: under
-		// exactly_once a restart commits the journaled part of an open
-		// transaction (DURABILITY.md §1.4), and a row fed before the
-		// rows it covers would be committed without them.
-		// A transaction that holds nothing yet (the row alone) has not
-		// started: only input starts it (felderatest/internal/circuit,
-		// transaction.go), so there is nothing to wait for.
-		if !s.Txns.Empty() {
-			if err := s.absorbedUnlessHooked(ctx); err != nil {
-				return fail(err)
-			}
-		}
-		tok, err := s.postProgress(ctx, b.Progress)
+		tok, err := s.postRow(ctx, b.Progress)
 		if err != nil {
 			return fail(err)
 		}
 		tokens = append(tokens, tok)
+		whole = true
 	}
 	if plan.In {
 		s.Txns.Buffered(b.Total, b.Size())
@@ -138,11 +128,34 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 		if err := s.absorbedUnlessHooked(ctx); err != nil {
 			return fail(err)
 		}
+		if whole {
+			if err := s.Txns.Whole(); err != nil {
+				return fail(err)
+			}
+		}
 		if err := s.Txns.Commit(ctx); err != nil {
 			return fail(err)
 		}
 	}
 	return tokens, start, mark, nil
+}
+
+// postRow posts the progress row at lsn, the Feldera transaction's last
+// record: the position of the last whole source transaction it holds,
+// committed with it. It is posted once Feldera has fed every row before
+// it: under exactly_once a restart commits the journaled part of an open
+// transaction (DURABILITY.md §1.4), and a row fed before the rows it
+// covers would be committed without them. A transaction that holds
+// nothing yet (the row alone) has not started: only input starts it
+// (felderatest/internal/circuit, transaction.go), so there is nothing to
+// wait for.
+func (s *Sender) postRow(ctx context.Context, lsn pglogrepl.LSN) (*delivery.Token, error) {
+	if !s.Txns.Empty() {
+		if err := s.absorbedUnlessHooked(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.postProgress(ctx, lsn)
 }
 
 // post sends each route's lines of b, one request at a time, and returns

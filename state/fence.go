@@ -40,6 +40,10 @@ type OpenTransaction struct {
 	ID          int64     `json:"id"`
 	Incarnation string    `json:"incarnation"` // the pipeline process it lives in (IDs are per process)
 	Since       time.Time `json:"since"`
+	// Whole says every POST of it was answered, the progress row last:
+	// it holds whole source transactions, and committing it shows no
+	// prefix (delivery.Transactions.Whole).
+	Whole bool `json:"whole,omitempty"`
 }
 
 // Outstanding is an ingress request without a conclusive answer.
