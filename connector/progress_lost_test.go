@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // With the progress table the slot never passes the row Feldera holds, so
@@ -124,4 +127,48 @@ func progressRow(t *testing.T, e *env) pglogrepl.LSN {
 		}
 	}
 	return 0
+}
+
+// The initial snapshot writes the progress row at the slot's consistent
+// point once the copy is in, and the state file it marks complete says
+// the slot keeps behind the row: a Feldera that loses the copy before the
+// stream acknowledged anything is seen by the row too.
+func TestProgress_SnapshotWritesTheRow(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	var mu sync.Mutex
+	var first string // the first progress row any state showed
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera+setup.ProgressDDL, func(fc *felderatest.Config) {
+		fc.OnState = func(v felderatest.View) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range v.Rows("pgfeldera_progress") {
+				if first == "" && string(r["lsn"]) != "0" {
+					first = string(r["lsn"])
+				}
+			}
+		}
+	})
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
+	cfg := e.snapshotConfig("users")
+	cfg.ProgressTable = setup.ProgressOn
+	r := e.start(cfg)
+	e.waitLog("snapshot: complete", 60*time.Second)
+	st, err := state.Load(cfg.StateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n, _ := strconv.ParseUint(first, 10, 64)
+	row := pglogrepl.LSN(n)
+	if !st.ProgressKept || row == 0 {
+		t.Fatalf("after the snapshot: progress_kept %v, first progress row %q; want true and the consistent point", st.ProgressKept, first)
+	}
+	if !strings.Contains(e.logs.String(), "consistent_point="+row.String()) {
+		t.Fatalf("the first progress row %s is not the slot's consistent point:\n%s", row, tail(e.logs.String(), 2000))
+	}
 }

@@ -87,3 +87,23 @@ func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed p
 	}
 	return setup.ProgressLost(true, s.Slot, row, found, confirmed), nil
 }
+
+// copiedTo writes, with the progress table, the row at the slot's
+// consistent point once the copy is in (the copy holds the source as of
+// it, and the slot streams only what commits after it), and marks the
+// state that the slot keeps behind the row from here
+// (state.State.ProgressKept): the state file says complete only after,
+// so a restart that finds the snapshot complete and the row missing or
+// behind knows Feldera lost it. The row's step joins the copy's, so
+// under at_least_once the checkpoint the snapshot waits for holds it too.
+// An inconsistent snapshot (no consistent point) writes none.
+func (s *Starter) copiedTo(ctx context.Context, st *state.State, consistent pglogrepl.LSN) error {
+	if s.ResetProgress == nil || consistent == 0 {
+		return nil
+	}
+	if err := s.ResetProgress(ctx, consistent); err != nil {
+		return fmt.Errorf("write the progress row at the snapshot's consistent point %s: %w", consistent, err)
+	}
+	st.ProgressKept = true
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
@@ -26,6 +27,7 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 		return err
 	}
 	var snapName string
+	var consistent pglogrepl.LSN
 	if s.Inconsistent {
 		s.Logger.Warn("SNAPSHOT_MODE=inconsistent: copying BEFORE creating the slot; rows committed in between are LOST. Use only to demonstrate that loss.")
 	} else {
@@ -33,7 +35,7 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 		if err != nil {
 			return err
 		}
-		snapName = created.SnapshotName
+		snapName, consistent = created.SnapshotName, created.ConsistentPoint
 		s.Logger.Info("snapshot: created slot with exported snapshot", "consistent_point", created.ConsistentPoint, "snapshot", snapName)
 	}
 	s.Snapshotting.Store(true)
@@ -50,6 +52,9 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 		if _, err := s.createSlot(ctx, rconn, false); err != nil {
 			return err
 		}
+	}
+	if err := s.copiedTo(ctx, st, consistent); err != nil {
+		return err
 	}
 	if p.Gate == delivery.GateCheckpoint {
 		// at_least_once: the copy is durable once a checkpoint covers it;
