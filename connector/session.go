@@ -125,12 +125,7 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
-	st.ReplicationTimeout = c.replicationTimeout(p)
-	if c.test.beforeStart != nil {
-		c.test.beforeStart()
-	}
-	if err := st.StartReplication(ctx, conn); err != nil {
+	if err := c.startReplication(ctx, st, p, conn); err != nil {
 		return err
 	}
 	s := c.newStream(p, pgSource{conn}, inc)

@@ -50,3 +50,14 @@ func (c *Connector) begin(ctx context.Context, st *startup.Starter, p *setup.Pla
 	}
 	return nil
 }
+
+// startReplication starts streaming on conn; Postgres's answer is awaited
+// no longer than the liveness timeout.
+func (c *Connector) startReplication(ctx context.Context, st *startup.Starter, p *setup.Plan, conn *pgconn.PgConn) error {
+	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
+	st.ReplicationTimeout = c.replicationTimeout(p)
+	if c.test.beforeStart != nil {
+		c.test.beforeStart()
+	}
+	return st.StartReplication(ctx, conn)
+}
