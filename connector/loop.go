@@ -84,6 +84,9 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 		}
 	}
 	now = time.Now()
+	if err := s.quietEnd(now); err != nil {
+		return now, nudge, err
+	}
 	if s.canPost() && s.flushDue(now) {
 		s.startFlush(false)
 	}
@@ -180,6 +183,7 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// below ServerWALEnd was read, so idle slots release WAL (writes
 		// to unpublished tables move the WAL head too).
 		idle := !s.pending()
+		s.walEnd = max(s.walEnd, pkm.ServerWALEnd)
 		s.join.Keepalive(pkm.ServerWALEnd, s.open)
 		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), time.Now())
 		if idle && replconn.IdleKeepalive(pkm.ServerWALEnd, s.startEnd) {

@@ -47,6 +47,7 @@ type stream struct {
 	join         outbox.Join   // the Feldera transaction a crash left open, joined (skip.go)
 	rowDue       time.Time     // when a batch of the progress row alone may go next (skip.go)
 	keepsRows    bool          // the slot keeps behind the progress row (skip.go)
+	walEnd       pglogrepl.LSN // the highest WAL end a keepalive reported (quietEnd)
 	markedKept   bool          // the state file says so (markKept)
 	warnedTxnCut bool
 	maxFlight    int // BATCH_MAX_IN_FLIGHT

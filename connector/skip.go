@@ -152,6 +152,22 @@ func (s *stream) markKept() error {
 	return nil
 }
 
+// quietEnd applies, with the progress row, the last keepalive's WAL end
+// once the session is quiet: one that came while a batch was in flight
+// (the row alone, most often) moved nothing, and an idle server sends
+// the next only when the heartbeat asks, half a replication timeout
+// later. Every message sent before it has been read, so once nothing is
+// open, buffered or in flight, all below it is handled.
+func (s *stream) quietEnd(now time.Time) error {
+	if !s.keepsRows || s.walEnd <= s.led.Acked() || !s.quiet() {
+		return nil
+	}
+	if moved := s.led.Keepalive(s.walEnd, true, now); moved {
+		return s.ack(true)
+	}
+	return nil
+}
+
 // rowOnlyAt is when the filling batch, holding no rows, goes out as the
 // progress row alone: it carries positions the slot may not pass without
 // the row (delivery.Ledger.KeepRows: COMMITs with nothing buffered, a
