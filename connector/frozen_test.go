@@ -66,11 +66,13 @@ func TestLiveness_FrozenReplicationConnection(t *testing.T) {
 			r := e.run(c)
 			e.waitSlot()
 			w := e.startWriter("users", 0)
+			// Mid-stream: the freeze lands after START_REPLICATION was
+			// answered (TestLiveness_FrozenAtStartReplication freezes it
+			// before). The startup's queries before it are bounded by the
+			// TCP keepalives and TCP_USER_TIMEOUT, which a real network
+			// drop trips and this proxy, alive and acknowledging, does not.
+			e.waitLog("session: streaming", 30*time.Second)
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
-			// The freeze may land while START_REPLICATION awaits its
-			// answer (the slot is active by then), before the session
-			// counts as streaming: that wait is bounded by the same
-			// timeout, and the next session is the one after it.
 			began := c.Stats().Sessions.Load()
 			if n := proxy.Freeze(); n == 0 {
 				t.Fatal("no connection to freeze")
