@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
@@ -149,8 +150,8 @@ func TestStream_TransactionsBesideAnotherInput(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
 	pgbench := pgcluster.Tool(t, "pgbench")
-	iv := &invariant{check: pgbenchSums}
-	e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchFeldera+`
+	iv := &invariant{check: pgbenchtest.Sums}
+	e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchtest.FelderaDDL+`
 CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felderatest.Config) {
 		heavySteps(fc)
 		fc.OnState = iv.see
@@ -180,23 +181,6 @@ CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felder
 	if id := e.fel.OpenTransaction(); id != 0 {
 		t.Fatalf("Feldera transaction %d left open", id)
 	}
-}
-
-// States before the snapshot landed whole are not summed: pgbench -i
-// starts every balance at 0, so they hold trivially, and summing 100,000
-// accounts at each of the snapshot's steps (under -race, with the double
-// locked meanwhile) made the test take minutes.
-func pgbenchSums(v felderatest.View) (bool, string) {
-	if v.Len("pgbench_accounts") < 100_000 {
-		return true, ""
-	}
-	a, err1 := v.SumInt("pgbench_accounts", "abalance")
-	tl, err2 := v.SumInt("pgbench_tellers", "tbalance")
-	b, err3 := v.SumInt("pgbench_branches", "bbalance")
-	if err := firstErr(err1, err2, err3); err != nil {
-		return false, err.Error()
-	}
-	return a == tl && tl == b, fmt.Sprintf("sum(abalance)=%d sum(tbalance)=%d sum(bbalance)=%d", a, tl, b)
 }
 
 // feedSide posts a row to the side table every interval, through a client

@@ -11,13 +11,9 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
-
-const pgbenchFeldera = `
-CREATE TABLE pgbench_accounts (aid INT NOT NULL PRIMARY KEY, bid INT, abalance INT, filler CHAR(84));
-CREATE TABLE pgbench_tellers (tid INT NOT NULL PRIMARY KEY, bid INT, tbalance INT, filler CHAR(84));
-CREATE TABLE pgbench_branches (bid INT NOT NULL PRIMARY KEY, bbalance INT, filler CHAR(88));`
 
 // invariant counts the states Feldera exposes and those that break a
 // predicate over them.
@@ -73,8 +69,8 @@ func TestStream_TransactionsAtomicUnderPgbench(t *testing.T) {
 			mode = connector.TxnAuto
 		}
 		t.Run(name, func(t *testing.T) {
-			iv := &invariant{check: pgbenchSums}
-			e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchFeldera, func(fc *felderatest.Config) {
+			iv := &invariant{check: pgbenchtest.Sums}
+			e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchtest.FelderaDDL, func(fc *felderatest.Config) {
 				heavySteps(fc)
 				fc.OnState = iv.see
 			})
@@ -160,15 +156,6 @@ func TestStream_LargeTransactionInvisibleUntilWhole(t *testing.T) {
 			}
 		})
 	}
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func runTool(t *testing.T, path string, args ...string) {

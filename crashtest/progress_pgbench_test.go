@@ -11,17 +11,10 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
-
-const pgbenchFeldera = `
-CREATE TABLE pgbench_accounts (aid INT NOT NULL PRIMARY KEY, bid INT, abalance INT, filler CHAR(84));
-CREATE TABLE pgbench_tellers (tid INT NOT NULL PRIMARY KEY, bid INT, tbalance INT, filler CHAR(84));
-CREATE TABLE pgbench_branches (bid INT NOT NULL PRIMARY KEY, bbalance INT, filler CHAR(88));
-`
-
-var pgbenchTables = []string{"pgbench_accounts", "pgbench_tellers", "pgbench_branches"}
 
 // The acceptance of the progress table, over the real binary and pgbench's
 // tpcb-like transactions (each adds one delta to an account, a teller and
@@ -100,7 +93,7 @@ func newPgbenchWorld(t *testing.T, ft string) *pgbenchWorld {
 		if ft != "" {
 			c.FaultTolerance = ft
 		}
-		c.Tables = felderatest.MustParseDDL(pgbenchFeldera + setup.ProgressDDL)
+		c.Tables = felderatest.MustParseDDL(pgbenchtest.FelderaDDL + setup.ProgressDDL)
 		c.OnState = b.see
 	})
 	b.pgbench("-i", "-s", "1", "-q")
@@ -108,19 +101,17 @@ func newPgbenchWorld(t *testing.T, ft string) *pgbenchWorld {
 	return b
 }
 
-// see checks a state once the snapshot is in: the three sums are equal.
+// see checks a state (pgbenchtest.Sums).
 func (b *pgbenchWorld) see(v felderatest.View) {
 	if v.Len("pgbench_accounts") < 100_000 {
 		return
 	}
-	a, err1 := v.SumInt("pgbench_accounts", "abalance")
-	tl, err2 := v.SumInt("pgbench_tellers", "tbalance")
-	br, err3 := v.SumInt("pgbench_branches", "bbalance")
+	ok, why := pgbenchtest.Sums(v)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.states++
-	if err1 != nil || err2 != nil || err3 != nil || a != tl || tl != br {
-		b.broken = append(b.broken, fmt.Sprintf("sum(abalance)=%d sum(tbalance)=%d sum(bbalance)=%d (%v %v %v)", a, tl, br, err1, err2, err3))
+	if !ok {
+		b.broken = append(b.broken, why)
 	}
 }
 
@@ -142,12 +133,12 @@ func (b *pgbenchWorld) run(args ...string) error {
 
 // start runs pgfeldera on pgbench's tables.
 func (b *pgbenchWorld) start(env ...string) *proc {
-	return b.w.start(append([]string{"PG_PUBLICATION=pgb", "TABLES=" + strings.Join(pgbenchTables, ","), "SNAPSHOT_MODE=initial"}, env...)...)
+	return b.w.start(append([]string{"PG_PUBLICATION=pgb", "TABLES=" + strings.Join(pgbenchtest.Tables, ","), "SNAPSHOT_MODE=initial"}, env...)...)
 }
 
 // exact compares the three tables; "" when equal.
 func (b *pgbenchWorld) exact() string {
-	for _, tb := range pgbenchTables {
+	for _, tb := range pgbenchtest.Tables {
 		r, err := oracle.Compare(context.Background(), b.w.db, tb, b.w.fel, tb)
 		if err != nil {
 			return err.Error()
