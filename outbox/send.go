@@ -112,14 +112,15 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	if err != nil {
 		return fail(err)
 	}
-	whole := false // the progress row went last: the transaction holds whole source transactions
-	if plan.In && plan.End && s.Progress != nil && b.Progress != 0 {
+	// The progress row goes last: the transaction then holds whole
+	// source transactions up to it.
+	whole := plan.In && plan.End && s.Progress != nil && b.Progress != 0
+	if whole {
 		tok, err := s.postRow(ctx, b.Progress)
 		if err != nil {
 			return fail(err)
 		}
 		tokens = append(tokens, tok)
-		whole = true
 	}
 	if plan.In {
 		s.Txns.Buffered(b.Total, b.Size())

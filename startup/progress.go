@@ -85,7 +85,7 @@ func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed p
 	if err != nil {
 		return "", fmt.Errorf("read the progress row: %w", err)
 	}
-	return setup.ProgressLost(true, s.Slot, row, found, confirmed), nil
+	return setup.ProgressLost(st.ProgressKept, s.Slot, row, found, confirmed), nil
 }
 
 // copiedTo writes, with the progress table, the row at the slot's
