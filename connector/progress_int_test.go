@@ -26,10 +26,7 @@ func TestProgress_RowOfAnotherHistorySkipsNothing(t *testing.T) {
 		clear, guard bool
 	}{{"clear", true, false}, {"walEnd", false, true}, {"neither", false, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, mixedPG, mixedFeldera+setup.ProgressDDL)
-			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
-			cfg := e.snapshotConfig("users")
-			cfg.ProgressTable = setup.ProgressOn
+			e, cfg := progressEnv(t)
 			r := e.start(cfg)
 			e.waitSlot()
 			e.exec("INSERT INTO users VALUES (500, 'streamed', 0)")
@@ -69,4 +66,15 @@ func TestProgress_RowOfAnotherHistorySkipsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// progressEnv is a world whose pipeline declares the progress table, with
+// 100 users, and the config of a snapshotting connector that requires the
+// table.
+func progressEnv(t *testing.T) (*env, connector.Config) {
+	e := newEnv(t, mixedPG, mixedFeldera+setup.ProgressDDL)
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
+	cfg := e.snapshotConfig("users")
+	cfg.ProgressTable = setup.ProgressOn
+	return e, cfg
 }

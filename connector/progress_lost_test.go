@@ -35,10 +35,7 @@ func TestProgress_FelderaBehindTheSlotResnapshots(t *testing.T) {
 	}{{"behind", false, false}, {"removed", true, false}, {"behind/trusted", false, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, mixedPG, mixedFeldera+setup.ProgressDDL)
-			e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
-			cfg := e.snapshotConfig("users")
-			cfg.ProgressTable = setup.ProgressOn
+			e, cfg := progressEnv(t)
 			r := e.start(cfg)
 			e.waitSlot()
 			for id := 500; id < 503; id++ {

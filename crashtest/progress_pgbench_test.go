@@ -1,7 +1,6 @@
 package crashtest_test
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -96,6 +94,10 @@ func newPgbenchWorld(t *testing.T, ft string) *pgbenchWorld {
 		c.Tables = felderatest.MustParseDDL(pgbenchtest.FelderaDDL + setup.ProgressDDL)
 		c.OnState = b.see
 	})
+	b.w.compared = nil
+	for _, tb := range pgbenchtest.Tables {
+		b.w.compared = append(b.w.compared, [2]string{tb, tb})
+	}
 	b.pgbench("-i", "-s", "1", "-q")
 	b.w.exec("CREATE PUBLICATION pgb FOR TABLE pgbench_accounts, pgbench_tellers, pgbench_branches")
 	return b
@@ -136,37 +138,12 @@ func (b *pgbenchWorld) start(env ...string) *proc {
 	return b.w.start(append([]string{"PG_PUBLICATION=pgb", "TABLES=" + strings.Join(pgbenchtest.Tables, ","), "SNAPSHOT_MODE=initial"}, env...)...)
 }
 
-// exact compares the three tables; "" when equal.
-func (b *pgbenchWorld) exact() string {
-	for _, tb := range pgbenchtest.Tables {
-		r, err := oracle.Compare(context.Background(), b.w.db, tb, b.w.fel, tb)
-		if err != nil {
-			return err.Error()
-		}
-		if !r.Equal() {
-			return tb + ": " + r.String()
-		}
-	}
-	return ""
-}
-
 // caughtUp waits until the slot confirmed the current WAL position and
-// Feldera holds what Postgres holds.
-func (b *pgbenchWorld) caughtUp(p *proc, within time.Duration) {
+// Feldera holds what Postgres holds (world.caughtUp).
+func (b *pgbenchWorld) caughtUp(p *proc) {
 	b.w.t.Helper()
-	target := b.w.lsn("SELECT pg_current_wal_insert_lsn()::text")
-	report := "not caught up"
-	b.w.until(within, 50*time.Millisecond, func() bool {
-		if exitedNow(p) {
-			b.w.t.Fatalf("pgfeldera exited with %d\n%s", p.code, b.w.log())
-		}
-		if p.streaming() && b.w.confirmed() >= target {
-			report = b.exact()
-		}
-		return report == ""
-	})
-	if report != "" {
-		b.w.t.Fatalf("not caught up: %s\n%s", report, b.w.log())
+	if msg := b.w.caughtUp(p, 120*time.Second); msg != "" {
+		b.w.t.Fatalf("not caught up: %s\n%s", msg, b.w.log())
 	}
 }
 
@@ -185,23 +162,23 @@ func (b *pgbenchWorld) sent() int {
 // asks for checkpoints; then Feldera restarts in place.
 func (b *pgbenchWorld) killAfterWrites(t *testing.T, env []string) {
 	p := b.start(env...)
-	inFeldera := func() bool { return p.streaming() && b.exact() == "" }
+	inFeldera := func() bool { return p.streaming() && b.w.oracle() == "" }
 	b.w.poll("the snapshot in Feldera", 120*time.Second, inFeldera)
 	b.pgbench("-n", "-T", "20", "-R", "100", "-c", "2", "-j", "1")
 	b.w.poll("every write in Feldera", 120*time.Second, inFeldera) // the slot waits for a checkpoint
 	p.kill()
 	before := b.sent()
 	p2 := b.start(append(env[:2:2], "FELDERA_CHECKPOINT_AFTER=1s", env[2])...)
-	b.caughtUp(p2, 120*time.Second)
+	b.caughtUp(p2)
 	b.resent = b.sent() - before
 	if strings.Contains(env[0], "off") {
 		p2.stop(t)
 		return
 	}
 	b.pgbench("-n", "-t", "50", "-c", "1")
-	b.caughtUp(p2, 120*time.Second)
+	b.caughtUp(p2)
 	b.w.fel.RestartInPlace() // back to its last checkpoint, which may lack the last writes
-	b.caughtUp(p2, 120*time.Second)
+	b.caughtUp(p2)
 	p2.stop(t)
 }
 
@@ -209,7 +186,7 @@ func (b *pgbenchWorld) killAfterWrites(t *testing.T, env []string) {
 // restarts it, and waits for the end of the writes.
 func (b *pgbenchWorld) crashWhileWriting(t *testing.T, env []string, point string) {
 	p := b.start(append(env, "CRASH_AT="+point, "CRASH_AFTER_BATCHES=20", "FELDERA_CHECKPOINT_AFTER=1s")...)
-	b.caughtUp(p, 120*time.Second)
+	b.caughtUp(p)
 	done := make(chan error, 1)
 	go func() { done <- b.run("-n", "-T", "10", "-R", "100", "-c", "2", "-j", "1") }()
 	if code := p.exited(60 * time.Second); code != 70 {
@@ -219,6 +196,6 @@ func (b *pgbenchWorld) crashWhileWriting(t *testing.T, env []string, point strin
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	b.caughtUp(p2, 120*time.Second)
+	b.caughtUp(p2)
 	p2.stop(t)
 }
