@@ -116,6 +116,7 @@ type testHooks struct {
 	noJoin           bool                            // commit a Feldera transaction left open instead of joining it (unsafe)
 	noKeepRows       bool                            // let the slot pass the progress row at COMMITs and keepalives without rows (unsafe)
 	trustProgress    bool                            // no check of the progress row against the slot at startup (unsafe)
+	noCount          bool                            // a joined transaction sends again what it holds (unsafe)
 	beforeStart      func()                          // runs right before START_REPLICATION (a test freezes the connection there)
 }
 

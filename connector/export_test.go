@@ -144,3 +144,7 @@ func TrustProgressLoss(c *Connector) { c.test.trustProgress = true }
 // variant that shows settling it first is what lets the restart start its
 // own.
 func IgnoreTransactionLeftOpen(c *Connector) { c.test.noSettle = true }
+
+// NoJoinCount makes a joined Feldera transaction send again what it
+// holds (unsafe): the replay into it puts a keyless table's rows in twice.
+func NoJoinCount(c *Connector) { c.test.noCount = true }

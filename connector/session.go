@@ -80,7 +80,8 @@ type stream struct {
 }
 
 func (c *Connector) session(ctx context.Context) error {
-	c.syncStep.Store(0) // steps of an earlier session may belong to a state Feldera rolled back
+	c.syncStep.Store(0)   // steps of an earlier session may belong to a state Feldera rolled back
+	c.fence.Taken.Reset() // read again before the session's first counted POST
 	p, err := c.prepare(ctx, setup.ForRun)
 	if err != nil {
 		return err
@@ -112,6 +113,7 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.txns.Counted = c.countedTables(p, progress, inc != nil)
 	if inc != nil {
 		// The connection incsession.New kept for the first worker, when
 		// no worker took it (the session ended first). Deferred, so that

@@ -3,6 +3,7 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/internal/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // A keyless destination (REPLICA IDENTITY FULL in Postgres, no PRIMARY
@@ -26,11 +28,11 @@ import (
 //     and sends none of it again, exact;
 //   - the crash comes inside a transaction that Feldera keeps open
 //     (after_post of a batch that ends inside a source transaction): the
-//     restart joins it and replays into it the rows it already holds.
-//     Feldera shows nothing of an open transaction, so nothing tells
-//     which rows those are: the keyless table gets exactly those rows
-//     twice, which the test checks. That is why keyless destinations
-//     still need FELDERA_REQUIRE_PRIMARY_KEY=false with the table.
+//     restart joins it and replays into it, skipping of each table as
+//     many records as its ingress endpoints took since the fence file's
+//     count (delivery/txncount.go), exact. Without the counts (the
+//     fence file's stripped: the unsafe variant) the keyless table gets
+//     exactly the open transaction's rows twice, which the test checks.
 //
 // Each case writes the same history: duplicate rows, a transaction of
 // 30 rows cut across batches (BATCH_MAX_ROWS=4), a DELETE of one copy of
@@ -43,11 +45,12 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 		point   string
 		n       int
 		restart bool // Feldera restarts after the crash
-		dups    bool // the documented duplicates: the open transaction's rows twice
+		dups    bool // the fence file's counts stripped: the open transaction's rows twice
 	}{
 		{"after_post/feldera_restarts", "after_post", 3, true, false},
 		{"before_commit", "before_commit", 1, false, false},
-		{"after_post/joined", "after_post", 3, false, true},
+		{"after_post/joined", "after_post", 3, false, false},
+		{"after_post/joined_uncounted_UNSAFE", "after_post", 3, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -67,6 +70,9 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 			open := openLines(w.fel.Requests())
 			if c.restart {
 				w.fel.Restart()
+			}
+			if c.point == "after_post" && !c.restart {
+				w.countsInFence(c.dups)
 			}
 			p2 := w.start(env...)
 			w.exec("DELETE FROM events WHERE ctid = (SELECT min(ctid) FROM events WHERE id = 1 AND v = 'pre')")
@@ -91,8 +97,32 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 				return
 			}
 			if len(r.Missing) != 0 || len(r.Extra) == 0 || len(r.Extra) != open {
-				t.Fatalf("joined: want exactly the %d rows the open transaction held twice, and nothing missing; got %d extra, %d missing (%s)", open, len(r.Extra), len(r.Missing), strings.TrimSpace(r.String()))
+				t.Fatalf("joined without counts: want exactly the %d rows the open transaction held twice, and nothing missing; got %d extra, %d missing (%s)", open, len(r.Extra), len(r.Missing), strings.TrimSpace(r.String()))
 			}
 		})
+	}
+}
+
+// countsInFence checks that the fence file's open transaction carries the
+// ingress counts of the keyless table, and strips them when strip says
+// so: the next process then cannot tell what the transaction holds.
+func (w *world) countsInFence(strip bool) {
+	w.t.Helper()
+	path := state.FencePath(filepath.Join(w.dir, "state.json"))
+	f, err := state.LoadFence(path)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if f.Transaction == nil || f.Transaction.Whole {
+		w.t.Fatalf("the crash left no open, unwhole transaction in the fence file: %+v", f.Transaction)
+	}
+	if _, ok := f.Transaction.Taken["events"]; !ok || f.Transaction.Counted == "" {
+		w.t.Fatalf("the fence file's open transaction has no count for events: %+v", f.Transaction)
+	}
+	if strip {
+		f.Transaction.Taken, f.Transaction.Counted = nil, ""
+		if err := state.SaveFence(path, f); err != nil {
+			w.t.Fatal(err)
+		}
 	}
 }

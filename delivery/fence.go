@@ -29,6 +29,9 @@ type Fence struct {
 	logger *slog.Logger
 	until  atomic.Int64     // unix nanos: send nothing before
 	file   *state.FenceFile // per-request marks for the next process; nil without a state file
+	// Taken counts what each table's ingress endpoints took, from the
+	// answers the fence sees (Transactions reads and uses it).
+	Taken Taken
 }
 
 // NewFence returns an open fence that holds nothing, kept in memory only
@@ -158,6 +161,11 @@ func (f *Fence) Ingress(ctx context.Context, in Ingester, table string, body []b
 		}
 	})
 	tok, err := in.Ingress(ctx, table, body)
+	if err != nil {
+		f.Taken.failed(table)
+	} else {
+		f.Taken.answered(table, body)
+	}
 	if err != nil && feldera.IsOutcomeUnknown(err) {
 		// Feldera may still queue this request later, after anything
 		// newer: fence before sending again.

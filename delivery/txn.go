@@ -81,13 +81,22 @@ type Transactions struct {
 	Started, Conflicts *atomic.Int64
 	// Incarnation is the pipeline process the session feeds.
 	Incarnation string
-	cur         *openTxn // nil: none
+	// Counted is, per session, the tables whose records in the stream's
+	// transactions are a function of the WAL alone, which a joined
+	// transaction counts (Posting); nil: none.
+	Counted map[string]bool
+	cur     *openTxn // nil: none
 }
 
 // LeftOpen takes over the transaction a previous process left open, by
 // its id and the pipeline process it was opened in: Settle deals with it.
 func (x *Transactions) LeftOpen(left state.OpenTransaction) {
-	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since}
+	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since, taken: left.Taken, counted: left.Counted}
+}
+
+// record is the fence file's record of the held transaction.
+func (t *openTxn) record() *state.OpenTransaction {
+	return &state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: t.whole, Taken: t.taken, Counted: t.counted}
 }
 
 // Whole records, in the fence file too, that every POST of the held
@@ -98,7 +107,7 @@ func (x *Transactions) LeftOpen(left state.OpenTransaction) {
 func (x *Transactions) Whole() error {
 	t := x.cur
 	t.whole = true
-	return x.Fence.Transaction(&state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: true})
+	return x.Fence.Transaction(t.record())
 }
 
 // Held reports whether a transaction is held open.
@@ -150,6 +159,13 @@ type openTxn struct {
 	joined                bool // said once: an input connector holds it too
 	whole                 bool // its POSTs all answered, the progress row last (Whole)
 	since                 time.Time
+	// taken and counted are the fence record's counts (Posting); skip
+	// what a joined transaction holds of the replay (Settle), known at
+	// its first POST (countJoin).
+	taken     map[string]uint64
+	counted   string
+	countJoin bool
+	skip      Skip
 }
 
 // txnBackoffMax bounds the wait between start_transaction attempts under
@@ -173,7 +189,7 @@ func (x *Transactions) Begin(ctx context.Context) error {
 		if err == nil {
 			x.cur = &openTxn{id: id, incarnation: x.Incarnation, tables: map[string]bool{}, mark: &TxnMark{}, since: start}
 			x.Clock.Opened()
-			if err := x.Fence.Transaction(&state.OpenTransaction{ID: id, Incarnation: x.Incarnation, Since: start}); err != nil {
+			if err := x.Fence.Transaction(x.cur.record()); err != nil {
 				return err // a transaction is held: the caller commits it on the way out
 			}
 			x.Started.Add(1)
@@ -251,6 +267,7 @@ func (x *Transactions) Absorbed(ctx context.Context) error {
 		case txnview.Taking:
 			if st.IngressBuffered(t.tables) == 0 {
 				t.unfedRows, t.unfedBytes = 0, 0
+				x.checkTaken(st)
 				return true, nil
 			}
 		}
@@ -427,6 +444,7 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		t.incarnation = g.IncarnationUUID
 		if join != nil && t.id != 0 && !t.whole {
 			t.tables, t.mark = join, &TxnMark{}
+			t.countJoin = len(t.taken) > 0 && t.counted == g.IncarnationUUID
 			// What the dead process left in Feldera's buffer is not
 			// known: Room reads /stats before the first POST.
 			t.unfedRows, t.unfedBytes = QueueRecords, QueueBytes

@@ -164,14 +164,32 @@ type Stats struct {
 }
 
 // InputStats is an entry of /stats inputs: an input endpoint (an HTTP
-// ingress endpoint is named "<table>.api-ingress-<hash>") and how many of
-// its records wait in its buffer, not yet fed to a step.
+// ingress endpoint is named "<table>.api-ingress-<hash>"), how many of
+// its records wait in its buffer, not yet fed to a step, and how many it
+// took since the pipeline process created it (total_records: counted as
+// each parsed piece of a request body is queued, so a request cut short
+// counts the records of it Feldera kept; stats.rs,
+// InputEndpointMetrics::total_records and add_buffered).
 type InputStats struct {
 	EndpointName string `json:"endpoint_name"`
 	Metrics      struct {
 		BufferedRecords uint64 `json:"buffered_records"`
 		BufferedBytes   uint64 `json:"buffered_bytes"`
+		TotalRecords    uint64 `json:"total_records"`
 	} `json:"metrics"`
+}
+
+// IngressTotals is, per canonical table, how many records its HTTP
+// ingress endpoints took since the pipeline process started
+// (total_records summed over the table's endpoints: one per format).
+func (s *Stats) IngressTotals() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, in := range s.Inputs {
+		if i := strings.LastIndex(in.EndpointName, ".api-ingress-"); i > 0 {
+			out[TableIdent(in.EndpointName[:i])] += in.Metrics.TotalRecords
+		}
+	}
+	return out
 }
 
 // IngressBuffered is how many records the HTTP ingress endpoints of the

@@ -29,7 +29,7 @@ func (s *Sender) Flush(ctx context.Context, targets []*decode.Target, b *Batch, 
 	if err := s.Txns.Release(ctx); err != nil {
 		return err
 	}
-	tokens, start, err := s.post(ctx, targets, b)
+	tokens, start, err := s.post(ctx, targets, b, false)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -108,7 +109,7 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	if plan.In {
 		mark = s.Txns.Mark()
 	}
-	tokens, start, err := s.post(ctx, targets, b)
+	tokens, start, err := s.post(ctx, targets, b, plan.In)
 	if err != nil {
 		return fail(err)
 	}
@@ -130,6 +131,9 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 			return fail(err)
 		}
 		if whole {
+			if err := s.Txns.Covered(); err != nil {
+				return fail(err)
+			}
 			if err := s.Txns.Whole(); err != nil {
 				return fail(err)
 			}
@@ -162,8 +166,10 @@ func (s *Sender) postRow(ctx context.Context, lsn pglogrepl.LSN) (*delivery.Toke
 // post sends each route's lines of b, one request at a time, and returns
 // the tokens and when the first request began (after any fence: a wait
 // for the fence is not a wait for Feldera). Any failure leaves the
-// position where it was.
-func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch) ([]*delivery.Token, time.Time, error) {
+// position where it was. counted says the lines are the stream's inside
+// a Feldera transaction, which counts them (Transactions.Posting) and,
+// joined, sends none that it holds (Transactions.Skip).
+func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, counted bool) ([]*delivery.Token, time.Time, error) {
 	if err := s.WaitFence(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
@@ -174,6 +180,14 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch) (
 			continue
 		}
 		table := targets[route].Dest.CanonicalName()
+		if counted {
+			if err := s.Txns.Posting(ctx, table); err != nil {
+				return nil, start, err
+			}
+			if buf = skipLines(buf, s.Txns.Skip(table, bytes.Count(buf, []byte{'\n'}))); len(buf) == 0 {
+				continue
+			}
+		}
 		tok, err := s.Fence.Ingress(ctx, s.Sink, table, buf, b.Rows[route])
 		if err != nil {
 			s.Observer.FelderaError(feldera.ErrorCode(err))
@@ -222,4 +236,16 @@ func (s *Sender) Query(ctx context.Context, sql string, fn func(row json.RawMess
 		return err
 	}
 	return s.Sink.Query(ctx, sql, fn)
+}
+
+// skipLines is body without its first n lines.
+func skipLines(body []byte, n int) []byte {
+	for ; n > 0 && len(body) > 0; n-- {
+		i := bytes.IndexByte(body, '\n')
+		if i < 0 {
+			return nil
+		}
+		body = body[i+1:]
+	}
+	return body
 }

@@ -44,6 +44,13 @@ type OpenTransaction struct {
 	// it holds whole source transactions, and committing it shows no
 	// prefix (delivery.Transactions.Whole).
 	Whole bool `json:"whole,omitempty"`
+	// Taken is, per table the transaction POSTed rows of the stream to,
+	// how many records that table's HTTP ingress endpoints had taken
+	// (/stats total_records) just before the first of those POSTs, in
+	// pipeline process Counted: whatever they took since, in the same
+	// process, the transaction holds (delivery.Transactions.Settle).
+	Taken   map[string]uint64 `json:"taken,omitempty"`
+	Counted string            `json:"counted,omitempty"`
 }
 
 // Outstanding is an ingress request without a conclusive answer.
@@ -58,23 +65,24 @@ type Outstanding struct {
 // FencePath is the fence file that goes with a state file.
 func FencePath(stateFile string) string { return stateFile + ".fence" }
 
-// fenceRecordSize is the fixed size of a fence record: every in-place
+// fenceRecordSize is the least size of a fence record: every in-place
 // write covers the whole file, padded with spaces, so no shorter record
-// leaves the tail of a longer one behind.
+// leaves the tail of a longer one behind. A record that needs more (an
+// open transaction's counts over many tables) grows the file by whole
+// units, and later records keep the grown size.
 const fenceRecordSize = 1024
 
-func (f *Fence) encode() ([]byte, error) {
+// encode pads the record to at least size bytes (fenceRecordSize units).
+func (f *Fence) encode(size int) ([]byte, error) {
 	f.Version = Version
 	b, err := json.Marshal(f)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) >= fenceRecordSize {
-		return nil, fmt.Errorf("fence record of %d bytes does not fit in %d", len(b), fenceRecordSize)
-	}
-	rec := bytes.Repeat([]byte{' '}, fenceRecordSize)
+	size = max(size, (len(b)/fenceRecordSize+1)*fenceRecordSize)
+	rec := bytes.Repeat([]byte{' '}, size)
 	copy(rec, b)
-	rec[fenceRecordSize-1] = '\n'
+	rec[size-1] = '\n'
 	return rec, nil
 }
 
@@ -97,7 +105,7 @@ func LoadFence(path string) (*Fence, error) {
 
 // SaveFence writes a fence file atomically and durably.
 func SaveFence(path string, f *Fence) error {
-	b, err := f.encode()
+	b, err := f.encode(fenceRecordSize)
 	if err != nil {
 		return err
 	}
@@ -126,6 +134,7 @@ type FenceFile struct {
 	path string
 	f    *os.File
 	rec  Fence
+	size int // the file's size: every record covers it
 }
 
 // OpenFence records durably that this process runs, then keeps the file
@@ -139,18 +148,19 @@ func OpenFence(path string, until time.Time) (*FenceFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fence file %s: %w", path, err)
 	}
-	ff.f = f
+	ff.f, ff.size = f, fenceRecordSize
 	return ff, nil
 }
 
 func (ff *FenceFile) write() error {
-	b, err := ff.rec.encode()
+	b, err := ff.rec.encode(ff.size)
 	if err != nil {
 		return err
 	}
 	if _, err := ff.f.WriteAt(b, 0); err != nil {
 		return fmt.Errorf("fence file %s: %w", ff.path, err)
 	}
+	ff.size = len(b)
 	return nil
 }
 

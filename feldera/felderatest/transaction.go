@@ -101,15 +101,20 @@ func (s *Server) OpenTransaction() int64 {
 	return s.c.Open()
 }
 
-// inputStats is /stats inputs: each HTTP ingress endpoint and the records
-// and bytes it holds that no step took yet.
+// inputStats is /stats inputs: each HTTP ingress endpoint, the records
+// and bytes it holds that no step took yet, and the records it took since
+// this pipeline process created it: total_records grows as each parsed
+// piece of a body is queued, so a request cut short counts what Feldera
+// kept of it (controller/stats.rs, InputEndpointMetrics::total_records,
+// incremented by add_buffered from input_batch_from_endpoint). A restart
+// starts every endpoint again from 0 (newIncarnation).
 func (s *Server) inputStats() []any {
 	out := make([]any, 0, len(s.endpoints))
 	for _, ep := range s.endpoints {
 		records, bytes := s.c.Buffered(ep)
 		out = append(out, map[string]any{
 			"endpoint_name": ep.Name,
-			"metrics":       map[string]any{"buffered_records": records, "buffered_bytes": bytes},
+			"metrics":       map[string]any{"buffered_records": records, "buffered_bytes": bytes, "total_records": ep.Queued},
 		})
 	}
 	return out
