@@ -86,7 +86,7 @@ func ddlTable(ctx context.Context, conn *pgx.Conn, types *Types, publication str
 		// table's rows back, which Feldera serves only from a
 		// materialized table.
 		b.WriteString(" WITH ('materialized' = 'true')")
-		note := fmt.Sprintf("table %s has no PRIMARY KEY: Feldera table %s is keyless, which pgfeldera refuses unless FELDERA_REQUIRE_PRIMARY_KEY=false", t.Schema+"."+t.Name, t.Dest)
+		note := fmt.Sprintf("table %s has no PRIMARY KEY: Feldera table %s is keyless, which pgfeldera keeps exact only with the progress table (pgfeldera_progress, below), and otherwise refuses unless FELDERA_REQUIRE_PRIMARY_KEY=false", t.Schema+"."+t.Name, t.Dest)
 		if si.Ident != 'f' {
 			note += fmt.Sprintf("; an UPDATE then retracts the old row by its whole value, so the table needs ALTER TABLE %s REPLICA IDENTITY FULL", t.Source())
 		}

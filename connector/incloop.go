@@ -42,7 +42,7 @@ func (s *stream) appendChunk(ch *incremental.Chunk) error {
 		// The chunk is one batch: its buffer becomes the batch's (no copy),
 		// and the batch's empty one goes back to the pool with the chunk.
 		s.filling.Bufs[route], ch.Buf = ch.Buf, s.filling.Bufs[route][:0]
-		s.filling.Added(route, len(ch.Ends), now)
+		s.filling.AddedChunk(route, len(ch.Ends), now)
 	} else if err := s.copyChunk(ch, route, now); err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) erro
 		}
 		end := ch.Ends[j]
 		b.Bufs[route] = append(b.Bufs[route], ch.Buf[start:end]...)
-		b.Added(route, j-i+1, now)
+		b.AddedChunk(route, j-i+1, now)
 		i, start = j+1, end
 	}
 	return nil

@@ -113,7 +113,7 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.txns.Counted = c.countedTables(p, progress, inc != nil)
+	c.txns.Counted = c.countedTables(p, progress)
 	if inc != nil {
 		// The connection incsession.New kept for the first worker, when
 		// no worker took it (the session ended first). Deferred, so that
@@ -141,7 +141,7 @@ func (c *Connector) session(ctx context.Context) error {
 // newStream is the session's loop state, starting at the slot's position.
 func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Session) *stream {
 	dec := decode.NewDecoder(p.Targets)
-	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey
+	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey && p.Progress == nil // the progress table keeps keyless tables exact
 	dec.Options = c.decodeOptions(p.Types)
 	s := &stream{
 		c: c, plan: p, src: src, dec: dec, targets: p.Routes, groups: p.Groups,

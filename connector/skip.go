@@ -198,20 +198,15 @@ func (c *Connector) joinTables(p *setup.Plan, progress bool) map[string]bool {
 }
 
 // countedTables is what a joined transaction counts (Transactions.Posting)
-// with the progress row: the tables whose records in the stream's
-// transactions come from the WAL alone. An incremental snapshot puts
-// chunks of keyed tables in the stream, read again differently on a
-// replay, so while one is under way only keyless tables count (never
-// read in chunks).
-func (c *Connector) countedTables(p *setup.Plan, progress, incremental bool) map[string]bool {
+// with the progress row: every table, until a chunk of it goes out
+// (Transactions.Uncount). A session owns its map.
+func (c *Connector) countedTables(p *setup.Plan, progress bool) map[string]bool {
 	if !progress || c.test.noCount {
 		return nil
 	}
 	tables := map[string]bool{}
 	for _, t := range p.Routes {
-		if !incremental || len(t.Dest.PrimaryKey) == 0 {
-			tables[t.Dest.CanonicalName()] = true
-		}
+		tables[t.Dest.CanonicalName()] = true
 	}
 	return tables
 }

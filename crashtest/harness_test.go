@@ -83,6 +83,10 @@ type world struct {
 	// compared are the (Postgres, Feldera) tables the oracle compares:
 	// users and items unless a case maps others.
 	compared [][2]string
+	// tables is TABLES ("" the harness's), extraEnv what every start of
+	// the world adds (mirrorKeyless).
+	tables   string
+	extraEnv []string
 }
 
 // slotN numbers the slots of one test binary: slots are cluster-wide, and
@@ -214,9 +218,13 @@ func (p *proc) output() string {
 
 // env is the environment of a pgfeldera command for this world.
 func (w *world) env() []string {
-	return append(os.Environ(),
+	tables := w.tables
+	if tables == "" {
+		tables = "users,public.items:catalog_items"
+	}
+	env := append(os.Environ(),
 		"PG_DSN="+w.dsn, "PG_PUBLICATION=pub", "PG_SLOT="+w.slot,
-		"TABLES=users,public.items:catalog_items",
+		"TABLES="+tables,
 		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
 		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
 		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "SNAPSHOT_CHUNK_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
@@ -227,6 +235,7 @@ func (w *world) env() []string {
 		// all, and the matrix asserts both (see checkFirstPost).
 		"FELDERA_INGRESS_FENCE="+ingressFence.String(), "FELDERA_REQUEST_TIMEOUT=3s",
 		"FELDERA_COMPLETION_TIMEOUT=20s", "CRASH_AT=", "CRASH_AFTER_BATCHES=1")
+	return append(env, w.extraEnv...)
 }
 
 type lockedWriter struct {

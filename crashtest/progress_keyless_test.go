@@ -59,8 +59,8 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 				fc.Tables = felderatest.MustParseDDL(felderaDDL + "CREATE TABLE events (id INT, v VARCHAR);\n" + setup.ProgressDDL)
 			})
 			w.exec("CREATE TABLE events (id int, v text); ALTER TABLE events REPLICA IDENTITY FULL; CREATE PUBLICATION pubk FOR TABLE events")
-			w.exec("INSERT INTO events SELECT g % 5, 'pre' FROM generate_series(1, 20) g") // each row four times
-			env := []string{"PG_PUBLICATION=pubk", "TABLES=events", "FELDERA_PROGRESS_TABLE=on", "FELDERA_REQUIRE_PRIMARY_KEY=false", "BATCH_MAX_ROWS=4"}
+			w.exec("INSERT INTO events SELECT g % 5, 'pre' FROM generate_series(1, 20) g")                           // each row four times
+			env := []string{"PG_PUBLICATION=pubk", "TABLES=events", "FELDERA_PROGRESS_TABLE=on", "BATCH_MAX_ROWS=4"} // keyless accepted: the table keeps it exact
 			p := w.start(append(env, "CRASH_AT="+c.point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", c.n))...)
 			w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
 			w.exec("INSERT INTO events SELECT g % 3, 'big' FROM generate_series(1, 30) g")
@@ -125,4 +125,25 @@ func (w *world) countsInFence(strip bool) {
 			w.t.Fatal(err)
 		}
 	}
+}
+
+// A keyless Feldera table is refused by default, the refusal naming the
+// progress table that makes replays exact, and accepted with it without
+// FELDERA_REQUIRE_PRIMARY_KEY=false.
+func TestProgress_KeylessAcceptedWithTheTable(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	w := newWorld(t, func(fc *felderatest.Config) {
+		crashDouble(fc)
+		fc.Tables = felderatest.MustParseDDL(felderaDDL + "CREATE TABLE events (id INT, v VARCHAR);\n" + setup.ProgressDDL)
+	})
+	w.exec("CREATE TABLE events (id int, v text); ALTER TABLE events REPLICA IDENTITY FULL; CREATE PUBLICATION pubk FOR TABLE events")
+	env := []string{"PG_PUBLICATION=pubk", "TABLES=events"}
+	off := w.start(append(env, "FELDERA_PROGRESS_TABLE=off")...)
+	if code := off.exited(60 * time.Second); code != 1 || !strings.Contains(off.output(), "no PRIMARY KEY") || !strings.Contains(off.output(), setup.ProgressTable) {
+		t.Fatalf("without the progress table: exit %d, want 1 (fatal) with a refusal naming %s\n%s", code, setup.ProgressTable, off.output())
+	}
+	on := w.start(append(env, "FELDERA_PROGRESS_TABLE=on")...)
+	w.poll("pgfeldera to stream a keyless table with the progress table", 60*time.Second, on.streaming)
+	on.stop(t)
 }

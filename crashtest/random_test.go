@@ -166,6 +166,9 @@ func TestCrashRandom(t *testing.T) {
 				lanes = fmt.Sprintf("SNAPSHOT_PARALLELISM=%d", 1+r.IntN(3))
 				w.exec("ANALYZE users")
 			}
+			if mode == "SNAPSHOT_MODE=initial" {
+				w.mirrorKeyless()
+			}
 			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode + " " + lanes
 			progress := progressEnv()
 			settings += " " + progress
@@ -234,11 +237,11 @@ func TestCrashRandom(t *testing.T) {
 	}
 }
 
-// suiteDouble is crashDouble, declaring the progress table under
-// -crashtest.progress.
+// suiteDouble is crashDouble, declaring the progress table and the
+// keyless mirror (mirrorKeyless) under -crashtest.progress.
 func suiteDouble(c *felderatest.Config) {
 	crashDouble(c)
 	if *suiteProgress {
-		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
+		c.Tables = felderatest.MustParseDDL(felderaDDL + keylessDDL + setup.ProgressDDL)
 	}
 }

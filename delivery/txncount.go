@@ -16,9 +16,10 @@ import (
 // sends one request at a time, in source order, so what the transaction
 // holds of a table is a prefix of the table's records in it, and a
 // replay from the progress row the transaction follows carries the same
-// records of the table in the same order (they are a function of the
-// WAL: the caller counts only such tables, not a table whose chunks an
-// incremental snapshot reads into the stream). How long that prefix is,
+// records of the table in the same order: they are a function of the
+// WAL, except for an incremental snapshot's chunks, read again
+// differently on a replay, so a table stops being counted once a chunk
+// of it goes out (Uncount). How long that prefix is,
 // /stats says: what the table's endpoints took (total_records) since the
 // transaction's first POST to it. So the fence record keeps, per table,
 // the count just before that POST (Posting), and the joining session
@@ -86,6 +87,28 @@ func (x *Transactions) joinCounts(incarnation string, totals map[string]uint64) 
 		}
 	}
 	return nil
+}
+
+// Uncount stops counting table for the session: a chunk of it goes out
+// in the stream, which a replay reads again differently. The held
+// transaction's record drops its count, so a crash sends its records
+// of the table again (a keyed table's: upserted again, harmless), and a
+// joined transaction skips no more of it.
+func (x *Transactions) Uncount(table string) error {
+	if !x.Counted[table] {
+		return nil
+	}
+	delete(x.Counted, table)
+	t := x.cur
+	if t == nil {
+		return nil
+	}
+	delete(t.skip, table)
+	if _, ok := t.taken[table]; !ok {
+		return nil
+	}
+	delete(t.taken, table)
+	return x.Fence.Transaction(t.record())
 }
 
 // Skip is how many of the first lines records of table, about to be

@@ -140,6 +140,35 @@ func TestSteps_BufferedByCanonicalName(t *testing.T) {
 	}
 }
 
+// total_records counts what each endpoint queued since the pipeline
+// process created it, summed per table over its spellings' endpoints, a
+// request cut short with what Feldera kept of it (stats.rs,
+// InputEndpointMetrics::total_records); a restart starts it again.
+func TestSteps_TotalRecordsPerTable(t *testing.T) {
+	s, c := newServer(t, nil)
+	push(t, c, "TaBle1", "{\"insert\":{\"Id\":1}}\n{\"insert\":{\"Id\":2}}\n")
+	raw(t, s, "POST", "/v0/pipelines/p1/ingress/%22TaBle1%22?format=json&update_format=insert_delete", `{"insert":{"Id":3}}`)
+	s.InjectFault(felderatest.Fault{Kind: felderatest.PartialThen503, Path: "ingress"})
+	if _, err := c.Ingress(ctx(t), "TaBle1", []byte("{\"insert\":{\"Id\":4}}\n{\"insert\":{\"Id\":5}}\n{\"insert\":{\"Id\":6}}\n{\"insert\":{\"Id\":7}}\n")); err == nil {
+		t.Fatal("a request Feldera took in part was answered 200")
+	}
+	s.ClearFaults()
+	totals := func() map[string]uint64 {
+		st, err := c.Stats(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.IngressTotals()
+	}
+	if got := totals(); got["TaBle1"] != 5 || len(got) != 1 {
+		t.Fatalf("totals %v, want TaBle1: 5 (2 + 1 + the 2 kept of 4)", got)
+	}
+	s.RestartInPlace()
+	if got := totals(); got["TaBle1"] != 0 {
+		t.Fatalf("totals %v after a restart, want 0", got)
+	}
+}
+
 // A commit runs over steps, takes longer the more records the
 // transaction holds, and shows its progress meanwhile (commit_progress).
 func TestSteps_LongCommitShowsProgress(t *testing.T) {

@@ -9,11 +9,16 @@ import (
 // Batch is one outbox batch: per-route NDJSON buffers filled as changes
 // arrive, and the position a flush of it may acknowledge.
 type Batch struct {
-	Seq   int
-	Bufs  [][]byte // indexed by route
-	Rows  []int    // rows per route
-	Total int
-	First time.Time // arrival of the oldest buffered row: the linger deadline counts from it
+	Seq  int
+	Bufs [][]byte // indexed by route
+	Rows []int    // rows per route
+	// Chunked says, per route, that an incremental snapshot's chunk
+	// rows are in the batch: a replay reads them again differently, so
+	// a Feldera transaction stops counting the route's table
+	// (delivery.Transactions.Uncount).
+	Chunked []bool
+	Total   int
+	First   time.Time // arrival of the oldest buffered row: the linger deadline counts from it
 	// AckTo is the end LSN of the last COMMIT seen while this batch was
 	// filling. Every row of that transaction is in this batch or an earlier
 	// one, so once this batch and all before it are complete, AckTo is safe.
@@ -36,7 +41,7 @@ type Batch struct {
 
 // NewBatch returns an empty batch for routes routes.
 func NewBatch(routes int) *Batch {
-	return &Batch{Bufs: make([][]byte, routes), Rows: make([]int, routes)}
+	return &Batch{Bufs: make([][]byte, routes), Rows: make([]int, routes), Chunked: make([]bool, routes)}
 }
 
 // Size is the NDJSON the batch holds, in bytes.
@@ -84,11 +89,19 @@ func (b *Batch) Added(route, n int, now time.Time) {
 	b.Total += n
 }
 
+// AddedChunk records n rows of an incremental snapshot's chunk added to
+// route's buffer (Chunked).
+func (b *Batch) AddedChunk(route, n int, now time.Time) {
+	b.Chunked[route] = true
+	b.Added(route, n, now)
+}
+
 // Reset empties the batch for reuse, keeping buffer capacity.
 func (b *Batch) Reset(seq int) {
 	for i := range b.Bufs {
 		b.Bufs[i] = b.Bufs[i][:0]
 		b.Rows[i] = 0
+		b.Chunked[i] = false
 	}
 	b.Total, b.AckTo, b.Progress, b.Seq, b.First, b.SealNow, b.Multi = 0, 0, 0, seq, time.Time{}, false, false
 }

@@ -181,6 +181,11 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, c
 		}
 		table := targets[route].Dest.CanonicalName()
 		if counted {
+			if b.Chunked[route] {
+				if err := s.Txns.Uncount(table); err != nil {
+					return nil, start, err
+				}
+			}
 			if err := s.Txns.Posting(ctx, table); err != nil {
 				return nil, start, err
 			}

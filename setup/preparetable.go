@@ -29,7 +29,9 @@ func (c *checker) prepareTable(ctx context.Context, conn *pgx.Conn, p *Plan, t c
 			"declare it (pgfeldera ddl prints it), or map "+name+" to another table in TABLES"))
 		return nil
 	}
-	if ps.Add(name, identityProblem(t, rel, si, c.cfg.RequirePrimaryKey)) {
+	// The progress table makes replays exact on a keyless table too
+	// (docs/exactly-once-design.md): no duplicates to accept.
+	if ps.Add(name, identityProblem(t, rel, si, c.cfg.RequirePrimaryKey && p.Progress == nil)) {
 		return nil
 	}
 	target := &decode.Target{Schema: t.Schema, Name: t.Name, Route: route, Dest: rel}
@@ -106,15 +108,16 @@ func (c *checker) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Tab
 }
 
 // identityProblem refuses a source whose replica identity cannot keep its
-// Feldera table exact, or a keyless Feldera table unless
-// FELDERA_REQUIRE_PRIMARY_KEY=false accepts the duplicates replays make.
+// Feldera table exact, or, given requireKey, a keyless Feldera table:
+// without the progress table replays duplicate its rows, unless
+// FELDERA_REQUIRE_PRIMARY_KEY=false accepts that.
 func identityProblem(t catalog.Table, rel feldera.Relation, si catalog.Source, requireKey bool) error {
 	name := t.Schema + "." + t.Name
 	identName := map[byte]string{'n': "NOTHING", 'd': "DEFAULT", 'i': "USING INDEX", 'f': "FULL"}[si.Ident]
 	switch {
 	case len(rel.PrimaryKey) == 0 && requireKey:
 		return Refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows", rel.Name),
-			"declare one, or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept that")
+			"declare one, declare the progress table that makes replays exact ("+ProgressTable+", FELDERA_PROGRESS_TABLE; `pgfeldera ddl` prints it), or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept duplicates")
 	case len(rel.PrimaryKey) == 0 && si.Ident != 'f':
 		// A keyless Feldera table is a multiset: an UPDATE must delete
 		// the old row by its whole value, which only REPLICA IDENTITY

@@ -1,0 +1,122 @@
+package delivery_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgfeldera/pgfeldera/delivery"
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/state"
+)
+
+// A process posts five records of a keyless table in a Feldera
+// transaction, then six more of which Feldera keeps the first three and
+// answers 503, and dies. The next process joins the transaction and
+// skips the replay's first eight records of the table, which Feldera
+// holds: five answered, three of a POST that got no count back. After a
+// Feldera restart (the transaction dropped) it skips nothing.
+func TestTransactions_JoinSkipsWhatTheEndpointsTook(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "joined", true: "feldera_restarted"}[restart], func(t *testing.T) {
+			fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(`CREATE TABLE events (id INT, v VARCHAR);`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fel.Close()
+			client, err := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			stateFile := filepath.Join(t.TempDir(), "state.json")
+			// Another client's records before: the count is the endpoint's, not ours.
+			if _, err := client.Ingress(ctx, "events", lines(0, 4)); err != nil {
+				t.Fatal(err)
+			}
+			x, fence := counting(t, client, stateFile, fel.Incarnation())
+			if err := x.Begin(ctx); err != nil {
+				t.Fatal(err)
+			}
+			post := func(body []byte) error {
+				if err := x.Posting(ctx, "events"); err != nil {
+					t.Fatal(err)
+				}
+				_, err := fence.Ingress(ctx, client, "events", body, strings.Count(string(body), "\n"))
+				return err
+			}
+			if err := post(lines(10, 5)); err != nil {
+				t.Fatal(err)
+			}
+			fel.InjectFault(felderatest.Fault{Kind: felderatest.PartialThen503, Path: "ingress"})
+			if err := post(lines(20, 6)); err == nil {
+				t.Fatal("the POST Feldera took in part was answered 200")
+			}
+			fel.ClearFaults()
+			f, err := state.LoadFence(state.FencePath(stateFile)) // the process dies here
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Transaction == nil || f.Transaction.Taken["events"] != 4 {
+				t.Fatalf("the fence record's open transaction does not count events from 4: %+v", f.Transaction)
+			}
+			if restart {
+				fel.RestartInPlace()
+			}
+			x2, _ := counting(t, client, stateFile, fel.Incarnation())
+			x2.LeftOpen(*f.Transaction)
+			if err := x2.Settle(ctx, map[string]bool{"events": true}); err != nil {
+				t.Fatal(err)
+			}
+			if restart {
+				if x2.Held() || x2.Skip("events", 20) != 0 {
+					t.Fatal("a transaction Feldera's restart dropped was joined or skips records")
+				}
+				return
+			}
+			if !x2.Held() {
+				t.Fatal("the transaction left open was not joined")
+			}
+			if err := x2.Posting(ctx, "events"); err != nil {
+				t.Fatal(err)
+			}
+			if got := x2.Skip("events", 6) + x2.Skip("events", 6); got != 8 {
+				t.Fatalf("the replay skips %d records of events, want the 8 Feldera holds", got)
+			}
+			if err := x2.Covered(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// counting is a Transactions over client whose fence file goes with
+// stateFile, counting table events.
+func counting(t *testing.T, client *feldera.Client, stateFile, incarnation string) (*delivery.Transactions, *delivery.Fence) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fence := delivery.NewFence(50*time.Millisecond, logger)
+	if _, err := fence.Open(stateFile); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fence.Close)
+	return &delivery.Transactions{API: client, Fence: fence, Observer: nopObserver{}, Logger: logger, Incarnation: incarnation,
+		Counted: map[string]bool{"events": true}, Started: new(atomic.Int64), Conflicts: new(atomic.Int64),
+		CompletionTimeout: 5 * time.Second, CommitStallTimeout: 5 * time.Second}, fence
+}
+
+// lines is n insert records of events from id.
+func lines(id, n int) []byte {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString(`{"insert":{"id":` + strconv.Itoa(id+i) + `,"v":"x"}}` + "\n")
+	}
+	return []byte(b.String())
+}
