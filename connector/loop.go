@@ -304,6 +304,13 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	if err := s.drain(); err != nil {
 		return err
 	}
+	for _, r := range rels {
+		// What the TRUNCATE emptied before sending depends on the
+		// batches: not counted past the row (delivery/txncount.go).
+		if err := s.c.txns.Retracted(r.Target.Dest.CanonicalName()); err != nil {
+			return err
+		}
+	}
 	s.retracting = true
 	s.wg.Add(1)
 	go func() {

@@ -179,7 +179,7 @@ func TestResnapshot_Refused(t *testing.T) {
 CREATE TABLE logs (line text);
 ALTER TABLE logs REPLICA IDENTITY FULL;
 CREATE PUBLICATION pub FOR TABLE users, logs;`, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR, score INT);
-CREATE TABLE logs (line VARCHAR);`)
+CREATE TABLE logs (line VARCHAR) WITH ('materialized' = 'true');`)
 	cfg := e.config("users,logs")
 	cfg.SnapshotMode = connector.SnapshotInitial
 	cfg.RequirePrimaryKey = false

@@ -66,17 +66,21 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 		return 0, nil
 	}
 	lsn, found, err := c.out.ReadProgress(ctx)
-	if err != nil || !found {
+	if err != nil {
 		return 0, err
 	}
-	switch {
-	case lsn <= c.acked || c.test.noSkip:
-		return 0, nil // the slot is there already: nothing to skip
-	case lsn > c.srv.WALEnd && !c.test.noWALEndGuard:
+	if lsn > c.srv.WALEnd && !c.test.noWALEndGuard {
 		// Past everything the server wrote: a position of another history
 		// (a failover the start did not see). Nothing is skipped.
 		c.logger.Warn("progress: the progress row lies past the server's WAL end, so it belongs to another history (a failover?): nothing is skipped, and the slot replays", "progress_lsn", lsn, "wal_end", c.srv.WALEnd)
-		return 0, nil
+		return 0, c.txns.Resume(0)
+	}
+	// What Feldera holds past the row is counted from it (delivery/txncount.go).
+	if err := c.txns.Resume(lsn); err != nil {
+		return 0, err
+	}
+	if !found || lsn <= c.acked || c.test.noSkip {
+		return 0, nil // the slot is there already: nothing to skip
 	}
 	if p.Gate == GateCheckpoint && !c.test.noProgressStep {
 		step, err := c.progressStep(ctx, p)

@@ -13,7 +13,7 @@ package crashtest_test
 // keyless tables, so worlds that read in chunks go without it.
 
 // keylessDDL is the Feldera side of the mirror.
-const keylessDDL = "CREATE TABLE events (k BIGINT, name VARCHAR);\n"
+const keylessDDL = "CREATE TABLE events (k BIGINT, name VARCHAR) WITH ('materialized' = 'true');\n"
 
 const mirrorSQL = `
 CREATE TABLE events (k bigint, name text);

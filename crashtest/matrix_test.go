@@ -270,7 +270,7 @@ var workloads = []workload{
 		setup: func(w *world) {
 			w.exec("INSERT INTO users SELECT g, 'seed', g FROM generate_series(1, 500) g")
 			w.exec("INSERT INTO items SELECT g, 'eu', g FROM generate_series(1, 100) g")
-			p := w.start()
+			p := w.start(progressEnv())
 			w.waitState(60 * time.Second)
 			if msg := w.caughtUp(p, 60*time.Second); msg != "" {
 				w.t.Fatalf("seeding: %s", msg)

@@ -56,7 +56,7 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, func(fc *felderatest.Config) {
 				crashDouble(fc)
-				fc.Tables = felderatest.MustParseDDL(felderaDDL + "CREATE TABLE events (id INT, v VARCHAR);\n" + setup.ProgressDDL)
+				fc.Tables = felderatest.MustParseDDL(felderaDDL + "CREATE TABLE events (id INT, v VARCHAR) WITH ('materialized' = 'true');\n" + setup.ProgressDDL)
 			})
 			w.exec("CREATE TABLE events (id int, v text); ALTER TABLE events REPLICA IDENTITY FULL; CREATE PUBLICATION pubk FOR TABLE events")
 			w.exec("INSERT INTO events SELECT g % 5, 'pre' FROM generate_series(1, 20) g")                           // each row four times
@@ -103,9 +103,9 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 	}
 }
 
-// countsInFence checks that the fence file's open transaction carries the
-// ingress counts of the keyless table, and strips them when strip says
-// so: the next process then cannot tell what the transaction holds.
+// countsInFence checks that the fence file counts the keyless table past
+// the progress row, and strips the counts when strip says so: the next
+// process then cannot tell what the open transaction holds.
 func (w *world) countsInFence(strip bool) {
 	w.t.Helper()
 	path := state.FencePath(filepath.Join(w.dir, "state.json"))
@@ -116,11 +116,14 @@ func (w *world) countsInFence(strip bool) {
 	if f.Transaction == nil || f.Transaction.Whole {
 		w.t.Fatalf("the crash left no open, unwhole transaction in the fence file: %+v", f.Transaction)
 	}
-	if _, ok := f.Transaction.Taken["events"]; !ok || f.Transaction.Counted == "" {
-		w.t.Fatalf("the fence file's open transaction has no count for events: %+v", f.Transaction)
+	if f.Past == nil || f.Past.Counted == "" {
+		w.t.Fatalf("the fence file counts nothing past the progress row: %+v", f.Past)
+	}
+	if _, ok := f.Past.Taken["events"]; !ok {
+		w.t.Fatalf("the fence file has no count for events past the progress row: %+v", f.Past)
 	}
 	if strip {
-		f.Transaction.Taken, f.Transaction.Counted = nil, ""
+		f.Past = nil
 		if err := state.SaveFence(path, f); err != nil {
 			w.t.Fatal(err)
 		}
@@ -135,7 +138,7 @@ func TestProgress_KeylessAcceptedWithTheTable(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, func(fc *felderatest.Config) {
 		crashDouble(fc)
-		fc.Tables = felderatest.MustParseDDL(felderaDDL + "CREATE TABLE events (id INT, v VARCHAR);\n" + setup.ProgressDDL)
+		fc.Tables = felderatest.MustParseDDL(felderaDDL + "CREATE TABLE events (id INT, v VARCHAR) WITH ('materialized' = 'true');\n" + setup.ProgressDDL)
 	})
 	w.exec("CREATE TABLE events (id int, v text); ALTER TABLE events REPLICA IDENTITY FULL; CREATE PUBLICATION pubk FOR TABLE events")
 	env := []string{"PG_PUBLICATION=pubk", "TABLES=events"}

@@ -31,7 +31,8 @@ type Fence struct {
 	file   *state.FenceFile // per-request marks for the next process; nil without a state file
 	// Taken counts what each table's ingress endpoints took, from the
 	// answers the fence sees (Transactions reads and uses it).
-	Taken Taken
+	Taken    Taken
+	leftPast *state.PastRow // the previous process's count past the progress row
 }
 
 // NewFence returns an open fence that holds nothing, kept in memory only
@@ -77,7 +78,26 @@ func (f *Fence) Open(stateFile string) (*state.OpenTransaction, error) {
 	if prev == nil {
 		return nil, nil
 	}
+	if prev.Past != nil {
+		// Kept for the next process too, until a session replaces it.
+		f.leftPast = prev.Past
+		if err := ff.Past(prev.Past); err != nil {
+			return nil, err
+		}
+	}
 	return prev.Transaction, nil
+}
+
+// LeftPast is what the previous process's fence file counted past the
+// progress row (nil: nothing).
+func (f *Fence) LeftPast() *state.PastRow { return f.leftPast }
+
+// Past records what Feldera holds past the progress row.
+func (f *Fence) Past(p *state.PastRow) error {
+	if f.file == nil {
+		return nil
+	}
+	return f.file.Past(p)
 }
 
 // inherit applies what the previous process's fence file says.

@@ -82,21 +82,24 @@ type Transactions struct {
 	// Incarnation is the pipeline process the session feeds.
 	Incarnation string
 	// Counted is, per session, the tables whose records in the stream's
-	// transactions are a function of the WAL alone, which a joined
-	// transaction counts (Posting); nil: none.
+	// transactions are a function of the WAL alone, which are counted
+	// past the progress row (txncount.go); nil: none.
 	Counted map[string]bool
 	cur     *openTxn // nil: none
+	win     *window  // what Feldera holds past the progress row (txncount.go)
+	pending bool     // win came from before this session: Posting reads what Feldera holds of it
+	skip    Skip     // the replay's records Feldera holds already
 }
 
 // LeftOpen takes over the transaction a previous process left open, by
 // its id and the pipeline process it was opened in: Settle deals with it.
 func (x *Transactions) LeftOpen(left state.OpenTransaction) {
-	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since, taken: left.Taken, counted: left.Counted}
+	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since}
 }
 
 // record is the fence file's record of the held transaction.
 func (t *openTxn) record() *state.OpenTransaction {
-	return &state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: t.whole, Taken: t.taken, Counted: t.counted}
+	return &state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: t.whole}
 }
 
 // Whole records, in the fence file too, that every POST of the held
@@ -159,13 +162,7 @@ type openTxn struct {
 	joined                bool // said once: an input connector holds it too
 	whole                 bool // its POSTs all answered, the progress row last (Whole)
 	since                 time.Time
-	// taken and counted are the fence record's counts (Posting); skip
-	// what a joined transaction holds of the replay (Settle), known at
-	// its first POST (countJoin).
-	taken     map[string]uint64
-	counted   string
-	countJoin bool
-	skip      Skip
+	rejoined              bool // left open by a crash or a failure, and joined (Settle)
 }
 
 // txnBackoffMax bounds the wait between start_transaction attempts under
@@ -444,7 +441,7 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		t.incarnation = g.IncarnationUUID
 		if join != nil && t.id != 0 && !t.whole {
 			t.tables, t.mark = join, &TxnMark{}
-			t.countJoin = len(t.taken) > 0 && t.counted == g.IncarnationUUID
+			t.rejoined = true
 			// What the dead process left in Feldera's buffer is not
 			// known: Room reads /stats before the first POST.
 			t.unfedRows, t.unfedBytes = QueueRecords, QueueBytes

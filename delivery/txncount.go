@@ -4,131 +4,217 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// A crash inside a Feldera transaction leaves some of its records in
-// Feldera, which shows nothing of an open transaction, and a POST cut
-// short leaves a prefix of its body (bodies are fed in chunks:
-// http/input.rs, complete_request). The next session joins the
-// transaction and replays into it (Settle), which on a keyless table
-// puts those records in twice. Counting tells them apart. The poster
-// sends one request at a time, in source order, so what the transaction
-// holds of a table is a prefix of the table's records in it, and a
-// replay from the progress row the transaction follows carries the same
-// records of the table in the same order: they are a function of the
-// WAL, except for an incremental snapshot's chunks, read again
-// differently on a replay, so a table stops being counted once a chunk
-// of it goes out (Uncount). How long that prefix is,
-// /stats says: what the table's endpoints took (total_records) since the
-// transaction's first POST to it. So the fence record keeps, per table,
-// the count just before that POST (Posting), and the joining session
-// skips the replay's first records of the table, as many as the
-// endpoints took since (Skip). Counts are per pipeline process: a
-// restart drops the open transaction anyway.
+// Feldera may hold records of the stream past the progress row: in a
+// transaction a crash left open (some of its POSTs, a prefix of one cut
+// short: bodies are fed in chunks, http/input.rs, complete_request), or
+// committed without a row (a source transaction cut into parts, a
+// joined transaction committed before a retraction or a stop). A replay
+// from the row sends them again, which on a keyless table puts them in
+// twice. Counting tells them apart. The poster sends one request at a
+// time, in source order, so what Feldera holds past the row of a table
+// is a prefix of the table's records past it, and a replay from the row
+// carries the same records of the table in the same order: they are a
+// function of the WAL, except an incremental snapshot's chunks, read
+// again differently (a table stops being counted once a chunk of it goes
+// out: Uncount), and what a TRUNCATE empties before it is sent (the
+// table is not counted again until the next row: Retracted; the replay
+// retracts it again anyway). How long that prefix is, /stats says: what
+// the table's endpoints took (total_records) since the first POST of it
+// past the row. So the fence file keeps, per table, the count just
+// before that POST (the window, state.PastRow: Posting), and a session
+// that starts from the same row skips the replay's first records of the
+// table, as many as the endpoints took since (Skip). Counts are per
+// pipeline process: after a restart nothing is skipped.
 
-// Posting is called before a POST of the stream's rows of table inside
-// the held transaction. The transaction's first POST to a table records
-// the table's count in the fence record; a joined transaction's first
-// POST reads what it holds (Skip).
-func (x *Transactions) Posting(ctx context.Context, table string) error {
-	t := x.cur
-	if t == nil || !x.Counted[table] {
+// window is what Feldera holds past the progress row row.
+type window struct {
+	row     pglogrepl.LSN
+	taken   map[string]uint64 // per table: its count before its first POST past row
+	counted string            // the pipeline process of the counts
+	dropped map[string]bool   // retracted past row: not counted again in the window
+}
+
+func (w *window) record() *state.PastRow {
+	return &state.PastRow{Row: uint64(w.row), Taken: w.taken, Counted: w.counted}
+}
+
+// LeftPast takes over what the previous process counted past the
+// progress row (the fence file's record; nil: nothing).
+func (x *Transactions) LeftPast(p *state.PastRow) {
+	if p != nil {
+		x.win = &window{row: pglogrepl.LSN(p.Row), taken: p.Taken, counted: p.Counted}
+	}
+}
+
+// Resume starts the session's counting from the progress row it read
+// (0: none). The window counted up to now goes on when it is past the
+// same row: what Feldera holds past it is read at the first POST. Any
+// other starts empty: Feldera holds nothing past a row that a crash
+// kept the fence file from recording, since the first POST past it
+// comes after the record.
+func (x *Transactions) Resume(row pglogrepl.LSN) error {
+	x.skip, x.pending = nil, false
+	if x.win != nil && x.win.row == row && len(x.win.taken) > 0 {
+		x.pending = true
 		return nil
 	}
-	if !x.Fence.Taken.Known() || t.countJoin {
+	x.win = &window{row: row}
+	return x.Fence.Past(x.win.record())
+}
+
+// Posting is called before a POST of the stream's rows of table. The
+// window's first POST of a table records its count; the session's first
+// POST reads what Feldera holds past the row (pending).
+func (x *Transactions) Posting(ctx context.Context, table string) error {
+	w := x.win
+	if w == nil || !x.Counted[table] {
+		return nil
+	}
+	if !x.Fence.Taken.Known() || x.pending {
 		st, err := x.API.Stats(ctx)
 		if err != nil {
 			return fmt.Errorf("read what Feldera's ingress endpoints took: %w", err)
 		}
 		totals := st.IngressTotals()
-		if t.countJoin {
-			t.countJoin = false
-			if err := x.joinCounts(st.GlobalMetrics.IncarnationUUID, totals); err != nil {
+		if x.pending {
+			x.pending = false
+			if err := x.held(st.GlobalMetrics.IncarnationUUID, totals); err != nil {
 				return err
 			}
 		}
 		x.Fence.Taken.Read(st.GlobalMetrics.IncarnationUUID, totals)
+		w = x.win // held may start it again
 	}
-	if _, ok := t.taken[table]; ok {
+	if _, ok := w.taken[table]; ok || w.dropped[table] {
 		return nil
 	}
 	n, inc, ok := x.Fence.Taken.Of(table)
-	if !ok || inc != t.incarnation || inc == "" {
+	if !ok || w.counted != "" && inc != w.counted {
 		return nil
 	}
-	if t.taken == nil {
-		t.taken = map[string]uint64{}
+	if w.taken == nil {
+		w.taken = map[string]uint64{}
 	}
-	t.taken[table], t.counted = n, inc
-	return x.Fence.Transaction(t.record())
+	w.taken[table], w.counted = n, inc
+	return x.Fence.Past(w.record())
 }
 
-// joinCounts sets what the joined transaction holds of each table it
-// counted: what the table's endpoints took since its count, in the same
-// pipeline process.
-func (x *Transactions) joinCounts(incarnation string, totals map[string]uint64) error {
-	t := x.cur
-	if incarnation != t.counted {
-		return nil // a restart dropped it: Absorbed says so
+// held sets the skip: what the endpoints took since the window's counts,
+// in the same pipeline process. After a restart nothing can be counted:
+// the window starts again.
+func (x *Transactions) held(incarnation string, totals map[string]uint64) error {
+	w := x.win
+	if incarnation != w.counted {
+		x.Logger.Warn("startup: Feldera restarted since pgfeldera counted what it holds past the progress row: a keyless table may get again rows Feldera kept", "progress_lsn", w.row)
+		x.win = &window{row: w.row}
+		return x.Fence.Past(x.win.record())
 	}
-	t.skip = Skip{}
-	for table, before := range t.taken {
+	x.skip = Skip{}
+	for table, before := range w.taken {
 		if !x.Counted[table] {
 			continue // chunks may come in its replay: sent again, as keyed rows may be
 		}
 		now := totals[table]
 		if now < before {
-			return fmt.Errorf("Feldera's ingress endpoints of table %s show %d records taken, fewer than the %d the fence file recorded before transaction %d posted to it in the same pipeline process %s", table, now, before, t.id, incarnation)
+			return fmt.Errorf("Feldera's ingress endpoints of table %s show %d records taken, fewer than the %d the fence file recorded before the first POST past progress row %s in the same pipeline process %s", table, now, before, w.row, incarnation)
 		}
 		if now > before {
-			t.skip[table] = now - before
-			x.Logger.Info("startup: the joined Feldera transaction holds records of the replay; they are not sent again", "transaction_id", t.id, "table", table, "records", now-before)
+			x.skip[table] = now - before
+			x.Logger.Info("startup: Feldera holds records of the replay past the progress row; they are not sent again", "table", table, "records", now-before, "progress_lsn", w.row)
 		}
 	}
 	return nil
 }
 
+// RowCommitted starts a new window at row, which a commit just made
+// Feldera hold. Records past it Feldera held already (the replay has not
+// met them: Skip) stay counted in it.
+func (x *Transactions) RowCommitted(row pglogrepl.LSN) error {
+	if x.win == nil {
+		return nil
+	}
+	w := &window{row: row}
+	for table, n := range x.skip {
+		count, inc, ok := x.Fence.Taken.Of(table)
+		if !ok || count < n || w.counted != "" && inc != w.counted {
+			delete(x.skip, table) // cannot be carried: sent again
+			continue
+		}
+		if w.taken == nil {
+			w.taken = map[string]uint64{}
+		}
+		w.taken[table], w.counted = count-n, inc
+	}
+	x.win = w
+	return x.Fence.Past(w.record())
+}
+
+// Retracted stops counting table until the next row: a TRUNCATE's
+// retraction went out, and what it emptied before sending depends on
+// the batches. A replay retracts the table again.
+func (x *Transactions) Retracted(table string) error {
+	w := x.win
+	if w == nil {
+		return nil
+	}
+	delete(x.skip, table)
+	if w.dropped == nil {
+		w.dropped = map[string]bool{}
+	}
+	w.dropped[table] = true
+	if _, ok := w.taken[table]; !ok {
+		return nil
+	}
+	delete(w.taken, table)
+	return x.Fence.Past(w.record())
+}
+
 // Uncount stops counting table for the session: a chunk of it goes out
-// in the stream, which a replay reads again differently. The held
-// transaction's record drops its count, so a crash sends its records
-// of the table again (a keyed table's: upserted again, harmless), and a
-// joined transaction skips no more of it.
+// in the stream, which a replay reads again differently. The window
+// drops its count, so a crash sends its records past the row again (a
+// keyed table's: upserted again, harmless).
 func (x *Transactions) Uncount(table string) error {
 	if !x.Counted[table] {
 		return nil
 	}
 	delete(x.Counted, table)
-	t := x.cur
-	if t == nil {
+	delete(x.skip, table)
+	w := x.win
+	if w == nil {
 		return nil
 	}
-	delete(t.skip, table)
-	if _, ok := t.taken[table]; !ok {
+	if _, ok := w.taken[table]; !ok {
 		return nil
 	}
-	delete(t.taken, table)
-	return x.Fence.Transaction(t.record())
+	delete(w.taken, table)
+	return x.Fence.Past(w.record())
 }
 
 // Skip is how many of the first lines records of table, about to be
-// POSTed in the held transaction, it already holds: sent by the process
-// that left it open.
+// POSTed, Feldera holds already.
 func (x *Transactions) Skip(table string, lines int) int {
-	if x.cur == nil || !x.Counted[table] {
+	if !x.Counted[table] {
 		return 0
 	}
-	return x.cur.skip.Of(table, lines)
+	return x.skip.Of(table, lines)
 }
 
-// Covered is called before the commit of a joined transaction that
-// carries the progress row: an error when the transaction holds records
-// the replay did not meet (Skip.Rest).
+// Covered is called before the commit, with the progress row, of a
+// transaction a crash or a failure left open and this session joined:
+// it holds only records the dead process sent, which all precede the
+// join's bound, so the replay met them all; an error names a table
+// Feldera holds more of.
 func (x *Transactions) Covered() error {
-	if x.cur == nil {
+	if x.cur == nil || !x.cur.rejoined {
 		return nil
 	}
-	return x.cur.skip.Rest()
+	return x.skip.Rest()
 }
 
 // checkTaken compares the counts with a /stats read once every POST of
@@ -140,6 +226,6 @@ func (x *Transactions) checkTaken(st *feldera.Stats) {
 		return
 	}
 	if err := x.Fence.Taken.Check(st.GlobalMetrics.IncarnationUUID, st.IngressTotals(), x.Counted); err != nil {
-		x.Logger.Warn("flush: "+err.Error()+"; after a crash inside a Feldera transaction its rows of the table are sent again (duplicates on a keyless table)", "transaction_id", x.cur.id)
+		x.Logger.Warn("flush: "+err.Error()+"; after a crash its rows Feldera holds past the progress row are sent again (duplicates on a keyless table)", "transaction_id", x.cur.id)
 	}
 }

@@ -75,7 +75,7 @@ func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 		return err
 	}
 	Raise(s.Step, step)
-	return nil
+	return s.Txns.RowCommitted(lsn)
 }
 
 // ReadProgress reads the slot's row through the fenced ad-hoc query: the

@@ -109,7 +109,7 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	if plan.In {
 		mark = s.Txns.Mark()
 	}
-	tokens, start, err := s.post(ctx, targets, b, plan.In)
+	tokens, start, err := s.post(ctx, targets, b, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -141,6 +141,11 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 		if err := s.Txns.Commit(ctx); err != nil {
 			return fail(err)
 		}
+		if whole {
+			if err := s.Txns.RowCommitted(b.Progress); err != nil {
+				return nil, time.Time{}, nil, err
+			}
+		}
 	}
 	return tokens, start, mark, nil
 }
@@ -166,9 +171,9 @@ func (s *Sender) postRow(ctx context.Context, lsn pglogrepl.LSN) (*delivery.Toke
 // post sends each route's lines of b, one request at a time, and returns
 // the tokens and when the first request began (after any fence: a wait
 // for the fence is not a wait for Feldera). Any failure leaves the
-// position where it was. counted says the lines are the stream's inside
-// a Feldera transaction, which counts them (Transactions.Posting) and,
-// joined, sends none that it holds (Transactions.Skip).
+// position where it was. counted says the lines are the stream's, which
+// are counted past the progress row (Transactions.Posting) and not sent
+// when Feldera holds them (Transactions.Skip).
 func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, counted bool) ([]*delivery.Token, time.Time, error) {
 	if err := s.WaitFence(ctx); err != nil {
 		return nil, time.Time{}, err

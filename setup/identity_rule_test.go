@@ -13,7 +13,8 @@ import (
 // exact, by whether it has a key.
 func TestIdentityProblem(t *testing.T) {
 	keyed := feldera.Relation{Name: "users", PrimaryKey: []string{"id"}}
-	keyless := feldera.Relation{Name: "log"}
+	keyless := feldera.Relation{Name: "log", Materialized: true}
+	unmaterialized := feldera.Relation{Name: "log"}
 	withKey := []catalog.Column{{Name: "id", InKey: true}, {Name: "v"}}
 	noKey := []catalog.Column{{Name: "id"}, {Name: "v"}}
 	for _, c := range []struct {
@@ -33,6 +34,7 @@ func TestIdentityProblem(t *testing.T) {
 		{"keyless accepted, FULL", keyless, 'f', noKey, false, ""},
 		{"keyless accepted, DEFAULT", keyless, 'd', withKey, false, "REPLICA IDENTITY DEFAULT, which does not send the old row"},
 		{"keyless accepted, NOTHING", keyless, 'n', noKey, false, "REPLICA IDENTITY NOTHING, which does not send the old row"},
+		{"keyless accepted, not materialized", unmaterialized, 'f', noKey, false, "is not materialized: its rows could not be read back"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := identityProblem(catalog.Table{Schema: "public", Name: "t"}, c.rel, catalog.Source{Ident: c.ident, Cols: c.cols}, c.requireKey)

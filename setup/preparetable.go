@@ -118,6 +118,12 @@ func identityProblem(t catalog.Table, rel feldera.Relation, si catalog.Source, r
 	case len(rel.PrimaryKey) == 0 && requireKey:
 		return Refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY: replays after a crash would duplicate rows", rel.Name),
 			"declare one, declare the progress table that makes replays exact ("+ProgressTable+", FELDERA_PROGRESS_TABLE; `pgfeldera ddl` prints it), or set FELDERA_REQUIRE_PRIMARY_KEY=false to accept duplicates")
+	case len(rel.PrimaryKey) == 0 && !rel.Materialized:
+		// A TRUNCATE, a resnapshot and verify read a keyless table's rows
+		// back to retract them by whole value, which Feldera's ad-hoc
+		// queries serve only from a materialized table.
+		return Refuse(name, fmt.Sprintf("feldera table %s has no PRIMARY KEY and is not materialized: its rows could not be read back to retract them (a TRUNCATE, a resnapshot)", rel.Name),
+			"declare it WITH ('materialized' = 'true') (`pgfeldera ddl` prints it so), or declare a PRIMARY KEY")
 	case len(rel.PrimaryKey) == 0 && si.Ident != 'f':
 		// A keyless Feldera table is a multiset: an UPDATE must delete
 		// the old row by its whole value, which only REPLICA IDENTITY

@@ -32,6 +32,8 @@ type Fence struct {
 	// not seen committed: the next process commits it, so a crash never
 	// leaves one open (Feldera's checkpoints wait for it).
 	Transaction *OpenTransaction `json:"transaction,omitempty"`
+	// Past is what Feldera holds past the progress row, counted.
+	Past *PastRow `json:"past,omitempty"`
 }
 
 // OpenTransaction is a Feldera API transaction pgfeldera started. ID 0:
@@ -44,11 +46,16 @@ type OpenTransaction struct {
 	// it holds whole source transactions, and committing it shows no
 	// prefix (delivery.Transactions.Whole).
 	Whole bool `json:"whole,omitempty"`
-	// Taken is, per table the transaction POSTed rows of the stream to,
-	// how many records that table's HTTP ingress endpoints had taken
-	// (/stats total_records) just before the first of those POSTs, in
-	// pipeline process Counted: whatever they took since, in the same
-	// process, the transaction holds (delivery.Transactions.Settle).
+}
+
+// PastRow is what Feldera holds of the stream past the progress row Row
+// (delivery/txncount.go): per table, how many records its HTTP ingress
+// endpoints had taken (/stats total_records) just before the first POST
+// of the stream's rows of it past Row, in pipeline process Counted.
+// Whatever they took since, in the same process, Feldera holds past the
+// row, committed or in a transaction left open.
+type PastRow struct {
+	Row     uint64            `json:"row"`
 	Taken   map[string]uint64 `json:"taken,omitempty"`
 	Counted string            `json:"counted,omitempty"`
 }
@@ -222,11 +229,20 @@ func (ff *FenceFile) Transaction(t *OpenTransaction) error {
 	return ff.write()
 }
 
+// Past records what Feldera holds past the progress row (nil: nothing
+// counted).
+func (ff *FenceFile) Past(p *PastRow) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.rec.Past = p
+	return ff.write()
+}
+
 // Close records durably that this process stopped, with the fence
 // deadline (zero: none) the next process must honour.
 func (ff *FenceFile) Close(until time.Time) error {
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	ff.f.Close()
-	return SaveFence(ff.path, &Fence{Until: until, Transaction: ff.rec.Transaction})
+	return SaveFence(ff.path, &Fence{Until: until, Transaction: ff.rec.Transaction, Past: ff.rec.Past})
 }
