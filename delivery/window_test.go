@@ -20,7 +20,7 @@ type statsAPI struct {
 }
 
 func (a *statsAPI) StartTransaction(context.Context) (int64, error) { return 1, nil }
-func (a *statsAPI) CommitTransaction(context.Context) error          { return nil }
+func (a *statsAPI) CommitTransaction(context.Context) error         { return nil }
 func (a *statsAPI) Stats(context.Context) (*feldera.Stats, error) {
 	st := &feldera.Stats{}
 	st.GlobalMetrics.IncarnationUUID = a.incarnation
