@@ -32,7 +32,11 @@ import (
 //     many records as its ingress endpoints took since the fence file's
 //     count (delivery/txncount.go), exact. Without the counts (the
 //     fence file's stripped: the unsafe variant) the keyless table gets
-//     exactly the open transaction's rows twice, which the test checks.
+//     exactly the open transaction's rows twice, which the test checks;
+//   - a source transaction larger than a Feldera transaction holds is
+//     committed in parts without a row, and the crash leaves the next
+//     part open: the restart skips both, counted past the row, exact;
+//     uncounted, both twice.
 //
 // Each case writes the same history: duplicate rows, a transaction of
 // 30 rows cut across batches (BATCH_MAX_ROWS=4), a DELETE of one copy of
@@ -44,13 +48,20 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 		name    string
 		point   string
 		n       int
+		big     int  // rows of the big transaction
 		restart bool // Feldera restarts after the crash
-		dups    bool // the fence file's counts stripped: the open transaction's rows twice
+		joined  bool // the restart joins a transaction the crash left open
+		dups    bool // the fence file's counts stripped: what Feldera holds past the row twice
 	}{
-		{"after_post/feldera_restarts", "after_post", 3, true, false},
-		{"before_commit", "before_commit", 1, false, false},
-		{"after_post/joined", "after_post", 3, false, false},
-		{"after_post/joined_uncounted_UNSAFE", "after_post", 3, false, true},
+		{"after_post/feldera_restarts", "after_post", 3, 30, true, false, false},
+		{"before_commit", "before_commit", 1, 30, false, false, false},
+		{"after_post/joined", "after_post", 3, 30, false, true, false},
+		{"after_post/joined_uncounted_UNSAFE", "after_post", 3, 30, false, true, true},
+		// 9,000 rows in batches of 4 are three Feldera transactions (one
+		// holds at most 1,024 batches in flight): the first committed
+		// without a row, the second open at the crash.
+		{"cut_in_parts/joined", "before_commit", 2, 9000, false, true, false},
+		{"cut_in_parts/joined_uncounted_UNSAFE", "before_commit", 2, 9000, false, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -63,7 +74,7 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 			env := []string{"PG_PUBLICATION=pubk", "TABLES=events", "FELDERA_PROGRESS_TABLE=on", "BATCH_MAX_ROWS=4"} // keyless accepted: the table keeps it exact
 			p := w.start(append(env, "CRASH_AT="+c.point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", c.n))...)
 			w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
-			w.exec("INSERT INTO events SELECT g % 3, 'big' FROM generate_series(1, 30) g")
+			w.exec(fmt.Sprintf("INSERT INTO events SELECT g %% 3, 'big' FROM generate_series(1, %d) g", c.big))
 			if code := p.exited(60 * time.Second); code != 70 {
 				t.Fatalf("the first run exited %d, want 70 at %s\n%s", code, c.point, w.log())
 			}
@@ -71,7 +82,7 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 			if c.restart {
 				w.fel.Restart()
 			}
-			if c.point == "after_post" && !c.restart {
+			if c.joined {
 				w.countsInFence(c.dups)
 			}
 			p2 := w.start(env...)
@@ -89,7 +100,7 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s: %d rows in Postgres, %d in Feldera; the crash left %d changes in an open Feldera transaction", c.name, r.Postgres, r.Feldera, open)
+			t.Logf("%s: %d rows in Postgres, %d in Feldera; the first run sent %d changes past its last progress row", c.name, r.Postgres, r.Feldera, open)
 			if !c.dups {
 				if !r.Equal() {
 					t.Fatalf("not an exact multiset: %s", r.String())
@@ -97,7 +108,7 @@ func TestProgress_KeylessAcrossCrashes(t *testing.T) {
 				return
 			}
 			if len(r.Missing) != 0 || len(r.Extra) == 0 || len(r.Extra) != open {
-				t.Fatalf("joined without counts: want exactly the %d rows the open transaction held twice, and nothing missing; got %d extra, %d missing (%s)", open, len(r.Extra), len(r.Missing), strings.TrimSpace(r.String()))
+				t.Fatalf("joined without counts: want exactly the %d rows sent past the progress row twice, and nothing missing; got %d extra, %d missing (%s)", open, len(r.Extra), len(r.Missing), strings.TrimSpace(r.String()))
 			}
 		})
 	}
