@@ -88,6 +88,9 @@ func (c *Connector) session(ctx context.Context) error {
 	}
 	c.txns.Incarnation = p.Incarnation
 	progress := c.setProgress(p)
+	if err := c.countPast(p, progress); err != nil {
+		return err
+	}
 	// A Feldera transaction left open (by a failed session, or a process
 	// that crashed) is dealt with before anything else is sent: committed,
 	// or, with the progress row, joined by the replay (skip.go). A
@@ -113,7 +116,6 @@ func (c *Connector) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.txns.Counted = c.countedTables(p, progress)
 	if inc != nil {
 		// The connection incsession.New kept for the first worker, when
 		// no worker took it (the session ended first). Deferred, so that

@@ -69,9 +69,11 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 	if err != nil {
 		return 0, err
 	}
-	if lsn > c.srv.WALEnd && !c.test.noWALEndGuard {
+	if lsn > c.srv.WALEnd && !c.test.noWALEndGuard && !c.txns.RowOurs(lsn) {
 		// Past everything the server wrote: a position of another history
-		// (a failover the start did not see). Nothing is skipped.
+		// (a failover the start did not see), unless this process wrote
+		// it (the snapshot's row, at a slot created after the WAL end was
+		// read). Nothing is skipped.
 		c.logger.Warn("progress: the progress row lies past the server's WAL end, so it belongs to another history (a failover?): nothing is skipped, and the slot replays", "progress_lsn", lsn, "wal_end", c.srv.WALEnd)
 		return 0, c.txns.Resume(0)
 	}
@@ -201,18 +203,24 @@ func (c *Connector) joinTables(p *setup.Plan, progress bool) map[string]bool {
 	return tables
 }
 
-// countedTables is what a joined transaction counts (Transactions.Posting)
-// with the progress row: every table, until a chunk of it goes out
-// (Transactions.Uncount). A session owns its map.
-func (c *Connector) countedTables(p *setup.Plan, progress bool) map[string]bool {
-	if !progress || c.test.noCount {
+// countPast sets what the session counts past the progress row
+// (delivery/txncount.go): with the table every table, until a chunk of it
+// goes out (Transactions.Uncount); the session owns the map. Without the
+// table the slot moves past the row, so what was counted past it no
+// longer says where a replay starts: it is forgotten.
+func (c *Connector) countPast(p *setup.Plan, progress bool) error {
+	c.txns.Counted = nil
+	if !progress {
+		return c.txns.ForgetPast()
+	}
+	if c.test.noCount {
 		return nil
 	}
-	tables := map[string]bool{}
+	c.txns.Counted = map[string]bool{}
 	for _, t := range p.Routes {
-		tables[t.Dest.CanonicalName()] = true
+		c.txns.Counted[t.Dest.CanonicalName()] = true
 	}
-	return tables
+	return nil
 }
 
 // joinHolds reports whether the joined transaction must stay open past

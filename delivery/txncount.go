@@ -38,6 +38,7 @@ type window struct {
 	taken   map[string]uint64 // per table: its count before its first POST past row
 	counted string            // the pipeline process of the counts
 	dropped map[string]bool   // retracted past row: not counted again in the window
+	ours    bool              // this process committed row
 }
 
 func (w *window) record() *state.PastRow {
@@ -52,6 +53,14 @@ func (x *Transactions) LeftPast(p *state.PastRow) {
 	}
 }
 
+// ForgetPast drops the count past the progress row: a session without
+// the table moves the slot past the row, so a replay no longer starts
+// there.
+func (x *Transactions) ForgetPast() error {
+	x.win, x.skip, x.pending = nil, nil, false
+	return x.Fence.Past(nil)
+}
+
 // Resume starts the session's counting from the progress row it read
 // (0: none). The window counted up to now goes on when it is past the
 // same row: what Feldera holds past it is read at the first POST. Any
@@ -64,7 +73,7 @@ func (x *Transactions) Resume(row pglogrepl.LSN) error {
 		x.pending = true
 		return nil
 	}
-	x.win = &window{row: row}
+	x.win = &window{row: row, ours: x.RowOurs(row)}
 	return x.Fence.Past(x.win.record())
 }
 
@@ -136,10 +145,7 @@ func (x *Transactions) held(incarnation string, totals map[string]uint64) error 
 // Feldera hold. Records past it Feldera held already (the replay has not
 // met them: Skip) stay counted in it.
 func (x *Transactions) RowCommitted(row pglogrepl.LSN) error {
-	if x.win == nil {
-		return nil
-	}
-	w := &window{row: row}
+	w := &window{row: row, ours: true}
 	for table, n := range x.skip {
 		count, inc, ok := x.Fence.Taken.Of(table)
 		if !ok || count < n || w.counted != "" && inc != w.counted {
@@ -153,6 +159,13 @@ func (x *Transactions) RowCommitted(row pglogrepl.LSN) error {
 	}
 	x.win = w
 	return x.Fence.Past(w.record())
+}
+
+// RowOurs reports whether this process committed the progress row at
+// row (the last it committed): a position of this history, whatever the
+// server's WAL end said when the session began.
+func (x *Transactions) RowOurs(row pglogrepl.LSN) bool {
+	return x.win != nil && x.win.ours && x.win.row == row
 }
 
 // Retracted stops counting table until the next row: a TRUNCATE's

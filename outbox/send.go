@@ -127,27 +127,36 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 		s.Txns.Buffered(b.Total, b.Size())
 	}
 	if plan.End {
-		if err := s.absorbedUnlessHooked(ctx); err != nil {
+		if err := s.commit(ctx, whole, b.Progress); err != nil {
 			return fail(err)
-		}
-		if whole {
-			if err := s.Txns.Covered(); err != nil {
-				return fail(err)
-			}
-			if err := s.Txns.Whole(); err != nil {
-				return fail(err)
-			}
-		}
-		if err := s.Txns.Commit(ctx); err != nil {
-			return fail(err)
-		}
-		if whole {
-			if err := s.Txns.RowCommitted(b.Progress); err != nil {
-				return nil, time.Time{}, nil, err
-			}
 		}
 	}
 	return tokens, start, mark, nil
+}
+
+// commit ends the Feldera transaction once it took its input; whole says
+// it carries the progress row at row, which a crash before the commit
+// leaves for the next process to commit (Transactions.Whole), and which
+// starts a new count past the row once committed.
+func (s *Sender) commit(ctx context.Context, whole bool, row pglogrepl.LSN) error {
+	if err := s.absorbedUnlessHooked(ctx); err != nil {
+		return err
+	}
+	if whole {
+		if err := s.Txns.Covered(); err != nil {
+			return err
+		}
+		if err := s.Txns.Whole(); err != nil {
+			return err
+		}
+	}
+	if err := s.Txns.Commit(ctx); err != nil {
+		return err
+	}
+	if whole {
+		return s.Txns.RowCommitted(row)
+	}
+	return nil
 }
 
 // postRow posts the progress row at lsn, the Feldera transaction's last
