@@ -13,6 +13,22 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
+// doubleWith is a Feldera double declaring ddl as pipeline p, and a
+// client of it; the double closes with the test.
+func doubleWith(t *testing.T, ddl string) (*felderatest.Server, *feldera.Client) {
+	t.Helper()
+	fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(ddl)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fel.Close)
+	client, err := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fel, client
+}
+
 type nopObserver struct{}
 
 func (nopObserver) Batch(int, time.Duration, time.Duration) {}
@@ -27,15 +43,7 @@ func (nopObserver) FelderaError(string)                     {}
 func TestSettle_FindsATransactionOpenedAfterARestart(t *testing.T) {
 	for _, join := range []bool{true, false} {
 		t.Run(map[bool]string{true: "join", false: "commit"}[join], func(t *testing.T) {
-			fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY);`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fel.Close()
-			client, err := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fel, client := doubleWith(t, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY);`)
 			ctx := context.Background()
 			old := fel.Incarnation()
 			fel.RestartInPlace()

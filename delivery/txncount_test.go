@@ -26,15 +26,7 @@ import (
 func TestTransactions_JoinSkipsWhatTheEndpointsTook(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(map[bool]string{false: "joined", true: "feldera_restarted"}[restart], func(t *testing.T) {
-			fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", Tables: felderatest.MustParseDDL(`CREATE TABLE events (id INT, v VARCHAR);`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fel.Close()
-			client, err := feldera.New(feldera.Config{URL: fel.URL, Pipeline: "p"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fel, client := doubleWith(t, `CREATE TABLE events (id INT, v VARCHAR);`)
 			ctx := context.Background()
 			stateFile := filepath.Join(t.TempDir(), "state.json")
 			// Another client's records before: the count is the endpoint's, not ours.
