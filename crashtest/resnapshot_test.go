@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/state"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,10 +258,10 @@ func killResumes(t *testing.T, redo bool) {
 	}
 	resumed := time.Now()
 	p = w.start(env...)
-	w.poll("the request done", 2*time.Minute, func() bool { return strings.Contains(w.stateText(), `"done": true`) })
+	w.poll("the request done", 2*time.Minute, func() bool { return w.requestDone(id) })
 	halt()
 	if msg := w.caughtUp(p, 2*time.Minute); msg != "" {
-		t.Fatal(msg)
+		t.Fatalf("%s\n%s", msg, w.staleWrites("users", resumed, 5))
 	}
 	// The last restart carries on from the last durable chunk: it sends
 	// the rows not yet copied, a chunk per lane read again at most, and
@@ -294,8 +296,10 @@ func killResumes(t *testing.T, redo bool) {
 	t.Logf("request %s: killed once in its retraction, once halfway through its chunks (%d of %d copied); the restart sent %d inserts (bound %d); done and exact", id, copied, users, sent, bound)
 }
 
-// eraseProgress makes the state file say no chunk of users was read (the
-// broken variant of a resuming restart).
+// eraseProgress makes the state file say no chunk of users was read and
+// its request is not done (the broken variant of a resuming restart):
+// also when the kill came after the read ended, which a fast read makes
+// common, the restart then reads the whole table again.
 func (w *world) eraseProgress(t *testing.T) {
 	t.Helper()
 	path := filepath.Join(w.dir, "state.json")
@@ -307,15 +311,25 @@ func (w *world) eraseProgress(t *testing.T) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
+	request := ""
 	for _, tb := range st["tables"].([]any) {
 		m := tb.(map[string]any)
 		if m["source"] == "public.users" {
 			delete(m, "after")
 			delete(m, "lanes")
 			m["chunks"], m["copied"] = 0, 0
+			if r, ok := m["request"].(string); ok {
+				request, m["status"] = r, state.Incremental
+			}
 		}
 	}
-	if b, err = json.Marshal(st); err != nil {
+	reqs, _ := st["requests"].([]any)
+	for _, r := range reqs {
+		if m := r.(map[string]any); m["id"] == request {
+			delete(m, "done")
+		}
+	}
+	if b, err = json.MarshalIndent(st, "", "  "); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
@@ -323,8 +337,58 @@ func (w *world) eraseProgress(t *testing.T) {
 	}
 }
 
+// requestDone reports whether the state file says resnapshot request id
+// is done (read as JSON: how the file is laid out does not matter).
+func (w *world) requestDone(id string) bool {
+	var st state.State
+	if err := json.Unmarshal([]byte(w.stateText()), &st); err != nil {
+		return false
+	}
+	r := st.Request(id)
+	return r != nil && r.Done
+}
+
 // stateText is the state file's content ("" before it exists).
 func (w *world) stateText() string {
 	b, _ := os.ReadFile(filepath.Join(w.dir, "state.json"))
 	return string(b)
+}
+
+// staleWrites describes up to n rows of table (keyed by id, with a
+// score) whose score differs between Postgres and Feldera: both values,
+// the row's ctid, and the last requests that wrote its key, timed from
+// since. It tells a row no chunk read (ctid past the read's end) from one
+// a chunk or a stream batch overwrote with an older value.
+func (w *world) staleWrites(table string, since time.Time, n int) string {
+	feld := map[string]string{}
+	for _, r := range w.fel.Rows(table) {
+		feld[string(r["id"])] = string(r["score"])
+	}
+	rows, err := w.db.Query(context.Background(), "SELECT id::text, score::text, ctid::text FROM "+table+" ORDER BY id")
+	if err != nil {
+		return "stale rows: " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	reqs := w.fel.Requests()
+	for rows.Next() && n > 0 {
+		var id, score, ctid string
+		if err := rows.Scan(&id, &score, &ctid); err != nil {
+			return "stale rows: " + err.Error()
+		}
+		if feld[id] == score {
+			continue
+		}
+		n--
+		fmt.Fprintf(&b, "id %s: Postgres score %s (ctid %s), Feldera %q; last writes:", id, score, ctid, feld[id])
+		shown := 0
+		for i := len(reqs) - 1; i >= 0 && shown < 3; i-- {
+			if reqs[i].Table == table && slices.Contains(reqs[i].InsertKeys, id) {
+				fmt.Fprintf(&b, " [%+dms, %d lines]", reqs[i].Time.Sub(since).Milliseconds(), reqs[i].Lines)
+				shown++
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
