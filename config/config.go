@@ -102,7 +102,7 @@ type Config struct {
 	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (use the
 	// pipeline's progress table when it declares one, unless
 	// FELDERA_TRANSACTIONS=off), ProgressOn (require it) or ProgressOff
-	// (the default while the feature is being built; progress.go).
+	// (the default until a real Feldera's commit and checkpoint costs are measured; progress.go).
 	ProgressTable string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table
