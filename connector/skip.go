@@ -75,10 +75,11 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 		// it (the snapshot's row, at a slot created after the WAL end was
 		// read). Nothing is skipped.
 		c.logger.Warn("progress: the progress row lies past the server's WAL end, so it belongs to another history (a failover?): nothing is skipped, and the slot replays", "progress_lsn", lsn, "wal_end", c.srv.WALEnd)
-		return 0, c.txns.Resume(0)
+		return 0, c.txns.Resume(0, false)
 	}
-	// What Feldera holds past the row is counted from it (delivery/txncount.go).
-	if err := c.txns.Resume(lsn); err != nil {
+	// What Feldera holds past the row is counted from it
+	// (delivery/txncount.go), when the replay starts there.
+	if err := c.txns.Resume(lsn, found && lsn >= c.acked); err != nil {
 		return 0, err
 	}
 	if !found || lsn <= c.acked || c.test.noSkip {

@@ -62,14 +62,16 @@ func (x *Transactions) ForgetPast() error {
 }
 
 // Resume starts the session's counting from the progress row it read
-// (0: none). The window counted up to now goes on when it is past the
-// same row: what Feldera holds past it is read at the first POST. Any
-// other starts empty: Feldera holds nothing past a row that a crash
-// kept the fence file from recording, since the first POST past it
-// comes after the record.
-func (x *Transactions) Resume(row pglogrepl.LSN) error {
+// (0: none). fromRow says the replay starts at the row (the slot is not
+// past it): only then are the replay's first records past the row the
+// ones Feldera holds. The window counted up to now goes on when it is
+// past the same row: what Feldera holds past it is read at the first
+// POST. Any other starts empty: Feldera holds nothing past a row that a
+// crash kept the fence file from recording, since the first POST past
+// it comes after the record.
+func (x *Transactions) Resume(row pglogrepl.LSN, fromRow bool) error {
 	x.skip, x.pending = nil, false
-	if x.win != nil && x.win.row == row && len(x.win.taken) > 0 {
+	if fromRow && x.win != nil && x.win.row == row && len(x.win.taken) > 0 {
 		x.pending = true
 		return nil
 	}
@@ -207,6 +209,12 @@ func (x *Transactions) Uncount(table string) error {
 	}
 	delete(w.taken, table)
 	return x.Fence.Past(w.record())
+}
+
+// Skipping reports whether the replay's next records of table may be
+// ones Feldera holds (Skip), so that a POST counts its lines only then.
+func (x *Transactions) Skipping(table string) bool {
+	return x.skip[table] > 0 && x.Counted[table]
 }
 
 // Skip is how many of the first lines records of table, about to be

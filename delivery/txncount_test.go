@@ -34,7 +34,7 @@ func TestTransactions_JoinSkipsWhatTheEndpointsTook(t *testing.T) {
 				t.Fatal(err)
 			}
 			x, fence := counting(t, client, stateFile, fel.Incarnation())
-			if err := x.Resume(0); err != nil { // the session read no progress row
+			if err := x.Resume(0, true); err != nil { // the session read no progress row
 				t.Fatal(err)
 			}
 			if err := x.Begin(ctx); err != nil {
@@ -71,7 +71,7 @@ func TestTransactions_JoinSkipsWhatTheEndpointsTook(t *testing.T) {
 			if err := x2.Settle(ctx, map[string]bool{"events": true}); err != nil {
 				t.Fatal(err)
 			}
-			if err := x2.Resume(0); err != nil {
+			if err := x2.Resume(0, true); err != nil {
 				t.Fatal(err)
 			}
 			if restart {

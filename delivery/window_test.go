@@ -67,7 +67,7 @@ func TestWindow(t *testing.T) {
 			api := c.api
 			x := &Transactions{API: &api, Fence: NewFence(time.Second, logger), Logger: logger, Counted: map[string]bool{"a": true, "b": true}}
 			x.LeftPast(c.left)
-			if err := x.Resume(c.read); err != nil {
+			if err := x.Resume(c.read, true); err != nil {
 				t.Fatal(err)
 			}
 			if err := x.Posting(context.Background(), "a"); err != nil {
@@ -95,5 +95,23 @@ func TestWindow(t *testing.T) {
 				t.Fatalf("window counts %v, want %v", got, c.wantTaken)
 			}
 		})
+	}
+}
+
+// A replay that does not start at the row (the slot past it) meets other
+// records first: what Feldera holds past the row is not skipped.
+func TestWindow_SlotPastTheRow(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	api := statsAPI{"i1", map[string]uint64{"a": 15}}
+	x := &Transactions{API: &api, Fence: NewFence(time.Second, logger), Logger: logger, Counted: map[string]bool{"a": true}}
+	x.LeftPast(&state.PastRow{Row: 0x100, Taken: map[string]uint64{"a": 10}, Counted: "i1"})
+	if err := x.Resume(0x100, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Posting(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := x.Skip("a", 100); n != 0 || x.Skipping("a") {
+		t.Fatalf("skips %d records of a, want none", n)
 	}
 }

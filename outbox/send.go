@@ -203,8 +203,10 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, c
 			if err := s.Txns.Posting(ctx, table); err != nil {
 				return nil, start, err
 			}
-			if buf = skipLines(buf, s.Txns.Skip(table, bytes.Count(buf, []byte{'\n'}))); len(buf) == 0 {
-				continue
+			if s.Txns.Skipping(table) {
+				if buf = skipLines(buf, s.Txns.Skip(table, bytes.Count(buf, []byte{'\n'}))); len(buf) == 0 {
+					continue
+				}
 			}
 		}
 		tok, err := s.Fence.Ingress(ctx, s.Sink, table, buf, b.Rows[route])
