@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/incsession"
-	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // Ack modes.
@@ -17,11 +17,11 @@ const (
 	AckAccepted  = "accepted" // unsafe: acks on HTTP 200
 )
 
-// FELDERA_TRANSACTIONS values (outbox/txn.go).
+// FELDERA_TRANSACTIONS values (delivery/txnplan.go).
 const (
-	TxnAuto   = outbox.TxnAuto
-	TxnAlways = outbox.TxnAlways
-	TxnOff    = outbox.TxnOff
+	TxnAuto   = delivery.TxnAuto
+	TxnAlways = delivery.TxnAlways
+	TxnOff    = delivery.TxnOff
 )
 
 // Snapshot modes.
@@ -97,7 +97,7 @@ type Config struct {
 	// Transactions is FELDERA_TRANSACTIONS: TxnAuto (default) wraps a
 	// flush that holds several tables or part of a source transaction in
 	// a Feldera transaction, TxnAlways every flush, TxnOff none (see
-	// outbox/txn.go).
+	// delivery/txnplan.go).
 	Transactions string
 	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (use the
 	// pipeline's progress table when it declares one, unless

@@ -15,7 +15,7 @@ const (
 	AckAccepted  = config.AckAccepted // unsafe: acks on HTTP 200
 )
 
-// FELDERA_TRANSACTIONS values (config.TxnAuto, …; outbox/txn.go).
+// FELDERA_TRANSACTIONS values (config.TxnAuto, …; delivery/txnplan.go).
 const (
 	TxnAuto   = config.TxnAuto
 	TxnAlways = config.TxnAlways

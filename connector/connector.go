@@ -21,7 +21,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/load"
-	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -30,7 +29,7 @@ import (
 // parts declare (each documents its methods). *feldera.Client satisfies
 // it.
 type Sink interface {
-	outbox.Sink       // ingress, completion waits, ad-hoc queries
+	delivery.Sink     // ingress, completion waits, ad-hoc queries
 	delivery.Poller   // a completion's step, polled
 	delivery.TxnAPI   // Feldera transactions
 	delivery.WatchAPI // the pipeline, /stats, checkpoints
@@ -65,7 +64,7 @@ type Connector struct {
 
 	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
 	txns         *delivery.Transactions // the Feldera transaction held open, if any
-	out          *outbox.Sender         // sends batches through the fence and txns
+	out          *delivery.Sender       // sends batches through the fence and txns
 	loader       *load.Loader           // copies tables into Feldera, retracts from it
 	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
 	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends
@@ -135,7 +134,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
 		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout,
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
-	c.out = &outbox.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
+	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
 		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
 		Step:     &c.syncStep, Batches: &c.stats.Batches,

@@ -5,12 +5,11 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // bounds are the outbox batches' bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES).
-func (c *Connector) bounds() outbox.Bounds {
-	return outbox.Bounds{Rows: c.cfg.BatchMaxRows, Bytes: c.cfg.BatchMaxBytes}
+func (c *Connector) bounds() delivery.Bounds {
+	return delivery.Bounds{Rows: c.cfg.BatchMaxRows, Bytes: c.cfg.BatchMaxBytes}
 }
 
 // canPost reports whether the filling batch may be sent now: no POST
@@ -103,7 +102,7 @@ func (s *stream) startFlush(end bool) {
 	s.noteSent(s.open && s.openRows)
 	s.openRows = false
 	if !spans && !end && s.txnOpen && s.joinHolds() {
-		spans = true // the joined transaction goes on (outbox.Join)
+		spans = true // the joined transaction goes on (delivery.Join)
 	}
 	if spans && s.txnOpen && s.led.InFlight() >= maxTxnFlight-1 {
 		// The source transaction outgrew what one Feldera transaction may
@@ -115,7 +114,7 @@ func (s *stream) startFlush(end bool) {
 				"batches", maxTxnFlight, "batch_max_rows", s.c.cfg.BatchMaxRows)
 		}
 	}
-	plan := outbox.PlanTxn(s.txnMode(), s.txnOpen, spans, b.Multi, b.Tables())
+	plan := delivery.PlanTxn(s.txnMode(), s.txnOpen, spans, b.Multi, b.Tables())
 	s.txnOpen = plan.In && !plan.End
 	// The progress row alone (rowOnlyAt) passes no crash point: the
 	// crash matrix numbers batches of rows.
@@ -140,7 +139,7 @@ func (s *stream) startFlush(end bool) {
 // post hands sealed batch b, ledger id, to a poster goroutine: its POSTs
 // under plan, then its tokens to the completer. A batch of the progress
 // row alone (rowOnly) passes no crash point.
-func (s *stream) post(b *outbox.Batch, plan outbox.TxnPlan, id uint64, rowOnly bool) {
+func (s *stream) post(b *delivery.Batch, plan delivery.TxnPlan, id uint64, rowOnly bool) {
 	sz := [2]int{b.Total, b.Size()}
 	s.flightSize[id] = sz
 	s.flightRows += sz[0]
@@ -173,7 +172,7 @@ func (s *stream) post(b *outbox.Batch, plan outbox.TxnPlan, id uint64, rowOnly b
 // transaction its plan puts it in: the batch that ends the transaction
 // writes the last of them in the progress row (Batch.Progress), and ends
 // a joined transaction's hold.
-func (s *stream) carry(plan outbox.TxnPlan, b *outbox.Batch) {
+func (s *stream) carry(plan delivery.TxnPlan, b *delivery.Batch) {
 	if plan.In {
 		s.txnTo = max(s.txnTo, b.AckTo)
 	}

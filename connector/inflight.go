@@ -8,7 +8,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // Batches in flight: the stream POSTs them in source order, one request at
@@ -31,10 +30,10 @@ const (
 
 type event struct {
 	kind   eventKind
-	b      *outbox.Batch // evPosted
-	id     uint64        // the frontier's id of the batch
-	step   uint64        // evComplete: the step that processed it; evRetracted: the highest step of the retraction
-	ackNow bool          // evPosted under ACK_MODE=accepted: complete at the POST's answer
+	b      *delivery.Batch // evPosted
+	id     uint64          // the frontier's id of the batch
+	step   uint64          // evComplete: the step that processed it; evRetracted: the highest step of the retraction
+	ackNow bool            // evPosted under ACK_MODE=accepted: complete at the POST's answer
 	err    error
 }
 

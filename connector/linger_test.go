@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // Whenever the filling batch has a linger deadline, the batch is due once
@@ -27,7 +26,7 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 						for _, linger := range []time.Duration{0, 50 * time.Millisecond} {
 							s := &stream{
 								c:         &Connector{cfg: Config{BatchMaxRows: 10, BatchMaxBytes: 1 << 10, BatchLinger: linger}},
-								filling:   outbox.NewBatch(1),
+								filling:   delivery.NewBatch(1),
 								led:       delivery.NewLedger(GateComplete, 0, false),
 								maxFlight: 4,
 								open:      open,

@@ -12,7 +12,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incsession"
-	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/stage"
@@ -30,21 +29,21 @@ type stream struct {
 	interval time.Duration
 	logger   *slog.Logger
 
-	open       bool          // inside BEGIN … COMMIT
-	skip       outbox.Skip   // the source transactions Feldera holds already (skip.go)
-	openRows   bool          // the filling batch holds rows of the open transaction
-	openRecs   int           // records of the open transaction decoded so far
-	openCommit pglogrepl.LSN // where the open transaction commits (BEGIN's final LSN)
-	received   pglogrepl.LSN // highest WAL position read
-	filling    *outbox.Batch
-	spare      *outbox.Batch // nil while a POST reads it
-	posting    bool          // a POST runs: at most one, in source order (see inflight.go)
-	retracting bool          // a retraction job runs: nothing is in flight meanwhile
+	open       bool                  // inside BEGIN … COMMIT
+	skip       delivery.ProgressSkip // the source transactions Feldera holds already (skip.go)
+	openRows   bool                  // the filling batch holds rows of the open transaction
+	openRecs   int                   // records of the open transaction decoded so far
+	openCommit pglogrepl.LSN         // where the open transaction commits (BEGIN's final LSN)
+	received   pglogrepl.LSN         // highest WAL position read
+	filling    *delivery.Batch
+	spare      *delivery.Batch // nil while a POST reads it
+	posting    bool            // a POST runs: at most one, in source order (see inflight.go)
+	retracting bool            // a retraction job runs: nothing is in flight meanwhile
 	// txnOpen: the last batch sent left a Feldera transaction open (it
 	// ended inside a source transaction); the next one continues it.
 	txnOpen      bool
 	txnTo        pglogrepl.LSN // the last COMMIT the open Feldera transaction carries: its progress row
-	join         outbox.Join   // the Feldera transaction a crash left open, joined (skip.go)
+	join         delivery.Join // the Feldera transaction a crash left open, joined (skip.go)
 	rowDue       time.Time     // when a batch of the progress row alone may go next (skip.go)
 	keepsRows    bool          // the slot keeps behind the progress row (skip.go)
 	walEnd       pglogrepl.LSN // the highest WAL end a keepalive reported (quietEnd)
@@ -150,8 +149,8 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Ses
 		interval:   replconn.StatusInterval(p.WALTimeout),
 		live:       replconn.Liveness{Timeout: c.replicationTimeout(p), Heard: time.Now()},
 		logger:     c.logger,
-		filling:    outbox.NewBatch(len(p.Routes)),
-		spare:      outbox.NewBatch(len(p.Routes)),
+		filling:    delivery.NewBatch(len(p.Routes)),
+		spare:      delivery.NewBatch(len(p.Routes)),
 		maxFlight:  c.cfg.BatchMaxInFlight,
 		flightSize: map[uint64][2]int{},
 		// Under exactly_once a completion is acknowledged once the watcher
@@ -167,7 +166,7 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Ses
 	s.led.Stepped(c.syncStep.Load())
 	if c.txns.Held() {
 		// Joined: the replay goes on in the transaction a crash left open
-		// (outbox.Join).
+		// (delivery.Join).
 		s.txnOpen, s.join.Until = true, c.srv.WALEnd
 	}
 	if inc != nil {

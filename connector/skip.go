@@ -9,15 +9,15 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/outbox"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
-// Exactly once into Feldera (FELDERA_PROGRESS_TABLE, outbox.Progress):
+// Exactly once into Feldera (FELDERA_PROGRESS_TABLE, delivery.Progress):
 // every Feldera transaction the stream commits ends with the slot's row
 // in the progress table, and a session that finds the row ahead of the
 // slot skips, whole, every source transaction Feldera holds
-// (outbox.Skip).
+// (delivery.ProgressSkip).
 //
 // The skipped transactions' COMMITs reach the ledger as COMMITs with
 // nothing buffered, acknowledged as the gate says. Under the completion
@@ -45,7 +45,7 @@ func (c *Connector) setProgress(p *setup.Plan) bool {
 	why := ""
 	switch {
 	case p.Progress != nil:
-		c.out.Progress = &outbox.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
+		c.out.Progress = &delivery.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
 		return true
 	case c.cfg.ProgressTable == setup.ProgressOff:
 		why = "the progress table is off (FELDERA_PROGRESS_TABLE=off, the default, or FELDERA_TRANSACTIONS=off)"
@@ -90,7 +90,7 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 		if err != nil {
 			return 0, err
 		}
-		outbox.Raise(&c.syncStep, step)
+		delivery.Raise(&c.syncStep, step)
 	}
 	c.logger.Info("progress: Feldera holds the source transactions up to the progress row, past the slot's position: skipping them", "progress_lsn", lsn, "confirmed_flush_lsn", c.acked)
 	return lsn, nil
@@ -113,7 +113,7 @@ func (c *Connector) progressStep(ctx context.Context, p *setup.Plan) (uint64, er
 	return st.GlobalMetrics.TotalInitiatedSteps, nil
 }
 
-// skipAt applies a BEGIN or a COMMIT to the skip (outbox.Skip).
+// skipAt applies a BEGIN or a COMMIT to the skip (delivery.ProgressSkip).
 func (s *stream) skipAt(ev *decode.Event) {
 	switch ev.Kind {
 	case decode.KindBegin:
@@ -225,7 +225,7 @@ func (c *Connector) countPast(p *setup.Plan, progress bool) error {
 }
 
 // joinHolds reports whether the joined transaction must stay open past
-// the filling batch (outbox.Join).
+// the filling batch (delivery.Join).
 func (s *stream) joinHolds() bool {
 	return s.join.Holds(s.led.Recorded())
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/outbox"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -28,7 +27,7 @@ func (l *Loader) CopyAll(ctx context.Context, p *setup.Plan, snapName string, re
 		return nil, err
 	}
 	counts := make([]int64, len(p.Targets))
-	b := outbox.NewBatch(len(p.Routes))
+	b := delivery.NewBatch(len(p.Routes))
 	if l.SnapshotTransaction && !retract {
 		return l.copyAllInTxn(ctx, conn, p, b, counts)
 	}
@@ -82,7 +81,7 @@ func (l *Loader) CopyAll(ctx context.Context, p *setup.Plan, snapName string, re
 // the last token of each table, and cross-checks the counts. Any failure
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
-func (l *Loader) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *outbox.Batch, counts []int64) ([]int64, error) {
+func (l *Loader) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *delivery.Batch, counts []int64) ([]int64, error) {
 	if err := l.Sender.WaitFence(ctx); err != nil {
 		return nil, err
 	}
@@ -148,7 +147,7 @@ func (l *Loader) awaitTokens(ctx context.Context, last map[string]string) error 
 		if err := delivery.CheckStep(step, l.Sender.NeedStep(), func() string { return "the snapshot of " + table }); err != nil {
 			return err
 		}
-		outbox.Raise(l.Sender.Step, step)
+		delivery.Raise(l.Sender.Step, step)
 	}
 	return nil
 }
@@ -157,7 +156,7 @@ func (l *Loader) awaitTokens(ctx context.Context, last map[string]string) error 
 // empties it: inside the snapshot's Feldera transaction
 // (SNAPSHOT_TRANSACTION) without waiting, else waiting for its
 // completion.
-func (l *Loader) flushSnapshotBatch(ctx context.Context, targets []*decode.Target, b *outbox.Batch) error {
+func (l *Loader) flushSnapshotBatch(ctx context.Context, targets []*decode.Target, b *delivery.Batch) error {
 	if b.Total == 0 {
 		return nil
 	}
@@ -175,8 +174,8 @@ func (l *Loader) flushSnapshotBatch(ctx context.Context, targets []*decode.Targe
 
 // postSnapshotBatch is a snapshot batch's flush inside the snapshot's
 // Feldera transaction: POSTed, not waited for.
-func (l *Loader) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *outbox.Batch) error {
-	tokens, _, _, err := l.Sender.Send(ctx, targets, b, outbox.TxnPlan{In: true})
+func (l *Loader) postSnapshotBatch(ctx context.Context, targets []*decode.Target, b *delivery.Batch) error {
+	tokens, _, _, err := l.Sender.Send(ctx, targets, b, delivery.TxnPlan{In: true})
 	if err != nil {
 		return err
 	}
@@ -187,7 +186,7 @@ func (l *Loader) postSnapshotBatch(ctx context.Context, targets []*decode.Target
 	return nil
 }
 
-func (l *Loader) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *outbox.Batch) (int64, error) {
+func (l *Loader) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rel *decode.Rel, b *delivery.Batch) (int64, error) {
 	t := rel.Target
 	var estimate float64
 	_ = conn.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", t.Source()).Scan(&estimate)

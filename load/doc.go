@@ -15,7 +15,7 @@
 //
 // The state file and the slot around the copy stay in the connector,
 // which builds one Loader and keeps it. Batches go through its
-// outbox.Sender; the counters it updates are the connector's.
+// delivery.Sender; the counters it updates are the connector's.
 //
 // Goroutines: none. CopyAll runs alone (at startup, before any session);
 // a RetractAll runs while the session's poster is idle (the stream loop

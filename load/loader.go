@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pgfeldera/pgfeldera/outbox"
+	"github.com/pgfeldera/pgfeldera/delivery"
 )
 
 // Loader copies tables into Feldera (the initial snapshot, a resnapshot)
@@ -14,8 +14,8 @@ import (
 // Connector builds one and keeps it; the counters it updates are the
 // Connector's, reached through the pointers.
 type Loader struct {
-	Sender *outbox.Sender
-	Bounds outbox.Bounds // BATCH_MAX_ROWS, BATCH_MAX_BYTES
+	Sender *delivery.Sender
+	Bounds delivery.Bounds // BATCH_MAX_ROWS, BATCH_MAX_BYTES
 
 	DSN  string   // libpq DSN of the source database: the snapshot's connection
 	GUCs []string // settings that fix the text output of values (the decoder parses text)

@@ -11,10 +11,10 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -34,12 +34,12 @@ type retractor struct {
 	ctx     context.Context
 	targets []*decode.Target
 	route   int
-	b       *outbox.Batch
+	b       *delivery.Batch
 	n       int
 }
 
 func (l *Loader) newRetractor(ctx context.Context, targets []*decode.Target, route int) *retractor {
-	b := outbox.NewBatch(len(targets))
+	b := delivery.NewBatch(len(targets))
 	return &retractor{l: l, ctx: ctx, targets: targets, route: route, b: b}
 }
 

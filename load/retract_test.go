@@ -16,7 +16,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/outbox"
 )
 
 // fakeFeldera holds the keys of one table: a query for them answers
@@ -61,16 +60,16 @@ type loaderCounters struct {
 	flushFailed                            atomic.Bool
 }
 
-func newLoader(t *testing.T, sink outbox.Sink, n *loaderCounters) *Loader {
+func newLoader(t *testing.T, sink delivery.Sink, n *loaderCounters) *Loader {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	fence := delivery.NewFence(time.Second, logger)
-	s := &outbox.Sender{
+	s := &delivery.Sender{
 		Sink: sink, Fence: fence, Txns: &delivery.Transactions{Fence: fence, Logger: logger}, Observer: nopObserver{}, Logger: logger,
 		HardStop: context.WithoutCancel, CompletionTimeout: time.Second, NeedStep: func() bool { return true },
 		Step: &n.step, Batches: &n.batches, FlushSince: &n.flushSince, FlushFailed: &n.flushFailed,
 	}
 	return &Loader{
-		Sender: s, Bounds: outbox.Bounds{Rows: 2, Bytes: 1 << 20},
+		Sender: s, Bounds: delivery.Bounds{Rows: 2, Bytes: 1 << 20},
 		StateFile: filepath.Join(t.TempDir(), "state.json"), Slot: "s1",
 		Table:        func(int) (*atomic.Int64, *atomic.Int64) { return &n.estimate, &n.got },
 		SnapshotRows: &n.snapshotRows, Retracted: &n.retracted, Progress: &n.progress, Logger: logger,

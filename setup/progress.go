@@ -14,7 +14,7 @@ import (
 // pipeline where pgfeldera keeps, per slot, the end LSN of the last whole
 // source transaction Feldera holds, written in the same Feldera
 // transaction as the rows. A session reads it first and skips what
-// Feldera holds (outbox/progress.go). The user declares it; `pgfeldera
+// Feldera holds (delivery/progress.go). The user declares it; `pgfeldera
 // ddl` prints it.
 const (
 	ProgressTable = "pgfeldera_progress"

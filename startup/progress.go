@@ -13,7 +13,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// The progress row (outbox.Progress) holds a position in the history of
+// The progress row (delivery.Progress) holds a position in the history of
 // the slot that wrote it. A session skips what lies below it, so a slot
 // with another history must never meet it: a new slot (a snapshot, a
 // resnapshot, a slot created for SNAPSHOT_MODE=never) starts at its

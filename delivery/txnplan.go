@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 // Feldera transactions (FELDERA_TRANSACTIONS; DURABILITY.md §1). Feldera
 // feeds a request body to its steps as it arrives, in chunks, and a step

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"github.com/jackc/pglogrepl"
@@ -6,7 +6,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 )
 
-// Skip is the rule by which a session skips, whole, the source
+// ProgressSkip is the rule by which a session skips, whole, the source
 // transactions the progress row says Feldera holds (Progress): a commit
 // record that starts below the row's position ends at or below it
 // (commit records do not overlap, and the row holds a commit's end), so
@@ -15,14 +15,14 @@ import (
 // they are decoded; its BEGIN, COMMIT, RELATION and logical messages are
 // not (the decoder keeps its relations, and the ledger acknowledges the
 // COMMIT as one with nothing buffered).
-type Skip struct {
+type ProgressSkip struct {
 	Below    pglogrepl.LSN // the progress row's position; 0: nothing to skip
 	Skipped  int           // source transactions skipped
 	skipping bool          // the open transaction is skipped
 }
 
 // Drops reports whether the pgoutput message data is dropped undecoded.
-func (k *Skip) Drops(data []byte) bool {
+func (k *ProgressSkip) Drops(data []byte) bool {
 	if !k.skipping || len(data) == 0 {
 		return false
 	}
@@ -35,7 +35,7 @@ func (k *Skip) Drops(data []byte) bool {
 
 // Begin applies a BEGIN whose commit record starts at final; it reports
 // whether it ends the skip (the first transaction Feldera lacks).
-func (k *Skip) Begin(final pglogrepl.LSN) (ended bool) {
+func (k *ProgressSkip) Begin(final pglogrepl.LSN) (ended bool) {
 	if k.Below == 0 {
 		return false
 	}
@@ -48,7 +48,7 @@ func (k *Skip) Begin(final pglogrepl.LSN) (ended bool) {
 }
 
 // Commit applies a COMMIT.
-func (k *Skip) Commit() {
+func (k *ProgressSkip) Commit() {
 	if k.skipping {
 		k.skipping = false
 		k.Skipped++

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"strconv"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -36,7 +34,7 @@ func (p *Progress) line(lsn pglogrepl.LSN) []byte {
 }
 
 // postProgress sends the slot's row at lsn, after the rows it covers.
-func (s *Sender) postProgress(ctx context.Context, lsn pglogrepl.LSN) (*delivery.Token, error) {
+func (s *Sender) postProgress(ctx context.Context, lsn pglogrepl.LSN) (*Token, error) {
 	p := s.Progress
 	tok, err := s.Fence.Ingress(ctx, s.Sink, p.Table, p.line(lsn), 1)
 	if err != nil {
@@ -44,7 +42,7 @@ func (s *Sender) postProgress(ctx context.Context, lsn pglogrepl.LSN) (*delivery
 		return nil, fmt.Errorf("push the progress row of slot %s (%s) to %s: %w", p.Slot, lsn, p.Table, err)
 	}
 	s.Txns.Posted(p.Table)
-	return &delivery.Token{Table: p.Table, Token: tok}, nil
+	return &Token{Table: p.Table, Token: tok}, nil
 }
 
 // PutProgress writes the slot's row at lsn on its own and waits until it
@@ -67,11 +65,11 @@ func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 	step, err := s.Sink.WaitCompleteStep(wctx, tok.Token)
 	if err != nil {
 		if wctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("%w: the progress row of slot %s not complete after %s (FELDERA_COMPLETION_TIMEOUT)", delivery.ErrFelderaUnavailable, s.Progress.Slot, s.CompletionTimeout)
+			return fmt.Errorf("%w: the progress row of slot %s not complete after %s (FELDERA_COMPLETION_TIMEOUT)", ErrFelderaUnavailable, s.Progress.Slot, s.CompletionTimeout)
 		}
 		return fmt.Errorf("wait for completion of the progress row: %w", err)
 	}
-	if err := delivery.CheckStep(step, s.NeedStep(), func() string { return "the progress row of slot " + s.Progress.Slot }); err != nil {
+	if err := CheckStep(step, s.NeedStep(), func() string { return "the progress row of slot " + s.Progress.Slot }); err != nil {
 		return err
 	}
 	Raise(s.Step, step)

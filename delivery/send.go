@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -20,21 +19,12 @@ import (
 type Sink interface {
 	// Ingress pushes NDJSON insert/delete lines to a table and returns a
 	// completion token covering them.
-	delivery.Ingester
+	Ingester
 	// WaitCompleteStep returns when the token's records are processed,
 	// with the step that processed them (0 when unknown).
 	WaitCompleteStep(ctx context.Context, token string) (uint64, error)
 	// Query runs an ad-hoc query and calls fn per result row (a JSON object).
 	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
-}
-
-// Observer sees the batches Feldera took and its failed requests.
-type Observer interface {
-	// Batch is a batch Feldera took: rows, time spent POSTing, time spent
-	// waiting for completion.
-	Batch(rows int, post, wait time.Duration)
-	// FelderaError is a failed Feldera request, by error code.
-	FelderaError(code string)
 }
 
 // Sender sends batches to Feldera through the ingress fence, inside the
@@ -45,8 +35,8 @@ type Observer interface {
 // pointers.
 type Sender struct {
 	Sink     Sink
-	Fence    *delivery.Fence
-	Txns     *delivery.Transactions // the Feldera transaction held open, if any
+	Fence    *Fence
+	Txns     *Transactions // the Feldera transaction held open, if any
 	Observer Observer
 	Logger   *slog.Logger
 
@@ -86,8 +76,8 @@ type Sender struct {
 // Send is the poster's work for one batch: under its transaction plan,
 // start a Feldera transaction, POST, and commit once Feldera took every
 // record. A failure inside a transaction commits it (there is no abort).
-func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, plan TxnPlan) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
-	fail := func(err error) ([]*delivery.Token, time.Time, *delivery.TxnMark, error) {
+func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, plan TxnPlan) ([]*Token, time.Time, *TxnMark, error) {
+	fail := func(err error) ([]*Token, time.Time, *TxnMark, error) {
 		if plan.In {
 			s.AbandonTxn()
 		}
@@ -105,7 +95,7 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 			return fail(err)
 		}
 	}
-	var mark *delivery.TxnMark
+	var mark *TxnMark
 	if plan.In {
 		mark = s.Txns.Mark()
 	}
@@ -168,7 +158,7 @@ func (s *Sender) commit(ctx context.Context, whole bool, row pglogrepl.LSN) erro
 // nothing yet (the row alone) has not started: only input starts it
 // (felderatest/internal/circuit, transaction.go), so there is nothing to
 // wait for.
-func (s *Sender) postRow(ctx context.Context, lsn pglogrepl.LSN) (*delivery.Token, error) {
+func (s *Sender) postRow(ctx context.Context, lsn pglogrepl.LSN) (*Token, error) {
 	if !s.Txns.Empty() {
 		if err := s.absorbedUnlessHooked(ctx); err != nil {
 			return nil, err
@@ -183,12 +173,12 @@ func (s *Sender) postRow(ctx context.Context, lsn pglogrepl.LSN) (*delivery.Toke
 // position where it was. counted says the lines are the stream's, which
 // are counted past the progress row (Transactions.Posting) and not sent
 // when Feldera holds them (Transactions.Skip).
-func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, counted bool) ([]*delivery.Token, time.Time, error) {
+func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, counted bool) ([]*Token, time.Time, error) {
 	if err := s.WaitFence(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
 	start := time.Now()
-	var tokens []*delivery.Token
+	var tokens []*Token
 	for route, buf := range b.Bufs {
 		if b.Rows[route] == 0 {
 			continue
@@ -214,7 +204,7 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, c
 			s.Observer.FelderaError(feldera.ErrorCode(err))
 			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.Rows[route], table, err)
 		}
-		tokens = append(tokens, &delivery.Token{Table: table, Token: tok})
+		tokens = append(tokens, &Token{Table: table, Token: tok})
 		s.Txns.Posted(table)
 	}
 	return tokens, start, nil

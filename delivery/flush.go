@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -37,7 +36,7 @@ func (s *Sender) Flush(ctx context.Context, targets []*decode.Target, b *Batch, 
 	if wait {
 		wctx, cancel := context.WithTimeout(ctx, s.CompletionTimeout)
 		defer cancel()
-		slow := time.AfterFunc(delivery.CompletionLogAfter, func() {
+		slow := time.AfterFunc(CompletionLogAfter, func() {
 			s.Logger.Warn("flush: waiting for Feldera to complete a batch; WAL is retained on the primary meanwhile", "batch", b.Seq, "rows", b.Total)
 		})
 		defer slow.Stop()
@@ -48,14 +47,14 @@ func (s *Sender) Flush(ctx context.Context, targets []*decode.Target, b *Batch, 
 					s.Observer.FelderaError(code)
 				}
 				if wctx.Err() != nil && ctx.Err() == nil {
-					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", delivery.ErrFelderaUnavailable, b.Seq, t.Table, time.Since(start).Round(time.Millisecond))
+					return fmt.Errorf("%w: batch %d on %s not complete after %s (FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, b.Seq, t.Table, time.Since(start).Round(time.Millisecond))
 				}
 				if feldera.IsRestarted(err) {
 					return fmt.Errorf("feldera pipeline restarted before batch %d on %s completed: nothing acknowledged; replaying from the slot: %w", b.Seq, t.Table, err)
 				}
 				return fmt.Errorf("wait for completion of %s: %w", t.Table, err)
 			}
-			if err := delivery.CheckStep(step, s.NeedStep(), func() string { return fmt.Sprintf("batch %d on %s", b.Seq, t.Table) }); err != nil {
+			if err := CheckStep(step, s.NeedStep(), func() string { return fmt.Sprintf("batch %d on %s", b.Seq, t.Table) }); err != nil {
 				return err
 			}
 			Raise(s.Step, step)

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // A transaction is skipped exactly when its commit record starts below
 // the progress row's position; its changes and TRUNCATEs are dropped,
 // nothing else is, and the first transaction not skipped ends the skip.
-func TestSkip(t *testing.T) {
+func TestProgressSkip(t *testing.T) {
 	type txn struct {
 		final pglogrepl.LSN
 		drop  bool // its changes are dropped
@@ -28,7 +28,7 @@ func TestSkip(t *testing.T) {
 		{"all below", 0x1000, []txn{{0x100, true}, {0x200, true}}, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			k := &Skip{Below: c.below}
+			k := &ProgressSkip{Below: c.below}
 			ended, skipped := -1, 0
 			for i, tx := range c.txns {
 				if k.Begin(tx.final) {

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -13,20 +13,13 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 var (
-	_ Sink     = (*feldera.Client)(nil)
-	_ Observer = nopObserver{}
+	_ Sink = (*feldera.Client)(nil)
 )
-
-type nopObserver struct{}
-
-func (nopObserver) Batch(int, time.Duration, time.Duration) {}
-func (nopObserver) FelderaError(string)                     {}
 
 // fakeSink takes every push, answering token "table:n", and completes
 // each at step.
@@ -60,9 +53,9 @@ type counters struct {
 
 func newSender(sink Sink, need bool, n *counters) *Sender {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fence := delivery.NewFence(time.Second, logger)
+	fence := NewFence(time.Second, logger)
 	return &Sender{
-		Sink: sink, Fence: fence, Txns: &delivery.Transactions{Fence: fence, Logger: logger}, Observer: nopObserver{}, Logger: logger,
+		Sink: sink, Fence: fence, Txns: &Transactions{Fence: fence, Logger: logger}, Observer: nopObserver{}, Logger: logger,
 		HardStop: context.WithoutCancel, CompletionTimeout: 200 * time.Millisecond,
 		NeedStep: func() bool { return need },
 		Step:     &n.step, Batches: &n.batches, FlushSince: &n.flushSince, FlushFailed: &n.flushFailed,
@@ -70,7 +63,7 @@ func newSender(sink Sink, need bool, n *counters) *Sender {
 }
 
 // batchOf holds rows lines for each of two routes, "a" and "b".
-func batchOf(a, b int) (*Batch, []*decode.Target) {
+func twoTableBatch(a, b int) (*Batch, []*decode.Target) {
 	targets := []*decode.Target{{Route: 0, Dest: feldera.Relation{Name: "a"}}, {Route: 1, Dest: feldera.Relation{Name: "b"}}}
 	bt := NewBatch(2)
 	for route, n := range []int{a, b} {
@@ -90,7 +83,7 @@ func TestSender_Flush(t *testing.T) {
 	n.step.Store(4)
 	n.flushFailed.Store(true)
 	s := newSender(sink, true, &n)
-	b, targets := batchOf(3, 0)
+	b, targets := twoTableBatch(3, 0)
 	if err := s.Flush(context.Background(), targets, b, true); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +102,7 @@ func TestSender_FlushWithoutStep(t *testing.T) {
 	for _, need := range []bool{false, true} {
 		var n counters
 		s := newSender(&fakeSink{}, need, &n)
-		b, targets := batchOf(1, 2)
+		b, targets := twoTableBatch(1, 2)
 		err := s.Flush(context.Background(), targets, b, true)
 		if !need {
 			if err != nil {
@@ -117,7 +110,7 @@ func TestSender_FlushWithoutStep(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, delivery.ErrNoStep) || !fatal.Is(err) || !strings.Contains(err.Error(), "complete without its step") {
+		if !errors.Is(err, ErrNoStep) || !fatal.Is(err) || !strings.Contains(err.Error(), "complete without its step") {
 			t.Fatalf("Flush = %v, want a fatal ErrNoStep", err)
 		}
 		if !n.flushFailed.Load() || n.batches.Load() != 0 {
@@ -131,9 +124,9 @@ func TestSender_FlushWithoutStep(t *testing.T) {
 func TestSender_FlushCompletionTimeout(t *testing.T) {
 	var n counters
 	s := newSender(&fakeSink{block: true}, false, &n)
-	b, targets := batchOf(1, 0)
+	b, targets := twoTableBatch(1, 0)
 	err := s.Flush(context.Background(), targets, b, true)
-	if !errors.Is(err, delivery.ErrFelderaUnavailable) || !strings.Contains(err.Error(), "FELDERA_COMPLETION_TIMEOUT") {
+	if !errors.Is(err, ErrFelderaUnavailable) || !strings.Contains(err.Error(), "FELDERA_COMPLETION_TIMEOUT") {
 		t.Fatalf("Flush = %v, want ErrFelderaUnavailable", err)
 	}
 }
@@ -143,7 +136,7 @@ func TestSender_SendPlainPlan(t *testing.T) {
 	sink := &fakeSink{block: true}
 	var n counters
 	s := newSender(sink, false, &n)
-	b, targets := batchOf(2, 1)
+	b, targets := twoTableBatch(2, 1)
 	tokens, _, mark, err := s.Send(context.Background(), targets, b, PlanTxn(TxnOff, false, false, true, 2))
 	if err != nil || len(tokens) != 2 || mark != nil {
 		t.Fatalf("Send = %d tokens, mark %v, err %v; want 2 tokens, no mark", len(tokens), mark, err)
