@@ -192,7 +192,7 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 		t.Fatal(err)
 	}
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
-	p := &setup.Plan{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}},
+	p := &setup.Plan{Mapping: catalog.Mapping{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}}},
 		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
 	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	ctx, stop := context.WithCancel(context.Background())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // retractTable deletes, batch by batch, the keys Feldera holds for t's
@@ -21,11 +22,11 @@ func (w *Worker) retractTable(ctx context.Context, conn *pgx.Conn, t *Table) err
 	for _, i := range w.Groups[rel.Target.Route] {
 		rels = append(rels, w.Rels[i])
 	}
-	check, err := AbsentCheck(ctx, conn, rels, true)
+	check, err := snapshot.AbsentCheck(ctx, conn, rels, true)
 	if err != nil {
 		return err
 	}
-	sp, err := w.Spool(ctx, "SELECT "+SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := w.Spool(ctx, "SELECT "+snapshot.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func (w *Worker) retractTable(ctx context.Context, conn *pgx.Conn, t *Table) err
 		return nil
 	}
 	err = sp.Each(func(line []byte) error {
-		del, err := KeyVals(dest, line, vals)
+		del, err := snapshot.KeyVals(dest, line, vals)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // Worker reads the queued tables in chunks on its own connections, hands
@@ -30,7 +31,7 @@ type Worker struct {
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Spool runs sql on Feldera (fenced) and spools its rows; table names
 	// the table for errors.
-	Spool func(ctx context.Context, sql, table string) (*Spool, error)
+	Spool func(ctx context.Context, sql, table string) (*snapshot.Spool, error)
 	// Starts sees each table as its read begins (progress metrics, a log
 	// line), on the worker's connection.
 	Starts func(ctx context.Context, conn *pgx.Conn, t *Table)

@@ -13,6 +13,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -48,7 +49,7 @@ type Config struct {
 
 	// Spool runs sql on Feldera (fenced) and spools its rows; table
 	// names the table for errors (the worker's, for a retraction).
-	Spool func(ctx context.Context, sql, table string) (*incremental.Spool, error)
+	Spool func(ctx context.Context, sql, table string) (*snapshot.Spool, error)
 
 	// SnapshotRows and Retracted count the rows the chunks and the
 	// retraction batches put in the outbox.

@@ -7,17 +7,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/replconn"
-	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // CopyAll copies each table through the decoder into batches flushed to
 // Feldera (waiting for completion), then retracts leftovers.
-func (l *Loader) CopyAll(ctx context.Context, p *setup.Plan, snapName string, retract bool) ([]int64, error) {
+func (l *Loader) CopyAll(ctx context.Context, p *catalog.Mapping, snapName string, retract bool) ([]int64, error) {
 	conn, err := replconn.Connect(ctx, l.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot connection: %w", err)
@@ -81,7 +81,7 @@ func (l *Loader) CopyAll(ctx context.Context, p *setup.Plan, snapName string, re
 // the last token of each table, and cross-checks the counts. Any failure
 // commits what was sent (there is no abort) and leaves the state pending:
 // the next start resnapshots with retraction.
-func (l *Loader) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *setup.Plan, b *delivery.Batch, counts []int64) ([]int64, error) {
+func (l *Loader) copyAllInTxn(ctx context.Context, conn *pgx.Conn, p *catalog.Mapping, b *delivery.Batch, counts []int64) ([]int64, error) {
 	if err := l.Sender.WaitFence(ctx); err != nil {
 		return nil, err
 	}

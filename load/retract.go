@@ -13,8 +13,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -94,7 +94,7 @@ func (l *Loader) RetractAll(ctx context.Context, targets []*decode.Target, rel *
 			fields = append(fields, f.CanonicalName())
 		}
 	}
-	sp, err := l.SpoolQuery(ctx, "SELECT "+incremental.SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := l.SpoolQuery(ctx, "SELECT "+snapshot.SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
@@ -151,11 +151,11 @@ func (r *retractor) absent(ctx context.Context, conn *pgx.Conn, check string, re
 func (l *Loader) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
 	rel := rels[0]
 	dest := rel.Target.Dest
-	check, err := incremental.AbsentCheck(ctx, conn, rels, false)
+	check, err := snapshot.AbsentCheck(ctx, conn, rels, false)
 	if err != nil {
 		return err
 	}
-	sp, err := l.SpoolQuery(ctx, "SELECT "+incremental.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := l.SpoolQuery(ctx, "SELECT "+snapshot.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (l *Loader) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*
 		return nil
 	}
 	err = sp.Each(func(row []byte) error {
-		del, err := incremental.KeyVals(dest, row, vals)
+		del, err := snapshot.KeyVals(dest, row, vals)
 		if err != nil {
 			return err
 		}

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // spoolPrefix names the spool files of a slot: only this connector
@@ -34,14 +34,14 @@ func (l *Loader) cleanSpools() {
 
 // SpoolQuery runs sql on Feldera and writes its rows, one a line, to a
 // new spool; table names the table for errors.
-func (l *Loader) SpoolQuery(ctx context.Context, sql, table string) (*incremental.Spool, error) {
+func (l *Loader) SpoolQuery(ctx context.Context, sql, table string) (*snapshot.Spool, error) {
 	l.cleanSpools()
 	dir, prefix := l.spoolPrefix()
 	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
 		return nil, fatal.Wrap(fmt.Errorf("spool file for Feldera table %s: %w", table, err))
 	}
-	sp := incremental.NewSpool(f)
+	sp := snapshot.NewSpool(f)
 	err = l.Sender.Query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
 	if err != nil {
 		sp.Close()

@@ -52,12 +52,8 @@ type checker struct {
 
 // Plan is what a session learned before streaming.
 type Plan struct {
-	Keys           []incremental.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
-	Targets        []*decode.Target
-	Rels           []*decode.Rel    // per target: the catalog's columns, for COPY
-	Leaves         [][]string       // per target: a partitioned table's leaves (nil for any other table)
-	Routes         []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
-	Groups         [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
+	Keys []incremental.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
+	catalog.Mapping
 	DeploymentID   string
 	Model          feldera.FTModel      // the pipeline's fault-tolerance model
 	FaultTolerant  bool                 // model keeps completed state across a Feldera restart

@@ -40,7 +40,7 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 	}
 	s.Snapshotting.Store(true)
 	s.Progress.Store(time.Now().UnixNano())
-	counts, err := s.Loader.CopyAll(ctx, p, snapName, retract)
+	counts, err := s.Loader.CopyAll(ctx, &p.Mapping, snapName, retract)
 	s.Snapshotting.Store(false)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package incremental
+package snapshot
 
 import (
 	"bufio"
