@@ -20,8 +20,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/load"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -65,7 +65,7 @@ type Connector struct {
 	fence        *delivery.Fence        // the ingress fence (see Config.IngressFence)
 	txns         *delivery.Transactions // the Feldera transaction held open, if any
 	out          *delivery.Sender       // sends batches through the fence and txns
-	loader       *load.Loader           // copies tables into Feldera, retracts from it
+	loader       *snapshot.Loader       // copies tables into Feldera, retracts from it
 	silentEnd    bool                   // the last session ended silent: end the walsender that may still hold the slot
 	hardStop     context.Context        // canceled StopTimeout after a graceful stop began: every wait ends
 	tableStats   []*TableStats
@@ -148,7 +148,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		}
 		c.tableStats[routes[i]] = &TableStats{Source: t.Schema + "." + t.Name, Dest: t.Dest}
 	}
-	c.loader = &load.Loader{Sender: c.out, Bounds: c.bounds(), DSN: cfg.DSN, GUCs: replconn.PinnedGUCs,
+	c.loader = &snapshot.Loader{Sender: c.out, Bounds: c.bounds(), DSN: cfg.DSN, GUCs: replconn.PinnedGUCs,
 		SnapshotTransaction: cfg.SnapshotTransaction, StateFile: cfg.StateFile, Slot: cfg.Slot,
 		Table: func(route int) (*atomic.Int64, *atomic.Int64) {
 			return &c.tableStats[route].Estimate, &c.tableStats[route].Copied

@@ -14,8 +14,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/incremental"
-	"github.com/pgfeldera/pgfeldera/load"
 	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // run is the session's loop: apply what the session's goroutines
@@ -285,7 +285,7 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	for i, r := range rels {
 		names[i] = r.Target.Qualified()
 	}
-	rels, err := load.TruncatedRoutes(rels, s.groups)
+	rels, err := snapshot.TruncatedRoutes(rels, s.groups)
 	if err != nil {
 		return err
 	}

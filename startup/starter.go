@@ -14,8 +14,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/incsession"
-	"github.com/pgfeldera/pgfeldera/load"
 	"github.com/pgfeldera/pgfeldera/setup"
+	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -44,7 +44,7 @@ type Starter struct {
 	SilentEnd          bool
 	ReplicationTimeout time.Duration
 
-	Loader *load.Loader // copies the tables into Feldera (snapshot)
+	Loader *snapshot.Loader // copies the tables into Feldera (snapshot)
 	// Watcher is a watcher of the pipeline a plan describes, for the
 	// checkpoint wait under at_least_once; CP is what it shares of
 	// checkpoints.

@@ -1,4 +1,4 @@
-package load
+package snapshot
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // retractChunk is how many Feldera keys are checked against Postgres at once.
@@ -94,7 +93,7 @@ func (l *Loader) RetractAll(ctx context.Context, targets []*decode.Target, rel *
 			fields = append(fields, f.CanonicalName())
 		}
 	}
-	sp, err := l.SpoolQuery(ctx, "SELECT "+snapshot.SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := l.SpoolQuery(ctx, "SELECT "+SelectList(fields)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
@@ -151,11 +150,11 @@ func (r *retractor) absent(ctx context.Context, conn *pgx.Conn, check string, re
 func (l *Loader) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*decode.Target, rels []*decode.Rel) error {
 	rel := rels[0]
 	dest := rel.Target.Dest
-	check, err := snapshot.AbsentCheck(ctx, conn, rels, false)
+	check, err := AbsentCheck(ctx, conn, rels, false)
 	if err != nil {
 		return err
 	}
-	sp, err := l.SpoolQuery(ctx, "SELECT "+snapshot.SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
+	sp, err := l.SpoolQuery(ctx, "SELECT "+SelectList(dest.PrimaryKey)+" FROM "+feldera.SQLIdent(dest.CanonicalName()), dest.Name)
 	if err != nil {
 		return err
 	}
@@ -177,7 +176,7 @@ func (l *Loader) retractMissing(ctx context.Context, conn *pgx.Conn, targets []*
 		return nil
 	}
 	err = sp.Each(func(row []byte) error {
-		del, err := snapshot.KeyVals(dest, row, vals)
+		del, err := KeyVals(dest, row, vals)
 		if err != nil {
 			return err
 		}

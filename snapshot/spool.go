@@ -1,4 +1,4 @@
-package load
+package snapshot
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // spoolPrefix names the spool files of a slot: only this connector
@@ -34,14 +33,14 @@ func (l *Loader) cleanSpools() {
 
 // SpoolQuery runs sql on Feldera and writes its rows, one a line, to a
 // new spool; table names the table for errors.
-func (l *Loader) SpoolQuery(ctx context.Context, sql, table string) (*snapshot.Spool, error) {
+func (l *Loader) SpoolQuery(ctx context.Context, sql, table string) (*Spool, error) {
 	l.cleanSpools()
 	dir, prefix := l.spoolPrefix()
 	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
 		return nil, fatal.Wrap(fmt.Errorf("spool file for Feldera table %s: %w", table, err))
 	}
-	sp := snapshot.NewSpool(f)
+	sp := NewSpool(f)
 	err = l.Sender.Query(ctx, sql, func(row json.RawMessage) error { return sp.Add(row) })
 	if err != nil {
 		sp.Close()

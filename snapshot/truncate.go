@@ -1,4 +1,4 @@
-package load
+package snapshot
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package load
+package snapshot
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/replconn"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
 // CopyAll copies each table through the decoder into batches flushed to
@@ -23,7 +22,7 @@ func (l *Loader) CopyAll(ctx context.Context, p *catalog.Mapping, snapName strin
 		return nil, fmt.Errorf("snapshot connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := snapshot.Begin(ctx, conn, snapName, l.GUCs); err != nil {
+	if err := Begin(ctx, conn, snapName, l.GUCs); err != nil {
 		return nil, err
 	}
 	counts := make([]int64, len(p.Targets))
@@ -204,7 +203,7 @@ func (l *Loader) copyTable(ctx context.Context, conn *pgx.Conn, targets []*decod
 	// snapshot's CPU, and nothing here needs it finer (snapshot batches
 	// flush by size, not by linger).
 	now := time.Now()
-	n, err := snapshot.Copy(ctx, conn, snapshot.SourceOf(t), cols, func(line []byte) error {
+	n, err := Copy(ctx, conn, SourceOf(t), cols, func(line []byte) error {
 		var err error
 		if b.Bufs[t.Route], err = cr.AppendInsert(b.Bufs[t.Route], line); err != nil {
 			return err
