@@ -14,6 +14,15 @@ type KeyColumn struct {
 	Type string
 }
 
+// Key is a table's key for reading it in chunks: its primary key's
+// columns and their positions in the relation, or why it cannot be read
+// in chunks (incremental.ChunkKey).
+type Key struct {
+	Cols []KeyColumn
+	At   []int
+	Err  error
+}
+
 // PrimaryKey returns the primary key of source (schema.table, quoted as
 // needed) in key order; none when it has no primary key.
 func PrimaryKey(ctx context.Context, conn *pgx.Conn, source string) ([]KeyColumn, error) {

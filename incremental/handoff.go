@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -56,7 +57,7 @@ func (inc *Handoff) Run() string { return inc.run }
 
 // NewTable is table idx of TABLES as the state records it now, to be
 // read with key k.
-func NewTable(idx int, rel *decode.Rel, k Key, st state.Table) *Table {
+func NewTable(idx int, rel *decode.Rel, k catalog.Key, st state.Table) *Table {
 	t := &Table{Idx: idx, Rel: rel, key: k.Cols, keyAt: k.At, Start: st}
 	// The loop goes on writing its own entry; the worker's copy shares nothing.
 	t.Start.After = slices.Clone(t.Start.After)

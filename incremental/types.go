@@ -54,9 +54,9 @@ type Watermark struct {
 type Table struct {
 	Idx    int // into the plan's targets and the state's tables
 	Rel    *decode.Rel
-	key    []snapshot.KeyCol // the primary key, in its order
-	keyAt  []int             // per key column: its index in rel.Cols
-	Copied int64             // rows this session put in the outbox, for the rate; the loop's
+	key    []catalog.KeyColumn // the primary key, in its order
+	keyAt  []int               // per key column: its index in rel.Cols
+	Copied int64               // rows this session put in the outbox, for the rate; the loop's
 	// Start is the state's entry when the table was queued (the worker's
 	// copy): where its chunks resume (After, Lanes), and whether a
 	// resnapshot's retraction comes first (Retract).
@@ -99,14 +99,6 @@ type laneRun struct {
 // before it knows how wide its rows are.
 const firstKeyChunk = 16
 
-// Key is what ChunkKey found for one table: its primary key, or why
-// it cannot be read in chunks.
-type Key struct {
-	Cols []snapshot.KeyCol
-	At   []int
-	Err  error
-}
-
 // Save is a chunk in the outbox: the state records it once the
 // acknowledged position reaches LSN (the end of its high watermark's
 // transaction).
@@ -126,7 +118,7 @@ type Save struct {
 // by the Feldera key, so the two must be the same columns. (Block-range
 // chunks would not need it; the refusal is kept for every table, so that
 // a table's mode does not decide what is accepted.)
-func ChunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.KeyCol, []int, error) {
+func ChunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]catalog.KeyColumn, []int, error) {
 	t := rel.Target
 	if !rel.Keyed() {
 		return nil, nil, fatal.Wrap(fmt.Errorf("SNAPSHOT_MODE=incremental: Feldera table %s (from %s) has no PRIMARY KEY: a keyless table cannot be read in chunks exactly (a stream change to a row not yet copied would count it twice); declare a key or use SNAPSHOT_MODE=initial", t.Dest.Name, t.Qualified()))
@@ -135,10 +127,7 @@ func ChunkKey(ctx context.Context, conn *pgx.Conn, rel *decode.Rel) ([]snapshot.
 	if err != nil {
 		return nil, nil, err
 	}
-	key := make([]snapshot.KeyCol, len(pk))
-	for i, k := range pk {
-		key[i] = snapshot.KeyCol{Name: k.Name, Type: k.Type}
-	}
+	key := pk
 	var fel []string
 	for _, i := range rel.KeyCols {
 		fel = append(fel, rel.Cols[i].Name)

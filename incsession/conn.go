@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -121,11 +122,11 @@ func Prepare(ctx context.Context, dsn string, p *setup.Plan, spare *Spare) error
 
 // Keys is every table's key (incremental.ChunkKey), read once per
 // session: a refusal is the table's err; a failed query is returned.
-func Keys(ctx context.Context, p *setup.Plan, conn *pgx.Conn) ([]incremental.Key, error) {
+func Keys(ctx context.Context, p *setup.Plan, conn *pgx.Conn) ([]catalog.Key, error) {
 	if p.Keys != nil {
 		return p.Keys, nil
 	}
-	keys := make([]incremental.Key, len(p.Rels))
+	keys := make([]catalog.Key, len(p.Rels))
 	for i, rel := range p.Rels {
 		k := &keys[i]
 		k.Cols, k.At, k.Err = incremental.ChunkKey(ctx, conn, rel)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -25,7 +26,7 @@ type Session struct {
 	cfg    Config
 	hand   *incremental.Handoff
 	rels   []*decode.Rel        // per table in TABLES
-	keys   []incremental.Key    // per table in TABLES
+	keys   []catalog.Key        // per table in TABLES
 	groups [][]int              // per route: the indexes of its tables
 	tables []*incremental.Table // being read, or queued
 

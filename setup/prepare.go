@@ -15,7 +15,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
@@ -52,7 +51,7 @@ type checker struct {
 
 // Plan is what a session learned before streaming.
 type Plan struct {
-	Keys []incremental.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
+	Keys []catalog.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
 	catalog.Mapping
 	DeploymentID   string
 	Model          feldera.FTModel      // the pipeline's fault-tolerance model

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/pgfeldera/pgfeldera/catalog"
 )
 
 // Incremental snapshots (issue 17) read a keyed table in primary-key
@@ -246,20 +248,13 @@ func ParseSnapshot(snap string) (TxSnapshot, error) {
 	return out, nil
 }
 
-// KeyCol is a key column of a chunked table: its name and its type as
-// format_type prints it ("bigint", "text", "timestamp with time zone"),
-// for the typed literal of a chunk's lower bound.
-type KeyCol struct {
-	Name, Type string
-}
-
 // ChunkSQL is the COPY of one chunk: cols of the rows after the key
 // value after (nil for the first chunk), in key order, at most limit. COPY
 // takes no parameters, so the bound is written as typed literals from the
 // previous chunk's last key, in Postgres's text form; a row value
 // comparison (k1, k2) > (v1, v2) is the key order of the primary key's
 // btree, so the chunks partition the table without overlap or gap.
-func (s Source) ChunkSQL(cols []string, key []KeyCol, after []string, limit int) (string, error) {
+func (s Source) ChunkSQL(cols []string, key []catalog.KeyColumn, after []string, limit int) (string, error) {
 	return s.LaneChunkSQL(cols, key, Lane{}, after, limit)
 }
 
@@ -273,7 +268,7 @@ type Lane struct {
 }
 
 // LaneChunkSQL is ChunkSQL within lane.
-func (s Source) LaneChunkSQL(cols []string, key []KeyCol, lane Lane, after []string, limit int) (string, error) {
+func (s Source) LaneChunkSQL(cols []string, key []catalog.KeyColumn, lane Lane, after []string, limit int) (string, error) {
 	if len(key) == 0 {
 		return "", fmt.Errorf("chunk of %s: the table has no key to chunk by", s.Table)
 	}

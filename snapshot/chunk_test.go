@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
@@ -135,7 +136,7 @@ func TestParseSnapshot(t *testing.T) {
 
 func TestChunkSQL_Errors(t *testing.T) {
 	s := snapshot.Source{Table: `"public"."t"`}
-	key := []snapshot.KeyCol{{"id", "bigint"}}
+	key := []catalog.KeyColumn{{Name: "id", Type: "bigint"}}
 	for name, err := range map[string]error{
 		"no key":     func() error { _, err := s.ChunkSQL([]string{"id"}, nil, nil, 10); return err }(),
 		"bad after":  func() error { _, err := s.ChunkSQL([]string{"id"}, key, []string{"1", "2"}, 10); return err }(),
@@ -165,7 +166,7 @@ func TestChunkSQL_PartitionsTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := snapshot.Source{Table: `"public"."t"`, Filter: "v % 3 <> 0"}
-	key := []snapshot.KeyCol{{"a", "integer"}, {"b", "text"}}
+	key := []catalog.KeyColumn{{Name: "a", Type: "integer"}, {Name: "b", Type: "text"}}
 	seen := map[string]bool{}
 	chunks := readLane(t, conn, s, key, snapshot.Lane{}, seen)
 	if len(seen) != want || chunks < want/37 {
@@ -174,7 +175,7 @@ func TestChunkSQL_PartitionsTheTable(t *testing.T) {
 }
 
 // readLane reads one lane chunk after chunk, each row once into seen.
-func readLane(t *testing.T, conn *pgx.Conn, s snapshot.Source, key []snapshot.KeyCol, lane snapshot.Lane, seen map[string]bool) int {
+func readLane(t *testing.T, conn *pgx.Conn, s snapshot.Source, key []catalog.KeyColumn, lane snapshot.Lane, seen map[string]bool) int {
 	ctx := context.Background()
 	var after []string
 	chunks := 0
@@ -231,7 +232,7 @@ func TestLanes_PartitionTheTable(t *testing.T) {
 		t.Fatalf("lanes %+v from %d bounds", lanes, len(bounds))
 	}
 	s := snapshot.Source{Table: `"public"."t"`}
-	key := []snapshot.KeyCol{{"b", "text"}, {"a", "integer"}}
+	key := []catalog.KeyColumn{{Name: "b", Type: "text"}, {Name: "a", Type: "integer"}}
 	seen := map[string]bool{}
 	for _, l := range lanes {
 		before := len(seen)
