@@ -8,7 +8,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
 // Ack modes.
@@ -56,8 +56,8 @@ const (
 )
 
 // DefaultChunkRows is a chunk's rows when SNAPSHOT_CHUNK_ROWS is empty
-// (incsession.DefaultChunkRows says why).
-const DefaultChunkRows = incsession.DefaultChunkRows
+// (incremental.DefaultChunkRows says why).
+const DefaultChunkRows = incremental.DefaultChunkRows
 
 // ReadyBlockedFor is the default Config.ReadyBlockedFor: how long a flush
 // may wait before the connector stops being ready.

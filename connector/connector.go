@@ -18,7 +18,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/incremental"
-	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -44,8 +43,8 @@ type Connector struct {
 	// srv is the server the current session reached (startup.Started).
 	srv failover.Server
 	// spare: a connection for chunks startup opened, which the
-	// session's incremental snapshot takes (incsession.Spare).
-	spare incsession.Spare
+	// session's incremental snapshot takes (incremental.Spare).
+	spare incremental.Spare
 	// sentHigh is the highest WAL position of a change this process sent
 	// Feldera: after a failover, a fork before it means phantom rows.
 	sentHigh pglogrepl.LSN
@@ -95,7 +94,6 @@ type Connector struct {
 type testHooks struct {
 	worker           incremental.Hooks               // the incremental snapshot's worker's
 	afterCopy        func()                          // see export_test.go
-	noWindow         bool                            // keep every chunk row (unsafe)
 	noStartRetract   bool                            // an incremental resnapshot at startup skips the retraction (unsafe)
 	failAfterSlot    bool                            // an incremental start fails right after creating its slot
 	noPendingFirst   bool                            // a snapshot start records no pending state first (unsafe)
@@ -105,7 +103,6 @@ type testHooks struct {
 	forceGate        *Gate                           // overrides the gate the model chooses
 	ignoreFilter     bool                            // read sources without the publication's row filter (the unsafe variant)
 	trustRestores    bool                            // no check of what a restart restored (unsafe)
-	ignoreShape      bool                            // no resnapshot when a table's shape changes (unsafe)
 	noHeartbeat      bool                            // no liveness timeout on the replication and chunk connections (unsafe)
 	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
 	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)

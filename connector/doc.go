@@ -19,7 +19,7 @@
 //     batch and hands it to the completer;
 //   - one retraction at a time (loop.go, truncate), for a TRUNCATE;
 //   - the incremental snapshot's worker (incremental.Worker, started by
-//     incsession.Session), and the lane readers it starts and joins
+//     incremental.Session), and the lane readers it starts and joins
 //     itself; it hands chunks to the loop through the incremental.Handoff;
 //   - the pipeline watcher (delivery.Watcher), which reads /stats and
 //     /checkpoints and reports a restart or a new checkpoint.

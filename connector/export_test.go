@@ -22,7 +22,7 @@ func SetChunkReadHook(c *Connector, f func(table string, keys []string)) { c.tes
 // DisableChunkWindow makes the incremental snapshot keep every chunk row,
 // the stream's changes between the watermarks notwithstanding: the unsafe
 // variant that shows the window is what keeps the copy exact.
-func DisableChunkWindow(c *Connector) { c.test.noWindow = true }
+func DisableChunkWindow(c *Connector) { c.test.worker.NoWindow = true }
 
 // ChunkByKey makes an incremental snapshot read ordinary tables in
 // primary-key ranges, as it reads partitioned ones, instead of block
@@ -117,7 +117,7 @@ const WatermarkNudge = incremental.WatermarkNudge
 // Feldera as it comes, and partitions attached or detached, without
 // reading the table again: the unsafe variant that leaves existing rows
 // without the column's default, and a partition's rows out.
-func IgnoreShapeChanges(c *Connector) { c.test.ignoreShape = true }
+func IgnoreShapeChanges(c *Connector) { c.test.worker.IgnoreShape = true }
 
 // SkipFeedWait makes a Feldera transaction commit without first waiting
 // until Feldera fed it every record posted in it: the unsafe variant that

@@ -5,21 +5,20 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/incremental"
-	"github.com/pgfeldera/pgfeldera/incsession"
 )
 
 // incStream is what the incremental snapshot needs of the stream: the
 // worker runs under the flush context, counted in the session's
 // WaitGroup, and ends the session with an evChunk event.
-func (s *stream) incStream() incsession.Stream {
-	return incsession.Stream{
+func (s *stream) incStream() incremental.Stream {
+	return incremental.Stream{
 		Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.Timeout,
 		Fail: func(err error) { s.emit(event{kind: evChunk, err: err}) },
 	}
 }
 
 // incEvent hands a decoded event to the incremental snapshot
-// (incsession.Session.Event), and appends the chunk it returns at a high
+// (incremental.Session.Event), and appends the chunk it returns at a high
 // watermark's COMMIT.
 func (s *stream) incEvent(ev *decode.Event) error {
 	ch, err := s.inc.Event(ev)
@@ -82,7 +81,7 @@ func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) erro
 }
 
 // relationShape hands a RELATION to the incremental snapshot, which
-// reads the table again when its shape changed (incsession.Session.Shape).
+// reads the table again when its shape changed (incremental.Session.Shape).
 func (s *stream) relationShape(rel *decode.Rel) error {
 	if s.inc == nil {
 		return nil // no state file: nothing was read under a known shape
@@ -91,5 +90,5 @@ func (s *stream) relationShape(rel *decode.Rel) error {
 }
 
 // saveChunks records in the state each chunk the acknowledged position
-// passed (incsession.Session.Save).
+// passed (incremental.Session.Save).
 func (s *stream) saveChunks(force bool) error { return s.inc.Save(s.c.acked, force) }

@@ -2,14 +2,15 @@ package connector_test
 
 import (
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+
 	"github.com/pgfeldera/pgfeldera/connector"
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -17,7 +18,7 @@ import (
 // `pgfeldera resnapshot` does.
 func (e *env) requestResnapshot(id string, tables ...string) {
 	e.t.Helper()
-	prefix, content := incsession.ResnapshotMessage(e.slot, id, tables)
+	prefix, content := incremental.ResnapshotMessage(e.slot, id, tables)
 	e.exec(fmt.Sprintf("SELECT pg_logical_emit_message(true, '%s', '%s')", prefix, strings.ReplaceAll(content, "'", "''")))
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/incremental"
-	"github.com/pgfeldera/pgfeldera/incsession"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
 	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -151,10 +150,10 @@ func runScripted(t *testing.T, fc felderatest.Config, set func(*Config)) *script
 
 // scriptOpts change the session runScriptedWith starts.
 type scriptOpts struct {
-	inc  func(c *Connector) *incsession.Session // the session's incremental snapshot (nil: none)
-	plan func(p *setup.Plan, c *Connector)      // changes the session's plan
-	ddl  string                                 // more tables for the double's program
-	fel  *felderatest.Server                    // the double to use (nil: a new one)
+	inc  func(c *Connector) *incremental.Session // the session's incremental snapshot (nil: none)
+	plan func(p *setup.Plan, c *Connector)       // changes the session's plan
+	ddl  string                                  // more tables for the double's program
+	fel  *felderatest.Server                     // the double to use (nil: a new one)
 	// readErr, when set, takes the error reading the progress row, and
 	// a failed read starts no session.
 	readErr *error
@@ -208,7 +207,7 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	}
 	src := newScript()
 	sc := &scripted{src: src, fel: fel, c: c, done: make(chan error, 1), stop: stop}
-	var is *incsession.Session
+	var is *incremental.Session
 	if o.inc != nil {
 		is = o.inc(c)
 	}
@@ -426,10 +425,10 @@ func TestScripted_LingerWaitsForTheCommit(t *testing.T) {
 // wal_sender_timeout makes 10 s here.
 func TestScripted_WatermarkNudges(t *testing.T) {
 	start := time.Now()
-	sc := runScriptedWith(t, felderatest.Config{}, nil, scriptOpts{inc: func(c *Connector) *incsession.Session {
-		cfg := incsession.Config{ChunkRows: 10, Parallelism: 1, Logger: c.logger,
+	sc := runScriptedWith(t, felderatest.Config{}, nil, scriptOpts{inc: func(c *Connector) *incremental.Session {
+		cfg := incremental.Config{ChunkRows: 10, Parallelism: 1, Logger: c.logger,
 			Progress: func(int) *incremental.Progress { return &incremental.Progress{} }}
-		inc := incsession.NewSession(cfg, &state.State{}, &setup.Plan{})
+		inc := incremental.NewSession(cfg, &state.State{}, &setup.Plan{})
 		inc.Handoff().Hand(&incremental.Chunk{Seq: 1})
 		return inc
 	}})

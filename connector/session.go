@@ -11,7 +11,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/stage"
@@ -75,7 +75,7 @@ type stream struct {
 	live       replconn.Liveness // the replication connection's heartbeat
 	clock      stage.Clock       // times each source transaction to each stage
 
-	inc *incsession.Session // the incremental snapshot under way, nil when none
+	inc *incremental.Session // the incremental snapshot under way, nil when none
 }
 
 func (c *Connector) session(ctx context.Context) error {
@@ -111,12 +111,12 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.begin(ctx, st, p, conn); err != nil {
 		return err
 	}
-	inc, err := incsession.New(ctx, c.incConfig(), p, &c.spare)
+	inc, err := incremental.New(ctx, c.incConfig(), p, &c.spare)
 	if err != nil {
 		return err
 	}
 	if inc != nil {
-		// The connection incsession.New kept for the first worker, when
+		// The connection incremental.New kept for the first worker, when
 		// no worker took it (the session ended first). Deferred, so that
 		// a session failing before its loop does not leak it.
 		defer func() {
@@ -140,7 +140,7 @@ func (c *Connector) session(ctx context.Context) error {
 }
 
 // newStream is the session's loop state, starting at the slot's position.
-func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incsession.Session) *stream {
+func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incremental.Session) *stream {
 	dec := decode.NewDecoder(p.Targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey && p.Progress == nil // the progress table keeps keyless tables exact
 	dec.Options = c.decodeOptions(p.Types)
@@ -203,7 +203,7 @@ func (s *stream) serve(ctx context.Context) error {
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
 	var watched sync.WaitGroup
-	pw := &setup.PartitionWatch{DSN: c.cfg.DSN, Plan: s.plan, Logger: c.logger, IgnoreShape: c.test.ignoreShape}
+	pw := &setup.PartitionWatch{DSN: c.cfg.DSN, Plan: s.plan, Logger: c.logger, IgnoreShape: c.test.worker.IgnoreShape}
 	s.watcher = c.newWatcher(s.plan)
 	s.watcher.Also = pw.Every
 	s.lost = s.watcher.Start(watchCtx, &watched, alert, s.wake.fire)

@@ -26,7 +26,7 @@ func (c *Connector) starter() *startup.Starter {
 		Logger:      c.logger,
 		Hooks: startup.Hooks{AfterCopy: c.test.afterCopy, NoPendingFirst: c.test.noPendingFirst,
 			FailAfterSlot: c.test.failAfterSlot, NoStartRetract: c.test.noStartRetract,
-			TrustRestores: c.test.trustRestores, TrustProgress: c.test.trustProgress, IgnoreShape: c.test.ignoreShape, GateForced: c.test.forceGate != nil},
+			TrustRestores: c.test.trustRestores, TrustProgress: c.test.trustProgress, IgnoreShape: c.test.worker.IgnoreShape, GateForced: c.test.forceGate != nil},
 	}
 }
 

@@ -49,6 +49,8 @@ type Hooks struct {
 	NoFilenode  bool                                // block chunks ignore a rewrite (unsafe)
 	RetractRead func(table string, absent []string) // sees each retraction batch
 	RetractOnly bool                                // a resnapshot retracts and reads no chunk
+	NoWindow    bool                                // keep every chunk row (unsafe)
+	IgnoreShape bool                                // no resnapshot when a table's shape changes (unsafe)
 }
 
 // Run reads the chunks, one table at a time, until every table queued is

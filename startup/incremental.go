@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -25,13 +25,13 @@ import (
 // incremental with its retraction to do: the worker deletes, batch by
 // batch, the keys Feldera holds and Postgres lacks, then reads the table
 // in chunks, as for a `pgfeldera resnapshot` request
-// (incsession/resnapshot.go).
+// (incremental/resnapshot.go).
 // The resnapshot requests of old (the state replaced) are kept.
 func (s *Starter) startIncremental(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
-	if err := incsession.Prepare(ctx, s.DSN, p, &s.spare); err != nil {
+	if err := incremental.Prepare(ctx, s.DSN, p, &s.spare); err != nil {
 		return err
 	}
-	// Requests carried from old settle as the tables complete (incsession.Session.Save).
+	// Requests carried from old settle as the tables complete (incremental.Session.Save).
 	st, err := s.pendingState(ctx, p, rconn, old, slotExists, mappings)
 	if err != nil {
 		return err
@@ -53,6 +53,6 @@ func (s *Starter) startIncremental(ctx context.Context, p *setup.Plan, rconn *pg
 		return fatal.Wrap(err)
 	}
 	s.Logger.Info("snapshot: incremental: created the slot without an exported snapshot; streaming, and reading the tables in chunks meanwhile",
-		"consistent_point", created.ConsistentPoint, "chunk_rows", incsession.ChunkRows(s.ChunkRows), "retract_first", retract)
+		"consistent_point", created.ConsistentPoint, "chunk_rows", incremental.ChunkRows(s.ChunkRows), "retract_first", retract)
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/delivery"
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -90,7 +90,7 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 func (s *Starter) pendingState(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, old *state.State, slotExists bool, mappings []snapshot.Mapping) (*state.State, error) {
 	st := &state.State{Slot: s.Slot, Publication: s.Publication, DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, ProgramVersion: p.ProgramVersion}
 	for i, m := range mappings {
-		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: setup.Fingerprint(p.Targets[i].Dest), Columns: incsession.ColumnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
+		st.Tables = append(st.Tables, state.Table{Source: m.Source, Dest: m.Dest, Status: state.Pending, Fingerprint: setup.Fingerprint(p.Targets[i].Dest), Columns: incremental.ColumnsOf(p.Rels[i]), Partitions: p.Leaves[i]})
 	}
 	st.CarryRequests(old)
 	if !s.Hooks.NoPendingFirst {

@@ -13,7 +13,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -29,7 +29,7 @@ type Starter struct {
 	// SNAPSHOT_MODE: never, incremental or inconsistent (initial when
 	// none is set).
 	Never, Incremental, Inconsistent bool
-	ChunkRows                        int // SNAPSHOT_CHUNK_ROWS (incsession.ChunkRows)
+	ChunkRows                        int // SNAPSHOT_CHUNK_ROWS (incremental.ChunkRows)
 
 	// First says no session ran yet in this process (failoverChecker).
 	First bool
@@ -69,8 +69,8 @@ type Starter struct {
 	Logger       *slog.Logger
 	Hooks        Hooks
 
-	srv   failover.Server  // the server Begin reached
-	spare incsession.Spare // the connection for chunks an incremental start opened
+	srv   failover.Server   // the server Begin reached
+	spare incremental.Spare // the connection for chunks an incremental start opened
 	// heldBefore is the progress row a change of server cleared: the end
 	// of the last source transaction Feldera held from the old history.
 	heldBefore pglogrepl.LSN

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
-	"github.com/pgfeldera/pgfeldera/incsession"
+	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -176,7 +176,7 @@ func writeRequest(ctx context.Context, dsn, slot, id string, tables []string) (s
 		return "", fmt.Errorf("connect to Postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	prefix, content := incsession.ResnapshotMessage(slot, id, tables)
+	prefix, content := incremental.ResnapshotMessage(slot, id, tables)
 	var lsn string
 	if err := conn.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2::text)::text", prefix, content).Scan(&lsn); err != nil {
 		return "", fmt.Errorf("write the request (pg_logical_emit_message): %w", err)

@@ -1,4 +1,4 @@
-package incsession
+package incremental
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -18,7 +17,7 @@ import (
 // poisons it on a TRUNCATE of that table, and handles the watermarks. At
 // a high watermark's COMMIT it returns the chunk whose kept rows the
 // stream appends to its outbox there (then Appended).
-func (inc *Session) Event(ev *decode.Event) (*incremental.Chunk, error) {
+func (inc *Session) Event(ev *decode.Event) (*Chunk, error) {
 	l := inc.loop
 	switch ev.Kind {
 	case decode.KindBegin:
@@ -32,7 +31,7 @@ func (inc *Session) Event(ev *decode.Event) (*incremental.Chunk, error) {
 	case decode.KindCommit:
 		return l.Commit(ev.Commit.CommitLSN, ev.Commit.EndLSN), nil
 	case decode.KindMessage:
-		if ev.Message.Prefix == incremental.WatermarkPrefix {
+		if ev.Message.Prefix == WatermarkPrefix {
 			return nil, inc.message(ev.Message)
 		}
 	}
@@ -40,9 +39,9 @@ func (inc *Session) Event(ev *decode.Event) (*incremental.Chunk, error) {
 }
 
 func (inc *Session) message(m decode.Message) error {
-	var w incremental.Watermark
+	var w Watermark
 	if err := json.Unmarshal(m.Content, &w); err != nil {
-		inc.cfg.Logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+incremental.WatermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
+		inc.cfg.Logger.Warn("snapshot: incremental: ignoring a logical message with prefix "+WatermarkPrefix+" that is neither a watermark nor a request", "lsn", m.LSN, "err", err)
 		return nil
 	}
 	if w.Slot != inc.cfg.Slot {
@@ -98,7 +97,7 @@ func (inc *Session) highWatermark(seq uint64) error {
 }
 
 // Appended counts a chunk the outbox took and frees its buffers.
-func (inc *Session) Appended(ch *incremental.Chunk) error {
+func (inc *Session) Appended(ch *Chunk) error {
 	route := ch.Table.Rel.Target.Route
 	kept := int64(len(ch.Ends))
 	inc.hand.Recycle(ch)
@@ -117,7 +116,7 @@ func (inc *Session) Appended(ch *incremental.Chunk) error {
 func (inc *Session) Save(acked pglogrepl.LSN, force bool) error {
 	read, err := inc.rec.Save(inc.loop.Due(acked), force)
 	for _, ct := range read {
-		inc.tables = slices.DeleteFunc(inc.tables, func(x *incremental.Table) bool { return x == ct })
+		inc.tables = slices.DeleteFunc(inc.tables, func(x *Table) bool { return x == ct })
 	}
 	return err
 }

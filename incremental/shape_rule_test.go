@@ -1,4 +1,4 @@
-package incsession
+package incremental
 
 import (
 	"slices"

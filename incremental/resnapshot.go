@@ -1,4 +1,4 @@
-package incsession
+package incremental
 
 import (
 	"encoding/json"
@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -45,12 +43,12 @@ import (
 // request of tables (schema.table, as the state file names them) for the
 // connector streaming from slot.
 func ResnapshotMessage(slot, id string, tables []string) (prefix, content string) {
-	b, _ := json.Marshal(incremental.Watermark{Slot: slot, Resnapshot: id, Tables: tables})
-	return incremental.WatermarkPrefix, string(b)
+	b, _ := json.Marshal(Watermark{Slot: slot, Resnapshot: id, Tables: tables})
+	return WatermarkPrefix, string(b)
 }
 
 // request is a resnapshot request at lsn, read from the stream.
-func (inc *Session) request(w incremental.Watermark, lsn pglogrepl.LSN) error {
+func (inc *Session) request(w Watermark, lsn pglogrepl.LSN) error {
 	st := inc.rec.St
 	if st.Request(w.Resnapshot) != nil {
 		inc.cfg.Logger.Debug("resnapshot: request already taken (a replay)", "id", w.Resnapshot, "lsn", lsn)

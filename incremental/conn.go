@@ -1,4 +1,4 @@
-package incsession
+package incremental
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -33,13 +32,13 @@ func (inc *Session) startWorker() {
 }
 
 // worker is the session's incremental.Worker.
-func (inc *Session) worker() *incremental.Worker {
+func (inc *Session) worker() *Worker {
 	cfg := inc.cfg
-	return &incremental.Worker{
+	return &Worker{
 		H: inc.hand, Slot: cfg.Slot, StateFile: cfg.StateFile, MaxBytes: cfg.MaxBytes,
 		Timeout: inc.stream.Timeout, Rels: inc.rels, Groups: inc.groups,
 		Connect: inc.connect, Spool: cfg.Spool, Starts: inc.tableStarts, Wake: inc.stream.Wake,
-		Hooks: cfg.Hooks.Worker, Logger: cfg.Logger,
+		Hooks: cfg.Hooks, Logger: cfg.Logger,
 	}
 }
 
@@ -129,7 +128,7 @@ func Keys(ctx context.Context, p *setup.Plan, conn *pgx.Conn) ([]catalog.Key, er
 	keys := make([]catalog.Key, len(p.Rels))
 	for i, rel := range p.Rels {
 		k := &keys[i]
-		k.Cols, k.At, k.Err = incremental.ChunkKey(ctx, conn, rel)
+		k.Cols, k.At, k.Err = ChunkKey(ctx, conn, rel)
 		if k.Err != nil && !fatal.Is(k.Err) {
 			return nil, k.Err
 		}
@@ -139,7 +138,7 @@ func Keys(ctx context.Context, p *setup.Plan, conn *pgx.Conn) ([]catalog.Key, er
 }
 
 // tableStarts sets a table's progress metrics from the state and logs it.
-func (inc *Session) tableStarts(ctx context.Context, conn *pgx.Conn, t *incremental.Table) {
+func (inc *Session) tableStarts(ctx context.Context, conn *pgx.Conn, t *Table) {
 	limit := int64(ChunkRows(inc.cfg.ChunkRows))
 	st := t.Start
 	var estimate float64

@@ -1,4 +1,4 @@
-package incsession
+package incremental
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
@@ -24,14 +23,14 @@ import (
 // it shares with the worker is the Handoff.
 type Session struct {
 	cfg    Config
-	hand   *incremental.Handoff
-	rels   []*decode.Rel        // per table in TABLES
-	keys   []catalog.Key        // per table in TABLES
-	groups [][]int              // per route: the indexes of its tables
-	tables []*incremental.Table // being read, or queued
+	hand   *Handoff
+	rels   []*decode.Rel // per table in TABLES
+	keys   []catalog.Key // per table in TABLES
+	groups [][]int       // per route: the indexes of its tables
+	tables []*Table      // being read, or queued
 
-	loop *incremental.Loop     // the rule, fed by the stream loop
-	rec  *incremental.Recorder // records the chunks durable in the state file
+	loop *Loop     // the rule, fed by the stream loop
+	rec  *Recorder // records the chunks durable in the state file
 
 	stream Stream // the stream loop that holds the session (Start)
 }
@@ -58,17 +57,9 @@ type Config struct {
 	// Copied and Progress are the counters of the Feldera table a route
 	// feeds: rows copied, and the snapshot's progress.
 	Copied   func(route int) *atomic.Int64
-	Progress func(route int) *incremental.Progress
+	Progress func(route int) *Progress
 
 	Hooks Hooks
-}
-
-// Hooks are the tests' seams, among them the unsafe variants that show a
-// test can see a loss; zero in production.
-type Hooks struct {
-	Worker      incremental.Hooks // the worker's
-	NoWindow    bool              // keep every chunk row (unsafe)
-	IgnoreShape bool              // no resnapshot when a table's shape changes (unsafe)
 }
 
 // Stream is what a Session needs of the stream loop that holds it, given
@@ -165,14 +156,14 @@ func New(ctx context.Context, cfg Config, p *setup.Plan, spare *Spare) (*Session
 func NewSession(cfg Config, st *state.State, p *setup.Plan) *Session {
 	return &Session{
 		cfg:  cfg,
-		hand: incremental.NewHandoff(ChunkRows(cfg.ChunkRows), cfg.Parallelism),
-		rels: p.Rels, groups: p.Groups, loop: incremental.NewLoop(),
-		rec: incremental.NewRecorder(st, cfg.StateFile, cfg.Logger, cfg.Progress),
+		hand: NewHandoff(ChunkRows(cfg.ChunkRows), cfg.Parallelism),
+		rels: p.Rels, groups: p.Groups, loop: NewLoop(),
+		rec: NewRecorder(st, cfg.StateFile, cfg.Logger, cfg.Progress),
 	}
 }
 
 // Handoff is what the session shares with its worker.
-func (inc *Session) Handoff() *incremental.Handoff { return inc.hand }
+func (inc *Session) Handoff() *Handoff { return inc.hand }
 
 // Start attaches the session to the stream loop that holds it, and starts
 // a worker when the state leaves a table to read.
@@ -184,13 +175,13 @@ func (inc *Session) Start(s Stream) {
 // add queues table i of TABLES for the worker, as the state now records
 // it (the loop's call).
 func (inc *Session) add(i int) {
-	t := incremental.NewTable(i, inc.rels[i], inc.keys[i], inc.rec.St.Tables[i])
+	t := NewTable(i, inc.rels[i], inc.keys[i], inc.rec.St.Tables[i])
 	inc.tables = append(inc.tables, t)
 	inc.hand.Queue(t)
 }
 
 // table is the table TABLES lists at idx, if this snapshot reads it.
-func (inc *Session) table(idx int) *incremental.Table {
+func (inc *Session) table(idx int) *Table {
 	for _, t := range inc.tables {
 		if t.Idx == idx {
 			return t

@@ -1,4 +1,4 @@
-package incsession
+package incremental
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -92,7 +91,7 @@ func (inc *Session) Shape(rel *decode.Rel, received pglogrepl.LSN) error {
 	}
 	inc.cfg.Logger.Warn("stream: "+why+"; reading the table again while streaming", "table", source, "columns", strings.Join(changed, ","), "lsn", received)
 	t.Columns = now
-	if err := inc.request(incremental.Watermark{Resnapshot: "columns-" + received.String(), Tables: []string{source}}, received); err != nil {
+	if err := inc.request(Watermark{Resnapshot: "columns-" + received.String(), Tables: []string{source}}, received); err != nil {
 		return err
 	}
 	// The session's plan reads the columns the catalog had when it began:
