@@ -8,4 +8,7 @@ type RefusedError struct{ Err error }
 func (e *RefusedError) Error() string { return e.Err.Error() }
 func (e *RefusedError) Unwrap() error { return e.Err }
 
+// Fatal says a source the catalog refuses ends the process (fatal.Is).
+func (e *RefusedError) Fatal() bool { return true }
+
 func refused(err error) error { return &RefusedError{Err: err} }

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/incremental"
@@ -40,7 +39,7 @@ type Connector struct {
 	sink   Sink
 	logger *slog.Logger
 
-	// srv is the server the current session reached (startup.Started).
+	// srv is the server the current session reached (Started).
 	srv failover.Server
 	// spare: a connection for chunks startup opened, which the
 	// session's incremental snapshot takes (incremental.Spare).
@@ -266,7 +265,7 @@ func (c *Connector) sessionEnded(err error, interval time.Duration) (time.Durati
 	if err == nil {
 		err = ErrStreamEnded
 	}
-	c.observer.SessionEnded(string(cause.Of(err)))
+	c.observer.SessionEnded(string(CauseOf(err)))
 	if isFatal(err) {
 		return 0, err
 	}

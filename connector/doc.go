@@ -1,8 +1,41 @@
 // Package connector runs the replication session: it owns the replication
-// connection and the LSN positions, feeds decoded rows into a bounded
-// outbox, flushes the outbox to a Sink (Feldera), waits for completion, and
-// only then advances flush_lsn. It reconnects with backoff and shuts down
-// gracefully. It declares the Sink it needs; *feldera.Client satisfies it.
+// connection and the LSN positions, decodes the stream into the batches
+// of package delivery, and advances flush_lsn only where delivery's
+// Ledger says Feldera holds the rows durably. It reconnects with backoff
+// and shuts down gracefully. It declares the Sink it needs;
+// *feldera.Client satisfies it.
+//
+// # Settings and reports
+//
+// Config is the plain struct New takes (cmd/pgfeldera fills it from flags
+// and the environment), with its DefaultXxx constants, the values of its
+// modes (ack, snapshot, FELDERA_TRANSACTIONS, PG_SLOT_FAILOVER) and
+// WithDefaults, which checks the required settings and fills in the
+// others (config.go, configprogress.go). Observer is what the connector
+// reports to the metrics; its methods may be called from several
+// goroutines. Inspect gives `pgfeldera check` and `verify` the startup
+// checks a run would make, without a connector.
+//
+// Why a session ended (CauseOf) is read from the kind of its error, never
+// its text; the causes are the cause label of pgfeldera_reconnects_total
+// (cause.go). The stages of a source transaction's way to the slot's
+// acknowledgement (sent, complete, durable, acked), and the StageClock
+// that times each transaction to each, are the stage label of
+// pgfeldera_stage_seconds and of `pgfeldera status` (stage.go).
+//
+// # A session's opening
+//
+// A Starter is where a session starts, between "a replication connection
+// is open" and "the slot's confirmed position is known and the tables are
+// seeded": OpenReplication (startconn.go); Begin, which reads which
+// server this is and the failover preflight, decides the startup plan
+// (snapshot.Decide, what a restart restored, setup.Reconcile), runs the
+// snapshot, resnapshot or incremental start it needs, records the server
+// in the state file and reads the slot's confirmed position (starter.go,
+// decide.go, startsnapshot.go, startincremental.go, startprogress.go);
+// and StartReplication, which ends a walsender the last session left and
+// starts streaming (startconn.go). Begin returns what it found; the
+// session applies it.
 //
 // # Goroutines
 //
@@ -31,7 +64,8 @@
 // ends the session; the next one replays from the slot. A graceful stop
 // drains what is in flight, up to STOP_TIMEOUT.
 //
-// Connector's exported methods (Stats, Ready, Gate, Tables, CheckpointWait
-// and the like) are safe for concurrent use with Run; Run itself is
-// called once.
+// A Starter and a StageClock run on the session's goroutine and are not
+// safe for concurrent use. Connector's exported methods (Stats, Ready,
+// Gate, Tables, CheckpointWait and the like) are safe for concurrent use
+// with Run; Run itself is called once.
 package connector

@@ -148,3 +148,10 @@ func IgnoreTransactionLeftOpen(c *Connector) { c.test.noSettle = true }
 // NoJoinCount makes a joined Feldera transaction send again what it
 // holds (unsafe): the replay into it puts a keyless table's rows in twice.
 func NoJoinCount(c *Connector) { c.test.noCount = true }
+
+// FromFeldera and FromPostgres mark an error with its side, as the
+// session does (cause.go).
+var (
+	FromFeldera  = fromFeldera
+	FromPostgres = fromPostgres
+)

@@ -1,34 +1,44 @@
 package connector
 
 import (
-	"context"
-
-	"github.com/pgfeldera/pgfeldera/inspect"
+	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/setup"
 )
 
-// CheckReport is what check found (inspect.CheckReport).
-type CheckReport = inspect.CheckReport
-
-// Verdict is the comparison of one mapped table (inspect.Verdict).
-type Verdict = inspect.Verdict
-
-// Check looks at every prerequisite of a run at once and changes nothing
-// (inspect.Check), under cfg with its defaults.
-func Check(ctx context.Context, cfg Config, sink Sink) (*CheckReport, error) {
-	c, err := New(cfg, sink)
+// Inspect is what `pgfeldera check` (setup.Check) and `pgfeldera verify`
+// (verify.Tables) look at the prerequisites with: the startup checks a
+// run under cfg makes, with cfg's defaults, and the settings only check
+// reads. It builds no connector and opens nothing.
+func Inspect(cfg Config) (setup.Config, setup.CheckOptions, error) {
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
-		return nil, err
+		return setup.Config{}, setup.CheckOptions{}, err
 	}
-	return inspect.Check(ctx, c.setupConfig(), inspect.CheckOptions{StateFile: c.cfg.StateFile,
-		SlotFailover: c.cfg.SlotFailover, AckAccepted: c.cfg.AckMode == AckAccepted}, c.sink)
+	sc := setupConfig(cfg, false, nil)
+	sc.Logger = cfg.Logger.With("component", "connector", "slot", cfg.Slot)
+	return sc, setup.CheckOptions{StateFile: cfg.StateFile, SlotFailover: cfg.SlotFailover,
+		AckAccepted: cfg.AckMode == AckAccepted}, nil
 }
 
-// Verify compares each mapped table in Postgres and in Feldera
-// (inspect.Verify), under cfg with its defaults.
-func Verify(ctx context.Context, cfg Config, sink Sink, maxDiffs int) ([]Verdict, error) {
-	c, err := New(cfg, sink)
-	if err != nil {
-		return nil, err
+// setupConfig is what the startup checks need of the configuration;
+// onNull sees each value delivered as NULL (nil: none counted).
+func setupConfig(cfg Config, ignoreFilter bool, onNull func(table, column string, err error)) setup.Config {
+	return setup.Config{
+		DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication, Tables: cfg.Tables,
+		RequirePrimaryKey: cfg.RequirePrimaryKey, CheckpointWAL: cfg.CheckpointWAL,
+		Options: func(types *catalog.Types) decode.Options {
+			return decodeOptions(cfg, types, onNull)
+		},
+		IgnoreFilter: ignoreFilter, Logger: cfg.Logger, Progress: cfg.ProgressTable,
 	}
-	return inspect.Verify(ctx, c.setupConfig(), c.sink, maxDiffs)
+}
+
+// decodeOptions are the decoder's planning options under cfg.
+func decodeOptions(cfg Config, types *catalog.Types, onNull func(table, column string, err error)) decode.Options {
+	o := decode.Options{NullUnrepresentable: cfg.NullUnrepresentable, OnNull: onNull}
+	if types != nil {
+		o.Types = types.Lookup
+	}
+	return o
 }

@@ -1,19 +1,5 @@
 package connector
 
-import (
-	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/decode"
-)
-
-// decodeOptions are the decoder's planning options for this connector.
-func (c *Connector) decodeOptions(types *catalog.Types) decode.Options {
-	o := decode.Options{NullUnrepresentable: c.cfg.NullUnrepresentable, OnNull: c.nulled}
-	if types != nil {
-		o.Types = types.Lookup
-	}
-	return o
-}
-
 // nulled counts a value delivered as NULL (a NaN, or with
 // UNREPRESENTABLE_VALUES=null a value Feldera cannot hold) and logs the
 // first per column.

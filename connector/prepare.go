@@ -31,12 +31,9 @@ func (c *Connector) prepare(ctx context.Context, mode setup.Mode) (*setup.Plan, 
 
 // setupConfig is what the startup checks need of the configuration.
 func (c *Connector) setupConfig() setup.Config {
-	return setup.Config{
-		DSN: c.cfg.DSN, Slot: c.cfg.Slot, Publication: c.cfg.Publication, Tables: c.cfg.Tables,
-		RequirePrimaryKey: c.cfg.RequirePrimaryKey, CheckpointWAL: c.cfg.CheckpointWAL,
-		Options: c.decodeOptions, IgnoreFilter: c.test.ignoreFilter, Logger: c.logger,
-		Progress: c.cfg.ProgressTable,
-	}
+	sc := setupConfig(c.cfg, c.test.ignoreFilter, c.nulled)
+	sc.Logger = c.logger
+	return sc
 }
 
 // chooseGate chooses the ack gate (setup.ChooseGate), keeps whether

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
@@ -267,8 +265,8 @@ func TestScripted_ProgressReadAcrossARestartEndsTheSession(t *testing.T) {
 	if sc := runScriptedWith(t, fc, hour, o); sc != nil || readErr == nil {
 		t.Fatal("a progress row read across a Feldera restart started a session")
 	}
-	if cause.Of(readErr) != cause.Feldera || !strings.Contains(readErr.Error(), "restarted") {
-		t.Fatalf("error %v (cause %s), want Feldera's restart", readErr, cause.Of(readErr))
+	if CauseOf(readErr) != CauseFeldera || !strings.Contains(readErr.Error(), "restarted") {
+		t.Fatalf("error %v (cause %s), want Feldera's restart", readErr, CauseOf(readErr))
 	}
 }
 

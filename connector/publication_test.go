@@ -180,7 +180,7 @@ func TestPublication_PartitionedTable(t *testing.T) {
 			e.waitConfirmed(e.currentLSN(), 30*time.Second)
 			e.assertEqual("m", "m")
 			// verify reads each leaf by its own column order.
-			vs, err := connector.Verify(context.Background(), cfg, e.client, 5)
+			vs, err := verifyTables(t, cfg, e.client)
 			if err != nil || len(vs) != 1 || !vs[0].Match || vs[0].PostgresRows != 300 {
 				t.Fatalf("verify: %+v, %v", vs, err)
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
-	"github.com/pgfeldera/pgfeldera/stage"
 )
 
 // stream is one replication session. Its goroutine owns the connection and
@@ -73,7 +72,7 @@ type stream struct {
 	watcher    *delivery.Watcher // the pipeline watcher: restarts, redeploys, checkpoints
 	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
 	live       replconn.Liveness // the replication connection's heartbeat
-	clock      stage.Clock       // times each source transaction to each stage
+	clock      StageClock        // times each source transaction to each stage
 
 	inc *incremental.Session // the incremental snapshot under way, nil when none
 }
@@ -143,7 +142,7 @@ func (c *Connector) session(ctx context.Context) error {
 func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incremental.Session) *stream {
 	dec := decode.NewDecoder(p.Targets)
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey && p.Progress == nil // the progress table keeps keyless tables exact
-	dec.Options = c.decodeOptions(p.Types)
+	dec.Options = decodeOptions(c.cfg, p.Types, c.nulled)
 	s := &stream{
 		c: c, plan: p, src: src, dec: dec, targets: p.Routes, groups: p.Groups,
 		interval:   replconn.StatusInterval(p.WALTimeout),

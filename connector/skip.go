@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/pgfeldera/pgfeldera/cause"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/setup"
@@ -108,7 +106,7 @@ func (c *Connector) progressStep(ctx context.Context, p *setup.Plan) (uint64, er
 		return 0, fmt.Errorf("progress: reading the step count after the progress row: %w", err)
 	}
 	if now := st.GlobalMetrics.IncarnationUUID; p.Incarnation == "" || now != p.Incarnation {
-		return 0, cause.FromFeldera(fmt.Errorf("progress: the feldera pipeline restarted while the progress row was read (incarnation %q → %q): reading it again", p.Incarnation, now))
+		return 0, fromFeldera(fmt.Errorf("progress: the feldera pipeline restarted while the progress row was read (incarnation %q → %q): reading it again", p.Incarnation, now))
 	}
 	return st.GlobalMetrics.TotalInitiatedSteps, nil
 }

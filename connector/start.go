@@ -7,13 +7,12 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/setup"
-	"github.com/pgfeldera/pgfeldera/startup"
 )
 
 // starter is the session's start (package startup), with what it reads
 // of the Connector now.
-func (c *Connector) starter() *startup.Starter {
-	return &startup.Starter{
+func (c *Connector) starter() *Starter {
+	return &Starter{
 		DSN: c.cfg.DSN, Slot: c.cfg.Slot, Publication: c.cfg.Publication, StateFile: c.cfg.StateFile,
 		Tables: c.cfg.Tables, SlotFailover: c.cfg.SlotFailover,
 		Never: c.cfg.SnapshotMode == SnapshotNever, Incremental: c.cfg.SnapshotMode == SnapshotIncremental,
@@ -24,17 +23,17 @@ func (c *Connector) starter() *startup.Starter {
 		Snapshotting: &c.health.snapshotting, Progress: &c.health.progress,
 		PublishGate: func(g delivery.Gate) { c.gate.Store(int32(g)) },
 		Logger:      c.logger,
-		Hooks: startup.Hooks{AfterCopy: c.test.afterCopy, NoPendingFirst: c.test.noPendingFirst,
+		Hooks: Hooks{AfterCopy: c.test.afterCopy, NoPendingFirst: c.test.noPendingFirst,
 			FailAfterSlot: c.test.failAfterSlot, NoStartRetract: c.test.noStartRetract,
 			TrustRestores: c.test.trustRestores, TrustProgress: c.test.trustProgress, IgnoreShape: c.test.worker.IgnoreShape, GateForced: c.test.forceGate != nil},
 	}
 }
 
-// begin decides where the session starts (startup.Starter.Begin) and
+// begin decides where the session starts (Starter.Begin) and
 // applies what it found: the server, the connection for chunks an
 // incremental start opened, and the slot's confirmed position, from
 // which the session acknowledges.
-func (c *Connector) begin(ctx context.Context, st *startup.Starter, p *setup.Plan, conn *pgconn.PgConn) error {
+func (c *Connector) begin(ctx context.Context, st *Starter, p *setup.Plan, conn *pgconn.PgConn) error {
 	res, err := st.Begin(ctx, p, conn)
 	c.srv = res.Server
 	c.spare.Keep(res.Spare)
@@ -53,7 +52,7 @@ func (c *Connector) begin(ctx context.Context, st *startup.Starter, p *setup.Pla
 
 // startReplication starts streaming on conn; Postgres's answer is awaited
 // no longer than the liveness timeout.
-func (c *Connector) startReplication(ctx context.Context, st *startup.Starter, p *setup.Plan, conn *pgconn.PgConn) error {
+func (c *Connector) startReplication(ctx context.Context, st *Starter, p *setup.Plan, conn *pgconn.PgConn) error {
 	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
 	st.ReplicationTimeout = c.replicationTimeout(p)
 	if c.test.beforeStart != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/verify"
 
 	"github.com/pgfeldera/pgfeldera/connector"
 )
@@ -70,7 +73,7 @@ CREATE TABLE typed (
 // matches.
 func verifyMatches(t *testing.T, e *env, cfg connector.Config) {
 	t.Helper()
-	verdicts, err := connector.Verify(context.Background(), cfg, e.client, 5)
+	verdicts, err := verifyTables(t, cfg, e.client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,4 +202,14 @@ CREATE PUBLICATION pub FOR TABLE users;`, `CREATE TABLE users (id BIGINT NOT NUL
 			e.assertEqual("(SELECT id, 'u' || id AS name, score FROM users WHERE id <= 100)", "users")
 		})
 	}
+}
+
+// verifyTables runs pgfeldera verify's comparison under cfg.
+func verifyTables(t *testing.T, cfg connector.Config, client *feldera.Client) ([]verify.Verdict, error) {
+	t.Helper()
+	sc, _, err := connector.Inspect(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return verify.Tables(context.Background(), sc, client, 5)
 }

@@ -71,6 +71,9 @@ func (e *RefusalError) Error() string {
 	return b.String()
 }
 
+// Fatal says a refused value or schema ends the process (fatal.Is).
+func (e *RefusalError) Fatal() bool { return true }
+
 // Rel is the decoding plan of one relation: for each Postgres column, in
 // the order pgoutput and COPY send them, the Feldera field it fills and
 // its encoder.

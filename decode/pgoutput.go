@@ -66,6 +66,9 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("pgoutput: malformed %q message: %s", e.Msg, e.Reason)
 }
 
+// Fatal says a message that does not parse ends the process (fatal.Is).
+func (e *ParseError) Fatal() bool { return true }
+
 type reader struct {
 	msg byte
 	b   []byte

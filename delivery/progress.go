@@ -48,7 +48,7 @@ func (s *Sender) postProgress(ctx context.Context, lsn pglogrepl.LSN) (*Token, e
 // PutProgress writes the slot's row at lsn on its own and waits until it
 // is complete, raising the step watermark: the start clears the row (lsn
 // 0) before it creates a slot and when the server changed
-// (startup/progress.go).
+// (connector/startprogress.go).
 func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 	if err := s.WaitFence(ctx); err != nil {
 		return err

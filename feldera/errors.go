@@ -60,6 +60,12 @@ func (e *APIError) Error() string {
 
 func (e *APIError) Unwrap() error { return e.Err }
 
+// Fatal says records Feldera could not parse end the process: a retry
+// sends the same records again (fatal.Is).
+func (e *APIError) Fatal() bool {
+	return e.Code == CodeParseErrors || strings.HasSuffix(e.Code, "."+CodeParseErrors)
+}
+
 // IsTransient reports whether err is a failure worth retrying later: no
 // response, or status 408, 429, 502, 503 or 504. The server may still have
 // applied the request.

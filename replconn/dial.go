@@ -2,12 +2,14 @@ package replconn
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
 
 // Every connection to Postgres has TCP keepalives and a user timeout, so
@@ -62,11 +64,12 @@ var PinnedGUCs = []string{
 }
 
 // Config parses dsn and asks for a logical replication connection
-// (replication=database) named pgfeldera, dialed with Dial.
+// (replication=database) named pgfeldera, dialed with Dial. A DSN that
+// does not parse is fatal, naming PG_DSN.
 func Config(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, err
+		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "pgfeldera"

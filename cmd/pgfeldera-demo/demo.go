@@ -28,6 +28,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/verify"
 )
 
 // Exit codes, as pgfeldera's: 0 the demo's comparison matched, 2 a bad
@@ -280,7 +281,12 @@ func (d *demo) catchUp() {
 // rows on both sides.
 func compare(ctx context.Context, cfg connector.Config, client *feldera.Client, w io.Writer) bool {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	verdicts, err := connector.Verify(ctx, cfg, client, 3)
+	sc, _, err := connector.Inspect(cfg)
+	if err != nil {
+		fmt.Fprintln(w, "pgfeldera demo: verify:", err)
+		return false
+	}
+	verdicts, err := verify.Tables(ctx, sc, client, 3)
 	if err != nil {
 		fmt.Fprintln(w, "pgfeldera demo: verify:", err)
 		return false

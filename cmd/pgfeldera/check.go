@@ -19,7 +19,12 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	if done {
 		return code
 	}
-	report, err := connector.Check(ctx, cfg.connectorConfig(logger), client)
+	sc, opts, err := connector.Inspect(cfg.connectorConfig(logger))
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera check:", err)
+		return exitConfig
+	}
+	report, err := setup.Check(ctx, sc, opts, client)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera check:", err)
 		return exitFatal
@@ -29,7 +34,7 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	output(stdout, asJSON, struct {
 		OK bool `json:"ok"`
-		*connector.CheckReport
+		*setup.CheckReport
 	}{report.OK(), report}, func() { printCheck(stdout, cfg, report) })
 	if !report.OK() {
 		return exitConfig
@@ -37,7 +42,7 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	return exitOK
 }
 
-func printCheck(w io.Writer, cfg *Config, r *connector.CheckReport) {
+func printCheck(w io.Writer, cfg *Config, r *setup.CheckReport) {
 	for i, p := range r.Problems {
 		fmt.Fprintf(w, "%d. %s: %s\n", i+1, p.Subject, p.What)
 		if p.Fix != "" {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -120,11 +120,11 @@ func TestCheck_EveryProblemAtOnce(t *testing.T) {
 }
 
 // check runs pgfeldera check --json.
-func check(t *testing.T, vars map[string]string) (int, connector.CheckReport, string) {
+func check(t *testing.T, vars map[string]string) (int, setup.CheckReport, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(context.Background(), func() {}, []string{"check", "--json"}, env(vars), &out, &errb)
-	var r connector.CheckReport
+	var r setup.CheckReport
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("check --json: exit %d: %v:\n%s\n%s", code, err, out.String(), errb.String())
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/verify"
 )
 
 // runVerify compares every mapped table in Postgres and Feldera. Exit 0
@@ -43,7 +44,12 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 		return code
 	}
 	start := time.Now()
-	verdicts, err := connector.Verify(ctx, cfg.connectorConfig(logger), client, maxDiffs)
+	sc, _, err := connector.Inspect(cfg.connectorConfig(logger))
+	if err != nil {
+		fmt.Fprintln(stderr, "pgfeldera verify:", err)
+		return exitConfig
+	}
+	verdicts, err := verify.Tables(ctx, sc, client, maxDiffs)
 	if err != nil {
 		fmt.Fprintln(stderr, "pgfeldera verify:", err)
 		return exitFatal
@@ -60,7 +66,7 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 	return exitOK
 }
 
-func printVerdicts(w io.Writer, verdicts []connector.Verdict) {
+func printVerdicts(w io.Writer, verdicts []verify.Verdict) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "table\tpostgres rows\tfeldera rows\tresult\n")
 	for _, v := range verdicts {

@@ -19,6 +19,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/verify"
 )
 
 // verify says "match" after a snapshot of a mix of types, and names the
@@ -74,10 +75,10 @@ func TestVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	verify := func(args ...string) (int, []connector.Verdict, string) {
+	verify := func(args ...string) (int, []verify.Verdict, string) {
 		var out, errb bytes.Buffer
 		code := run(ctx, func() {}, append([]string{"verify", "--json"}, args...), env(vars), &out, &errb)
-		var v []connector.Verdict
+		var v []verify.Verdict
 		if err := json.Unmarshal(out.Bytes(), &v); err != nil {
 			t.Fatalf("verify output: %v\n%s\n%s", err, out.String(), errb.String())
 		}

@@ -5,13 +5,7 @@
 // no state.
 package fatal
 
-import (
-	"errors"
-
-	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/feldera"
-)
+import "errors"
 
 // Error is an error retrying cannot fix: the process should exit.
 type Error struct{ Err error }
@@ -32,13 +26,34 @@ func Wrap(err error) error {
 	return &Error{Err: err}
 }
 
-// Is reports whether err must end the process: marked fatal, a value or
-// a schema the decoder refuses, a source the catalog refuses, or records
-// Feldera could not parse.
+// Is reports whether err must end the process: marked fatal by Wrap, or
+// an error in its chain says so itself with a Fatal method (a value or a
+// schema the decoder refuses, a source the catalog refuses, records
+// Feldera could not parse). The error types carry the rule, so this
+// package imports none of theirs.
 func Is(err error) bool {
-	var fe *Error
-	var re *decode.RefusalError
-	var pe *decode.ParseError
-	var ce *catalog.RefusedError
-	return errors.As(err, &fe) || errors.As(err, &re) || errors.As(err, &pe) || errors.As(err, &ce) || feldera.IsParseErrors(err)
+	for err != nil {
+		switch e := err.(type) {
+		case *Error:
+			return true
+		case interface{ Fatal() bool }:
+			if e.Fatal() {
+				return true
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, inner := range u.Unwrap() {
+				if Is(inner) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }

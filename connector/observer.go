@@ -1,9 +1,7 @@
-package config
+package connector
 
 import (
 	"time"
-
-	"github.com/pgfeldera/pgfeldera/stage"
 )
 
 // Observer receives events worth a histogram or a labelled counter. All
@@ -17,5 +15,5 @@ type Observer interface {
 	// SessionEnded is a replication session that ended with an error.
 	SessionEnded(cause string)
 	// Stage is the time from a source transaction's commit to a stage.
-	Stage(stage stage.Stage, since time.Duration)
+	Stage(stage Stage, since time.Duration)
 }

@@ -1,4 +1,4 @@
-package inspect
+package setup
 
 import (
 	"context"
@@ -13,15 +13,13 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/replconn"
-	"github.com/pgfeldera/pgfeldera/setup"
-	"github.com/pgfeldera/pgfeldera/startup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
 // CheckReport is what check found: every problem that would stop a run,
 // and, for the reader, what the run would do.
 type CheckReport struct {
-	Problems setup.Problems `json:"problems"`
+	Problems Problems `json:"problems"`
 	// Model is the pipeline's fault-tolerance model and Gate the ack gate
 	// it implies ("complete" or "checkpoint"); empty when the pipeline
 	// could not be read.
@@ -52,19 +50,19 @@ type CheckOptions struct {
 // held by another consumer, and the state file's directory and lock. It
 // changes nothing: no slot is created, no checkpoint asked for. The error
 // is for what stopped the look itself (a query that failed mid-way).
-func Check(ctx context.Context, cfg setup.Config, opts CheckOptions, pipes setup.Pipeliner) (*CheckReport, error) {
+func Check(ctx context.Context, cfg Config, opts CheckOptions, pipes Pipeliner) (*CheckReport, error) {
 	r := &CheckReport{}
-	var ps setup.Found
+	var ps Found
 	ps.Add("STATE_FILE", checkStateFile(opts.StateFile))
-	p, err := setup.Prepare(ctx, cfg, pipes, setup.ForCheck)
-	var found setup.Problems
+	p, err := Prepare(ctx, cfg, pipes, ForCheck)
+	var found Problems
 	switch {
 	case errors.As(err, &found):
 		ps.List = append(ps.List, found...)
 	case errors.As(err, new(*pgconn.ConnectError)):
 		// No connection: nothing on the Postgres side can be read.
-		ps.Add("PG_DSN", setup.Refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
-		if _, err := setup.ReadPipeline(ctx, pipes, cfg.Logger, &setup.Plan{}, setup.ForCheck, &ps); err != nil {
+		ps.Add("PG_DSN", Refuse("PG_DSN", err.Error(), "check PG_DSN, that the server runs and that pg_hba.conf admits this client"))
+		if _, err := ReadPipeline(ctx, pipes, cfg.Logger, &Plan{}, ForCheck, &ps); err != nil {
 			return nil, err
 		}
 		r.Problems = ps.List
@@ -101,7 +99,7 @@ func checkStateFile(path string) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".pgfeldera-check-*")
 	if err != nil {
-		return setup.Refuse("STATE_FILE", fmt.Sprintf("the directory of STATE_FILE %s cannot hold it: %v", path, err),
+		return Refuse("STATE_FILE", fmt.Sprintf("the directory of STATE_FILE %s cannot hold it: %v", path, err),
 			"create "+dir+", writable by the user pgfeldera runs as")
 	}
 	f.Close()
@@ -109,10 +107,10 @@ func checkStateFile(path string) error {
 	lock, err := state.Lock(path)
 	var locked *state.LockedError
 	if errors.As(err, &locked) {
-		return setup.Refuse("STATE_FILE", locked.Error(), "")
+		return Refuse("STATE_FILE", locked.Error(), "")
 	}
 	if err != nil {
-		return setup.Refuse("STATE_FILE", err.Error(), "make "+state.LockPath(path)+" writable by the user pgfeldera runs as")
+		return Refuse("STATE_FILE", err.Error(), "make "+state.LockPath(path)+" writable by the user pgfeldera runs as")
 	}
 	return lock.Unlock()
 }
@@ -121,19 +119,19 @@ func checkStateFile(path string) error {
 // identifies the server (the role's REPLICATION, pg_hba.conf's
 // replication lines and a free walsender all show here), then looks at
 // the slot: free for another consumer, or room for a new one.
-func checkReplication(ctx context.Context, dsn, slotName, failoverSetting string, ps *setup.Found) error {
-	rcfg, err := startup.ReplicationConfig(dsn)
+func checkReplication(ctx context.Context, dsn, slotName, failoverSetting string, ps *Found) error {
+	rcfg, err := replconn.Config(dsn)
 	if ps.Add("PG_DSN", err) || err != nil {
-		return setup.OrNil(err)
+		return OrNil(err)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, rcfg)
 	if err != nil {
-		ps.Add("PG_DSN", setup.Refuse("PG_DSN", "replication connection: "+err.Error(), replicationFix(err, rcfg.User)))
+		ps.Add("PG_DSN", Refuse("PG_DSN", "replication connection: "+err.Error(), replicationFix(err, rcfg.User)))
 		return nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := failover.Identify(ctx, conn, failoverSetting); ps.Add("PG_SLOT_FAILOVER", err) || err != nil {
-		return setup.OrNil(err)
+		return OrNil(err)
 	}
 	slot, err := replconn.ReadSlot(ctx, conn, slotName)
 	if err != nil {
@@ -145,10 +143,10 @@ func checkReplication(ctx context.Context, dsn, slotName, failoverSetting string
 	}
 	switch {
 	case slot.Exists && slot.ActivePID != 0:
-		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", slotName, slot.ActivePID),
+		ps.Add("PG_SLOT", Refuse("PG_SLOT", fmt.Sprintf("slot %s is in use by another consumer (walsender pid %d)", slotName, slot.ActivePID),
 			"stop the other consumer, or give this connector its own PG_SLOT"))
 	case !slot.Exists && used >= max:
-		ps.Add("PG_SLOT", setup.Refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", slotName, used, max),
+		ps.Add("PG_SLOT", Refuse("PG_SLOT", fmt.Sprintf("slot %s does not exist and every replication slot is taken (%d of max_replication_slots = %d)", slotName, used, max),
 			"drop an unused slot (pg_drop_replication_slot), or raise max_replication_slots and restart postgres"))
 	}
 	return nil

@@ -1,4 +1,4 @@
-package inspect
+package verify
 
 import (
 	"context"
@@ -13,13 +13,12 @@ import (
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
-	"github.com/pgfeldera/pgfeldera/verify"
 )
 
 // Verdict is the comparison of one mapped table.
 type Verdict struct {
 	Source string `json:"postgres_table"`
-	verify.Result
+	Result
 	// Error says why the table could not be compared (then Match is false).
 	Error string `json:"error,omitempty"`
 }
@@ -32,7 +31,7 @@ type Querier interface {
 	Query(ctx context.Context, sql string, fn func(row json.RawMessage) error) error
 }
 
-// Verify compares each mapped table in Postgres and in Feldera: row counts
+// Tables compares each mapped table in Postgres and in Feldera: row counts
 // and an order-independent digest of the rows as pgfeldera encodes them,
 // read from Postgres in one REPEATABLE READ transaction and from Feldera
 // with SELECT * through /query. When a table differs it reads both sides
@@ -43,7 +42,7 @@ type Querier interface {
 // It returns an error only when nothing could be compared (configuration,
 // connection, schema); a table that cannot be read gets a Verdict with
 // Error set.
-func Verify(ctx context.Context, cfg setup.Config, sink Querier, maxDiffs int) ([]Verdict, error) {
+func Tables(ctx context.Context, cfg setup.Config, sink Querier, maxDiffs int) ([]Verdict, error) {
 	p, err := setup.Prepare(ctx, cfg, sink, setup.ForVerify)
 	if err != nil {
 		return nil, err
@@ -83,12 +82,12 @@ func Verify(ctx context.Context, cfg setup.Config, sink Querier, maxDiffs int) (
 
 // verifyTable compares a Feldera table with its sources: one table, or the
 // leaf partitions that share it.
-func verifyTable(ctx context.Context, conn *pgx.Conn, sink Querier, rels []*decode.Rel, maxDiffs int) (verify.Result, error) {
+func verifyTable(ctx context.Context, conn *pgx.Conn, sink Querier, rels []*decode.Rel, maxDiffs int) (Result, error) {
 	rel := rels[0]
 	t := rel.Target
-	tab, err := verify.New(t.Dest)
+	tab, err := New(t.Dest)
 	if err != nil {
-		return verify.Result{}, err
+		return Result{}, err
 	}
 	var mapped []string
 	for _, col := range rel.Cols {
@@ -126,12 +125,12 @@ func verifyTable(ctx context.Context, conn *pgx.Conn, sink Querier, rels []*deco
 		return nil
 	}
 	if err := pass(); err != nil {
-		return verify.Result{}, err
+		return Result{}, err
 	}
 	if !tab.Match() {
 		tab.StartDiff()
 		if err := pass(); err != nil {
-			return verify.Result{}, err
+			return Result{}, err
 		}
 	}
 	return tab.Result(maxDiffs), nil

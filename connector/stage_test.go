@@ -1,4 +1,4 @@
-package stage
+package connector
 
 import (
 	"fmt"
@@ -30,37 +30,37 @@ func TestStageClock(t *testing.T) {
 		{"each stage in turn", []step{
 			{commit: 100, sec: 0},
 			{commit: 200, sec: 1},
-			{stage: Sent, lsn: 200, sec: 2, want: "sent:2 sent:1"},
-			{stage: Complete, lsn: 100, sec: 5, want: "complete:5"},
-			{stage: Complete, lsn: 200, sec: 6, want: "complete:5"},
-			{stage: Durable, lsn: 200, sec: 9, want: "durable:9 durable:8"},
-			{stage: Acked, lsn: 200, sec: 10, want: "acked:10 acked:9"},
+			{stage: StageSent, lsn: 200, sec: 2, want: "sent:2 sent:1"},
+			{stage: StageComplete, lsn: 100, sec: 5, want: "complete:5"},
+			{stage: StageComplete, lsn: 200, sec: 6, want: "complete:5"},
+			{stage: StageDurable, lsn: 200, sec: 9, want: "durable:9 durable:8"},
+			{stage: StageAcked, lsn: 200, sec: 10, want: "acked:10 acked:9"},
 		}, 0},
 		{"a later stage implies the earlier ones", []step{
 			{commit: 100, sec: 0},
-			{stage: Acked, lsn: 100, sec: 3, want: "sent:3 complete:3 durable:3 acked:3"},
+			{stage: StageAcked, lsn: 100, sec: 3, want: "sent:3 complete:3 durable:3 acked:3"},
 		}, 0},
 		{"a position that does not move times nothing", []step{
 			{commit: 100, sec: 0},
-			{stage: Sent, lsn: 100, sec: 1, want: "sent:1"},
-			{stage: Sent, lsn: 100, sec: 2},
-			{stage: Sent, lsn: 50, sec: 3},
+			{stage: StageSent, lsn: 100, sec: 1, want: "sent:1"},
+			{stage: StageSent, lsn: 100, sec: 2},
+			{stage: StageSent, lsn: 50, sec: 3},
 		}, 1},
 		{"a transaction past the position waits", []step{
 			{commit: 100, sec: 0},
 			{commit: 300, sec: 1},
-			{stage: Acked, lsn: 200, sec: 4, want: "sent:4 complete:4 durable:4 acked:4"},
-			{stage: Durable, lsn: 300, sec: 5, want: "sent:4 complete:4 durable:4"},
+			{stage: StageAcked, lsn: 200, sec: 4, want: "sent:4 complete:4 durable:4 acked:4"},
+			{stage: StageDurable, lsn: 300, sec: 5, want: "sent:4 complete:4 durable:4"},
 		}, 1},
 		{"a commit not after the last is ignored", []step{
 			{commit: 100, sec: 0},
 			{commit: 100, sec: 1},
 			{commit: 90, sec: 1},
-			{stage: Sent, lsn: 100, sec: 2, want: "sent:2"},
+			{stage: StageSent, lsn: 100, sec: 2, want: "sent:2"},
 		}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var clock Clock
+			var clock StageClock
 			for i, s := range c.steps {
 				if s.commit > 0 {
 					clock.Commit(s.commit, at(s.sec))
@@ -86,7 +86,7 @@ func TestStageClock(t *testing.T) {
 // stays bounded.
 func TestStageClock_Bounded(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var clock Clock
+	var clock StageClock
 	for i := 1; i <= clockMax+10; i++ {
 		clock.Commit(pglogrepl.LSN(i), t0.Add(time.Duration(i)*time.Millisecond))
 	}
@@ -98,8 +98,8 @@ func TestStageClock_Bounded(t *testing.T) {
 		t.Fatalf("last = %+v", last)
 	}
 	n := 0
-	clock.Reach(Acked, clockMax+10, t0.Add(time.Minute), func(st Stage, d time.Duration) {
-		if st == Acked {
+	clock.Reach(StageAcked, clockMax+10, t0.Add(time.Minute), func(st Stage, d time.Duration) {
+		if st == StageAcked {
 			n++
 		}
 	})

@@ -1,4 +1,4 @@
-package startup
+package connector
 
 import (
 	"context"
@@ -8,37 +8,24 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/cause"
-	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
-
-// ReplicationConfig parses the DSN and asks for a logical replication
-// connection; a DSN that does not parse is fatal, naming PG_DSN (inspect's
-// check uses it too).
-func ReplicationConfig(dsn string) (*pgconn.Config, error) {
-	cfg, err := replconn.Config(dsn)
-	if err != nil {
-		return nil, fatal.Wrap(fmt.Errorf("PG_DSN: %w", err))
-	}
-	return cfg, nil
-}
 
 // OpenReplication opens the replication connection with the settings
 // every session pins.
 func (s *Starter) OpenReplication(ctx context.Context) (*pgconn.PgConn, error) {
-	rcfg, err := ReplicationConfig(s.DSN)
+	rcfg, err := replconn.Config(s.DSN)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := pgconn.ConnectConfig(ctx, rcfg)
 	if err != nil {
-		return nil, cause.FromPostgres(fmt.Errorf("replication connection: %w", err))
+		return nil, fromPostgres(fmt.Errorf("replication connection: %w", err))
 	}
 	for _, q := range replconn.PinnedGUCs {
 		if _, err := conn.Exec(ctx, q).ReadAll(); err != nil {
 			conn.Close(context.WithoutCancel(ctx))
-			return nil, cause.FromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
+			return nil, fromPostgres(fmt.Errorf("replication connection: %s: %w", q, err))
 		}
 	}
 	return conn, nil
@@ -72,7 +59,7 @@ func (s *Starter) StartReplication(ctx context.Context, conn *pgconn.PgConn) err
 		if sctx.Err() != nil && ctx.Err() == nil {
 			return fmt.Errorf("start replication on slot %s: no answer: %w", s.Slot, &replconn.SilentError{For: s.ReplicationTimeout})
 		}
-		return cause.FromPostgres(fmt.Errorf("start replication on slot %s: %w", s.Slot, err))
+		return fromPostgres(fmt.Errorf("start replication on slot %s: %w", s.Slot, err))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package config_test
+package connector_test
 
 import (
 	"strings"
@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
-	"github.com/pgfeldera/pgfeldera/config"
+	"github.com/pgfeldera/pgfeldera/connector"
 )
 
 func TestConfig_WithDefaults(t *testing.T) {
-	base := config.Config{DSN: "host=/tmp", Publication: "pub", Slot: "slot", Tables: []catalog.Table{{Schema: "public", Name: "users", Dest: "users"}}}
+	base := connector.Config{DSN: "host=/tmp", Publication: "pub", Slot: "slot", Tables: []catalog.Table{{Schema: "public", Name: "users", Dest: "users"}}}
 
 	t.Run("OK", func(t *testing.T) {
 		cfg, err := base.WithDefaults()
@@ -21,20 +21,20 @@ func TestConfig_WithDefaults(t *testing.T) {
 			name      string
 			got, want any
 		}{
-			{"AckMode", cfg.AckMode, config.AckCompleted},
-			{"Transactions", cfg.Transactions, config.TxnAuto},
+			{"AckMode", cfg.AckMode, connector.AckCompleted},
+			{"Transactions", cfg.Transactions, connector.TxnAuto},
 			{"ProgressTable", cfg.ProgressTable, "off"},
-			{"SnapshotMode", cfg.SnapshotMode, config.SnapshotInitial},
-			{"BatchMaxRows", cfg.BatchMaxRows, config.DefaultBatchMaxRows},
-			{"BatchMaxBytes", cfg.BatchMaxBytes, config.DefaultBatchMaxBytes},
-			{"BatchMaxInFlight", cfg.BatchMaxInFlight, config.DefaultBatchMaxInFlight},
-			{"CompletionTimeout", cfg.CompletionTimeout, config.DefaultCompletionTimeout},
-			{"CommitStallTimeout", cfg.CommitStallTimeout, config.DefaultCommitStallTimeout},
-			{"NoProgressTimeout", cfg.NoProgressTimeout, config.DefaultNoProgressTimeout},
-			{"IngressFence", cfg.IngressFence, config.DefaultIngressFence},
-			{"StopTimeout", cfg.StopTimeout, config.DefaultStopTimeout},
-			{"CheckpointAfter", cfg.CheckpointAfter, config.DefaultCheckpointAfter},
-			{"ReadyBlockedFor", cfg.ReadyBlockedFor, config.ReadyBlockedFor},
+			{"SnapshotMode", cfg.SnapshotMode, connector.SnapshotInitial},
+			{"BatchMaxRows", cfg.BatchMaxRows, connector.DefaultBatchMaxRows},
+			{"BatchMaxBytes", cfg.BatchMaxBytes, connector.DefaultBatchMaxBytes},
+			{"BatchMaxInFlight", cfg.BatchMaxInFlight, connector.DefaultBatchMaxInFlight},
+			{"CompletionTimeout", cfg.CompletionTimeout, connector.DefaultCompletionTimeout},
+			{"CommitStallTimeout", cfg.CommitStallTimeout, connector.DefaultCommitStallTimeout},
+			{"NoProgressTimeout", cfg.NoProgressTimeout, connector.DefaultNoProgressTimeout},
+			{"IngressFence", cfg.IngressFence, connector.DefaultIngressFence},
+			{"StopTimeout", cfg.StopTimeout, connector.DefaultStopTimeout},
+			{"CheckpointAfter", cfg.CheckpointAfter, connector.DefaultCheckpointAfter},
+			{"ReadyBlockedFor", cfg.ReadyBlockedFor, connector.ReadyBlockedFor},
 			{"BackoffInitial", cfg.BackoffInitial, time.Second},
 			{"BackoffMax", cfg.BackoffMax, 30 * time.Second},
 		} {

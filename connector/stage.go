@@ -1,4 +1,4 @@
-package stage
+package connector
 
 import (
 	"time"
@@ -11,16 +11,16 @@ import (
 type Stage int
 
 const (
-	// Sent: every row of it was taken by Feldera's ingress (HTTP 200).
-	Sent Stage = iota
-	// Complete: Feldera completed it, and every transaction before
+	// StageSent: every row of it was taken by Feldera's ingress (HTTP 200).
+	StageSent Stage = iota
+	// StageComplete: Feldera completed it, and every transaction before
 	// it: its rows are visible in the pipeline's views.
-	Complete
-	// Durable: a restart of Feldera keeps it (at completion, or once
+	StageComplete
+	// StageDurable: a restart of Feldera keeps it (at completion, or once
 	// a checkpoint covers it under at_least_once).
-	Durable
-	// Acked: a status update told Postgres the slot may release it.
-	Acked
+	StageDurable
+	// StageAcked: a status update told Postgres the slot may release it.
+	StageAcked
 	numStages
 )
 
@@ -28,10 +28,10 @@ var names = [numStages]string{"sent", "complete", "durable", "acked"}
 
 func (s Stage) String() string { return names[s] }
 
-// Names are the stage names, in order.
-func Names() []string { return names[:] }
+// Stages are the stage names, in order.
+func Stages() []string { return names[:] }
 
-// Clock times each source transaction with rows, from its commit
+// StageClock times each source transaction with rows, from its commit
 // time on the server to each stage, free of I/O. Transactions enter in
 // source order by their end LSN; each stage has a position that only
 // grows (the highest LSN it covers), and a stage's position reaching a
@@ -45,7 +45,7 @@ func Names() []string { return names[:] }
 // Under a flood of small transactions waiting for a checkpoint the queue
 // is bounded: past clockMax a new transaction merges into the last
 // one, keeping the earlier commit time, so a time is never understated.
-type Clock struct {
+type StageClock struct {
 	txns []txnTime
 	next [numStages]int // per stage: the first transaction it has not timed
 	pos  [numStages]pglogrepl.LSN
@@ -59,7 +59,7 @@ type txnTime struct {
 const clockMax = 1 << 14
 
 // Commit records a transaction with rows that ends at end.
-func (c *Clock) Commit(end pglogrepl.LSN, at time.Time) {
+func (c *StageClock) Commit(end pglogrepl.LSN, at time.Time) {
 	if n := len(c.txns); n > 0 && end <= c.txns[n-1].end {
 		return // not after the last: replayed, or out of order
 	}
@@ -74,8 +74,8 @@ func (c *Clock) Commit(end pglogrepl.LSN, at time.Time) {
 // transaction it reaches for the first time. A later stage reaches at
 // least what an earlier one did: a transaction is never acknowledged
 // before it is sent.
-func (c *Clock) Reach(s Stage, lsn pglogrepl.LSN, now time.Time, observe func(Stage, time.Duration)) {
-	for st := Sent; st <= s; st++ {
+func (c *StageClock) Reach(s Stage, lsn pglogrepl.LSN, now time.Time, observe func(Stage, time.Duration)) {
+	for st := StageSent; st <= s; st++ {
 		if lsn <= c.pos[st] {
 			continue
 		}
@@ -84,8 +84,8 @@ func (c *Clock) Reach(s Stage, lsn pglogrepl.LSN, now time.Time, observe func(St
 			observe(st, now.Sub(c.txns[c.next[st]].commit))
 		}
 	}
-	if s == Acked && c.next[Acked] > 0 {
-		k := c.next[Acked]
+	if s == StageAcked && c.next[StageAcked] > 0 {
+		k := c.next[StageAcked]
 		c.txns = append(c.txns[:0], c.txns[k:]...)
 		for st := range c.next {
 			c.next[st] = max(c.next[st]-k, 0)
