@@ -11,4 +11,5 @@ type Mapping struct {
 	Leaves  [][]string       // per target: a partitioned table's leaves (nil for any other table)
 	Routes  []*decode.Target // per route: its first target, whose Dest is the route's Feldera table
 	Groups  [][]int          // per route: the indexes of its targets (several for leaf partitions sharing a table)
+	Keys    []Key            // per target: its key for an incremental snapshot, read once (nil until read)
 }

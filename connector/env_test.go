@@ -22,7 +22,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/internal/waitfor"
 )

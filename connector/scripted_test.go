@@ -428,7 +428,7 @@ func TestScripted_WatermarkNudges(t *testing.T) {
 	sc := runScriptedWith(t, felderatest.Config{}, nil, scriptOpts{inc: func(c *Connector) *incremental.Session {
 		cfg := incremental.Config{ChunkRows: 10, Parallelism: 1, Logger: c.logger,
 			Progress: func(int) *incremental.Progress { return &incremental.Progress{} }}
-		inc := incremental.NewSession(cfg, &state.State{}, &setup.Plan{})
+		inc := incremental.NewSession(cfg, &state.State{}, &catalog.Mapping{})
 		inc.Handoff().Hand(&incremental.Chunk{Seq: 1})
 		return inc
 	}})

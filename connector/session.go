@@ -110,7 +110,7 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := c.begin(ctx, st, p, conn); err != nil {
 		return err
 	}
-	inc, err := incremental.New(ctx, c.incConfig(), p, &c.spare)
+	inc, err := incremental.New(ctx, c.incConfig(), &p.Mapping, &c.spare)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ import (
 // (incremental/resnapshot.go).
 // The resnapshot requests of old (the state replaced) are kept.
 func (s *Starter) startIncremental(ctx context.Context, p *setup.Plan, rconn *pgconn.PgConn, mappings []snapshot.Mapping, old *state.State, slotExists, retract bool) error {
-	if err := incremental.Prepare(ctx, s.DSN, p, &s.spare); err != nil {
+	if err := incremental.Prepare(ctx, s.DSN, &p.Mapping, &s.spare); err != nil {
 		return err
 	}
 	// Requests carried from old settle as the tables complete (incremental.Session.Save).

@@ -14,7 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
@@ -150,8 +150,8 @@ func TestStream_TransactionsBesideAnotherInput(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
 	pgbench := pgcluster.Tool(t, "pgbench")
-	iv := &invariant{check: pgbenchtest.Sums}
-	e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchtest.FelderaDDL+`
+	iv := &invariant{check: oracle.PgbenchSums}
+	e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", oracle.PgbenchDDL+`
 CREATE TABLE side (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR);`, func(fc *felderatest.Config) {
 		heavySteps(fc)
 		fc.OnState = iv.see

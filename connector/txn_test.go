@@ -11,7 +11,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/connector"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
@@ -69,8 +69,8 @@ func TestStream_TransactionsAtomicUnderPgbench(t *testing.T) {
 			mode = connector.TxnAuto
 		}
 		t.Run(name, func(t *testing.T) {
-			iv := &invariant{check: pgbenchtest.Sums}
-			e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", pgbenchtest.FelderaDDL, func(fc *felderatest.Config) {
+			iv := &invariant{check: oracle.PgbenchSums}
+			e := newEnvOn(t, pgcluster.Shared(t), "SELECT 1", oracle.PgbenchDDL, func(fc *felderatest.Config) {
 				heavySteps(fc)
 				fc.OnState = iv.see
 			})

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"

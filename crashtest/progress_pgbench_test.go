@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/pgbenchtest"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
@@ -91,11 +91,11 @@ func newPgbenchWorld(t *testing.T, ft string) *pgbenchWorld {
 		if ft != "" {
 			c.FaultTolerance = ft
 		}
-		c.Tables = felderatest.MustParseDDL(pgbenchtest.FelderaDDL + setup.ProgressDDL)
+		c.Tables = felderatest.MustParseDDL(oracle.PgbenchDDL + setup.ProgressDDL)
 		c.OnState = b.see
 	})
 	b.w.compared = nil
-	for _, tb := range pgbenchtest.Tables {
+	for _, tb := range oracle.PgbenchTables {
 		b.w.compared = append(b.w.compared, [2]string{tb, tb})
 	}
 	b.pgbench("-i", "-s", "1", "-q")
@@ -103,12 +103,12 @@ func newPgbenchWorld(t *testing.T, ft string) *pgbenchWorld {
 	return b
 }
 
-// see checks a state (pgbenchtest.Sums).
+// see checks a state (oracle.PgbenchSums).
 func (b *pgbenchWorld) see(v felderatest.View) {
 	if v.Len("pgbench_accounts") < 100_000 {
 		return
 	}
-	ok, why := pgbenchtest.Sums(v)
+	ok, why := oracle.PgbenchSums(v)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.states++
@@ -135,7 +135,7 @@ func (b *pgbenchWorld) run(args ...string) error {
 
 // start runs pgfeldera on pgbench's tables.
 func (b *pgbenchWorld) start(env ...string) *proc {
-	return b.w.start(append([]string{"PG_PUBLICATION=pgb", "TABLES=" + strings.Join(pgbenchtest.Tables, ","), "SNAPSHOT_MODE=initial"}, env...)...)
+	return b.w.start(append([]string{"PG_PUBLICATION=pgb", "TABLES=" + strings.Join(oracle.PgbenchTables, ","), "SNAPSHOT_MODE=initial"}, env...)...)
 }
 
 // caughtUp waits until the slot confirmed the current WAL position and

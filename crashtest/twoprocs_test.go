@@ -3,16 +3,17 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/internal/oracle"
+	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 )
 
 // Two pgfeldera processes feed one pipeline, each with its own slot,

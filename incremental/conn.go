@@ -10,7 +10,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
-	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // startWorker starts a worker when tables are queued and none runs; an
@@ -100,7 +99,7 @@ func (sp *Spare) Close() {
 // connection that checks the keys is kept in spare for the session's
 // worker to read chunks on (a connection costs a backend's start:
 // milliseconds on the path to the first chunk).
-func Prepare(ctx context.Context, dsn string, p *setup.Plan, spare *Spare) error {
+func Prepare(ctx context.Context, dsn string, p *catalog.Mapping, spare *Spare) error {
 	conn, err := Connect(ctx, dsn)
 	if err != nil {
 		return fmt.Errorf("incremental snapshot: %w", err)
@@ -121,7 +120,7 @@ func Prepare(ctx context.Context, dsn string, p *setup.Plan, spare *Spare) error
 
 // Keys is every table's key (incremental.ChunkKey), read once per
 // session: a refusal is the table's err; a failed query is returned.
-func Keys(ctx context.Context, p *setup.Plan, conn *pgx.Conn) ([]catalog.Key, error) {
+func Keys(ctx context.Context, p *catalog.Mapping, conn *pgx.Conn) ([]catalog.Key, error) {
 	if p.Keys != nil {
 		return p.Keys, nil
 	}

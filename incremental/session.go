@@ -12,7 +12,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -99,7 +98,7 @@ func ChunkRows(n int) int {
 // tables it leaves incremental are queued for the worker. It is nil only
 // without a state file (a first run under SNAPSHOT_MODE=never, which no
 // request can change).
-func New(ctx context.Context, cfg Config, p *setup.Plan, spare *Spare) (*Session, error) {
+func New(ctx context.Context, cfg Config, p *catalog.Mapping, spare *Spare) (*Session, error) {
 	st, err := state.Load(cfg.StateFile)
 	if errors.Is(err, state.ErrNotExist) {
 		return nil, nil
@@ -153,7 +152,7 @@ func New(ctx context.Context, cfg Config, p *setup.Plan, spare *Spare) (*Session
 
 // NewSession is a session of the tables st records, none of them queued
 // (New queues those the state leaves incremental) and no key read.
-func NewSession(cfg Config, st *state.State, p *setup.Plan) *Session {
+func NewSession(cfg Config, st *state.State, p *catalog.Mapping) *Session {
 	return &Session{
 		cfg:  cfg,
 		hand: NewHandoff(ChunkRows(cfg.ChunkRows), cfg.Parallelism),

@@ -51,7 +51,6 @@ type checker struct {
 
 // Plan is what a session learned before streaming.
 type Plan struct {
-	Keys []catalog.Key // per target: its primary key for an incremental snapshot (chunkKeys), read once
 	catalog.Mapping
 	DeploymentID   string
 	Model          feldera.FTModel      // the pipeline's fault-tolerance model

@@ -1,5 +1,7 @@
-// Package oracle compares a Postgres table with a Feldera double's table,
-// row by row and every shared column: the check behind "nothing lost".
+// Package oracle is what the tests know to be right about the Feldera
+// double's state: a Postgres table compared with the double's, row by
+// row and every shared column (the check behind "nothing lost"), and
+// pgbench's invariant. Only tests import it; the binaries do not link it.
 package oracle
 
 import (

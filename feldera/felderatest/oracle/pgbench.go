@@ -1,7 +1,8 @@
-// Package pgbenchtest is what the tests that run pgbench's tpcb-like
-// transactions into the Feldera double share: the pipeline's tables and
-// the invariant every state must keep. Only tests import it.
-package pgbenchtest
+package oracle
+
+// What the tests that run pgbench's tpcb-like transactions into the
+// Feldera double share: the pipeline's tables and the invariant every
+// state must keep.
 
 import (
 	"errors"
@@ -10,25 +11,25 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 )
 
-// FelderaDDL declares pgbench's keyed tables in the pipeline (pgbench -i
+// PgbenchDDL declares pgbench's keyed tables in the pipeline (pgbench -i
 // creates them in Postgres; pgbench_history, keyless, is not published).
-const FelderaDDL = `
+const PgbenchDDL = `
 CREATE TABLE pgbench_accounts (aid INT NOT NULL PRIMARY KEY, bid INT, abalance INT, filler CHAR(84));
 CREATE TABLE pgbench_tellers (tid INT NOT NULL PRIMARY KEY, bid INT, tbalance INT, filler CHAR(84));
 CREATE TABLE pgbench_branches (bid INT NOT NULL PRIMARY KEY, bbalance INT, filler CHAR(88));
 `
 
-// Tables are the tables FelderaDDL declares.
-var Tables = []string{"pgbench_accounts", "pgbench_tellers", "pgbench_branches"}
+// PgbenchTables are the tables PgbenchDDL declares.
+var PgbenchTables = []string{"pgbench_accounts", "pgbench_tellers", "pgbench_branches"}
 
-// Sums checks a state: pgbench's tpcb-like transaction adds one delta to
+// PgbenchSums checks a state: pgbench's tpcb-like transaction adds one delta to
 // an account, a teller and a branch, so in every state Postgres had the
 // three sums are equal; why says what broke. States before the
 // snapshot's 100,000 accounts are in are not summed: pgbench -i starts
 // every balance at 0, so they hold trivially, and summing 100,000
 // accounts at each of the snapshot's steps (under -race, with the double
 // locked meanwhile) made the tests take minutes.
-func Sums(v felderatest.View) (ok bool, why string) {
+func PgbenchSums(v felderatest.View) (ok bool, why string) {
 	if v.Len("pgbench_accounts") < 100_000 {
 		return true, ""
 	}
