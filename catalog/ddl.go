@@ -32,7 +32,7 @@ func DDL(ctx context.Context, dsn, publication string, tables []Table) (ddl stri
 		return "", nil, fmt.Errorf("read publication: %w", err)
 	}
 	if !exists {
-		return "", nil, refused(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...): the columns it sends decide the Feldera schema", publication, QuoteIdent(publication)))
+		return "", nil, refused(fmt.Errorf("publication %q does not exist (CREATE PUBLICATION %s FOR TABLE ...): the columns it sends decide the Feldera schema", publication, pgvalue.QuoteIdent(publication)))
 	}
 	types, err := LoadTypes(ctx, conn, dsn)
 	if err != nil {

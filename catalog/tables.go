@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -15,7 +16,9 @@ type Table struct {
 }
 
 // Source is the qualified Postgres name, schema.table, quoted where needed.
-func (t Table) Source() string { return QuoteIdent(t.Schema) + "." + QuoteIdent(t.Name) }
+func (t Table) Source() string {
+	return pgvalue.QuoteIdent(t.Schema) + "." + pgvalue.QuoteIdent(t.Name)
+}
 
 // ParseTables parses TABLES: comma-separated "pg name[:feldera name]" where
 // the Postgres name may be schema-qualified (default schema public) and
@@ -89,9 +92,6 @@ func pgIdent(s string) (string, error) {
 	}
 	return strings.ToLower(s), nil
 }
-
-// QuoteIdent quotes a Postgres identifier.
-func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func splitOutsideQuotes(s string, sep byte) []string {
 	var out []string

@@ -13,29 +13,7 @@ import (
 )
 
 // pending reports whether anything read is not yet acknowledged.
-func (s *stream) pending() bool {
-	return !s.quiet() || s.led.Pending()
-}
-
-// quiet reports whether the session has nothing open, buffered or in
-// flight: the ledger's keepalive rule.
-func (s *stream) quiet() bool {
-	return !s.open && s.filling.Total == 0 && !s.busy()
-}
-
-// busy reports whether a POST, a batch in flight or a retraction runs.
-func (s *stream) busy() bool {
-	return s.posting || s.retracting || s.led.InFlight() > 0
-}
-
-// landed forgets the size of a batch that completed.
-func (s *stream) landed(id uint64) {
-	if sz, ok := s.flightSize[id]; ok {
-		s.flightRows -= sz[0]
-		s.flightBytes -= sz[1]
-		delete(s.flightSize, id)
-	}
-}
+func (s *stream) pending() bool { return s.pipe.Pending() }
 
 // ack publishes what the ledger's last rule did (moved: the position
 // moved) and sends the status update that carries a moved position.
@@ -54,20 +32,13 @@ func (s *stream) ack(moved bool) error {
 // must restore it, or a later one, before anything it covers was
 // acknowledged.
 func (s *stream) checkpointed() (bool, error) {
-	if !s.led.Queued() {
+	if !s.pipe.Queued() {
 		return false, nil
 	}
-	moved := false
-	if s.led.Confirms() {
-		moved = s.led.ConfirmedAt(time.Unix(0, s.c.cp.SeenAt.Load()))
+	moved, err := s.pipe.Checkpointed(s.c.cp.Steps.Load(), time.Unix(0, s.c.cp.SeenAt.Load()), s.recordCheckpoint)
+	if err != nil {
+		return false, err
 	}
-	steps := s.c.cp.Steps.Load()
-	if steps > s.led.Covered() {
-		if err := s.recordCheckpoint(); err != nil {
-			return false, err
-		}
-	}
-	moved = s.led.Checkpointed(steps) || moved
 	s.advance()
 	s.publishWait()
 	return moved, nil
@@ -89,7 +60,7 @@ func (s *stream) recordCheckpoint() error {
 		return err
 	}
 	if gap && s.plan.Model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {
-		s.led.AckAtCompletion()
+		s.pipe.AckAtCompletion()
 		s.c.gate.Store(int32(GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)
 	}
@@ -103,7 +74,7 @@ func (s *stream) recordCheckpoint() error {
 // counts: a source transaction or a commit that takes long is progress
 // of its own, bounded elsewhere.
 func (s *stream) stalledGate() error {
-	at, ok := s.led.Waiting()
+	at, ok := s.pipe.Waiting()
 	if !ok || time.Since(at) <= s.c.cfg.NoProgressTimeout {
 		return nil
 	}
@@ -119,8 +90,8 @@ func (s *stream) stalledGate() error {
 func (s *stream) publishWait() {
 	// The WAL figure first: a look that sees work waiting reads the
 	// figure of that work, not of the work before.
-	s.c.cp.WAL.Store(int64(s.led.WaitingWAL()))
-	if at, ok := s.led.Waiting(); ok {
+	s.c.cp.WAL.Store(int64(s.pipe.WaitingWAL()))
+	if at, ok := s.pipe.Waiting(); ok {
 		s.c.cp.Waits.Store(at.UnixNano())
 	} else {
 		s.c.cp.Waits.Store(0)
@@ -145,9 +116,9 @@ func (s *stream) noteSent(openRows bool) {
 // advance publishes the ledger's position: the stages' clock, the
 // connector's copy of the acknowledged position and its statistics.
 func (s *stream) advance() {
-	lsn := s.led.Acked()
-	s.c.step.Store(s.led.Step())
-	s.stage(StageComplete, s.led.CompletedTo())
+	lsn := s.pipe.Acked()
+	s.c.step.Store(s.pipe.Step())
+	s.stage(StageComplete, s.pipe.CompletedTo())
 	s.stage(StageDurable, lsn)
 	if lsn > s.c.acked {
 		s.c.acked = lsn

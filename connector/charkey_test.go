@@ -1,10 +1,11 @@
 package connector_test
 
 import (
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 
 	"github.com/pgfeldera/pgfeldera/connector"
 )

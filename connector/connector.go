@@ -74,10 +74,6 @@ type Connector struct {
 
 	gate atomic.Int32         // the Gate of the current session (status, metrics)
 	cp   delivery.Checkpoints // what the session, the watcher and the metrics share of checkpoints
-	// syncStep is the highest step a synchronous send (the snapshot's
-	// copy, a retraction) waited for, reset as each session starts: the
-	// session's ledger takes it (Ledger.Stepped).
-	syncStep atomic.Uint64
 	// step is the session ledger's step watermark, published by
 	// stream.advance for other goroutines to read.
 	step          atomic.Uint64
@@ -132,8 +128,8 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
 	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
-		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
-		Step:     &c.syncStep, Batches: &c.stats.Batches,
+		NeedStep:   func() bool { return c.Gate() == GateCheckpoint },
+		Batches:    &c.stats.Batches,
 		FlushSince: &c.health.flushSince, FlushFailed: &c.health.flushFailed}
 	routes, n := catalog.Routes(cfg.Tables)
 	c.tableStats = make([]*TableStats, n)

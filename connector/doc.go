@@ -1,7 +1,7 @@
 // Package connector runs the replication session: it owns the replication
-// connection and the LSN positions, decodes the stream into the batches
-// of package delivery, and advances flush_lsn only where delivery's
-// Ledger says Feldera holds the rows durably. It reconnects with backoff
+// connection and the positions it reads, decodes the stream into the
+// session's delivery.Pipeline, and advances flush_lsn only where the
+// pipeline's Ledger says Feldera holds the rows durably. It reconnects with backoff
 // and shuts down gracefully. It declares the Sink it needs;
 // *feldera.Client satisfies it.
 //
@@ -42,15 +42,15 @@
 // Run is the supervisor and runs on its caller's goroutine; it returns
 // only after every goroutine below has ended. Each session runs on that
 // goroutine too, and its loop (stream.run) is the only one that touches
-// the replication connection, the session's positions and its ledger
-// (delivery.Ledger: the only writer of the acknowledged position).
-// stream.serve starts, and joins before it returns:
+// the replication connection, the session's positions and its pipeline
+// (delivery.Pipeline, whose Ledger is the only writer of the acknowledged
+// position). stream.serve starts, and joins before it returns:
 //
-//   - the completer (delivery.Completer), which polls the completion of the
-//     batches in flight and reports each as an event;
-//   - one poster at a time (flush.go, startFlush), which POSTs a sealed
-//     batch and hands it to the completer;
-//   - one retraction at a time (loop.go, truncate), for a TRUNCATE;
+//   - through the pipeline: the completer (delivery.Completer), which
+//     polls the completion of the batches in flight and reports each as
+//     an event; one poster at a time, which POSTs a sealed batch and
+//     hands it to the completer; one retraction at a time, for a
+//     TRUNCATE (loop.go, truncate);
 //   - the incremental snapshot's worker (incremental.Worker, started by
 //     incremental.Session), and the lane readers it starts and joins
 //     itself; it hands chunks to the loop through the incremental.Handoff;

@@ -9,11 +9,11 @@ import (
 
 // incStream is what the incremental snapshot needs of the stream: the
 // worker runs under the flush context, counted in the session's
-// WaitGroup, and ends the session with an evChunk event.
+// WaitGroup, and ends the session with a chunk event.
 func (s *stream) incStream() incremental.Stream {
 	return incremental.Stream{
 		Ctx: s.flushCtx, WG: &s.wg, Wake: s.wake.fire, WantKeys: s.dec.WantKeys, Timeout: s.live.Timeout,
-		Fail: func(err error) { s.emit(event{kind: evChunk, err: err}) },
+		Fail: func(err error) { s.emit(event{chunk: err}) },
 	}
 }
 
@@ -34,19 +34,20 @@ func (s *stream) incEvent(ev *decode.Event) error {
 // at the usual bounds (BATCH_MAX_ROWS, BATCH_MAX_BYTES) as between source
 // transactions; only the last one carries the COMMIT's position.
 func (s *stream) appendChunk(ch *incremental.Chunk) error {
-	s.open = false
+	s.pipe.EndChunk()
 	route := ch.Table.Rel.Target.Route
 	now := time.Now()
-	if s.filling.Total == 0 && len(ch.Ends) > 0 && len(ch.Ends) <= s.c.cfg.BatchMaxRows && len(ch.Buf) <= s.c.cfg.BatchMaxBytes {
+	f := s.pipe.Filling()
+	if f.Total == 0 && len(ch.Ends) > 0 && len(ch.Ends) <= s.c.cfg.BatchMaxRows && len(ch.Buf) <= s.c.cfg.BatchMaxBytes {
 		// The chunk is one batch: its buffer becomes the batch's (no copy),
 		// and the batch's empty one goes back to the pool with the chunk.
-		s.filling.Bufs[route], ch.Buf = ch.Buf, s.filling.Bufs[route][:0]
-		s.filling.AddedChunk(route, len(ch.Ends), now)
+		f.Bufs[route], ch.Buf = ch.Buf, f.Bufs[route][:0]
+		f.AddedChunk(route, len(ch.Ends), now)
 	} else if err := s.copyChunk(ch, route, now); err != nil {
 		return err
 	}
-	if ch.Done && s.filling.Total > 0 {
-		s.filling.SealNow = true
+	if f := s.pipe.Filling(); ch.Done && f.Total > 0 {
+		f.SealNow = true
 	}
 	return s.inc.Appended(ch)
 }
@@ -58,15 +59,15 @@ func (s *stream) appendChunk(ch *incremental.Chunk) error {
 func (s *stream) copyChunk(ch *incremental.Chunk, route int, now time.Time) error {
 	maxRows, maxBytes := s.c.cfg.BatchMaxRows, s.c.cfg.BatchMaxBytes
 	for i, start := 0, 0; i < len(ch.Ends); {
-		if s.c.bounds().Full(s.filling) {
-			for !s.canPost() {
+		if s.pipe.Full() {
+			for !s.pipe.CanPost() {
 				if err := s.waitEvent(); err != nil {
 					return err
 				}
 			}
-			s.startFlush(false)
+			s.pipe.Seal(false)
 		}
-		b := s.filling
+		b := s.pipe.Filling()
 		rows, size := b.Total, b.Size()
 		j := i
 		for j < len(ch.Ends)-1 && rows+j-i+1 < maxRows && size+ch.Ends[j]-start < maxBytes {

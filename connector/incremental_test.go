@@ -3,13 +3,14 @@ package connector_test
 import (
 	"context"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 
 	"github.com/jackc/pgx/v5"
 

@@ -38,7 +38,7 @@ func (s *stream) run(ctx context.Context) error {
 		// The filling batch is full and cannot be sent yet (a POST runs,
 		// or BATCH_MAX_IN_FLIGHT batches are in flight): stop reading
 		// (the memory bound) but keep reporting.
-		if s.c.bounds().Full(s.filling) && !s.canPost() {
+		if s.pipe.Full() && !s.pipe.CanPost() {
 			if err := s.waitEvent(); err != nil {
 				return err
 			}
@@ -87,8 +87,8 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 	if err := s.quietEnd(now); err != nil {
 		return now, nudge, err
 	}
-	if s.canPost() && s.flushDue(now) {
-		s.startFlush(false)
+	if s.pipe.CanPost() && s.pipe.FlushDue(now) {
+		s.pipe.Seal(false)
 	}
 	if !now.Before(s.nextStatus) {
 		if err := s.status(); err != nil {
@@ -121,13 +121,13 @@ func (s *stream) tend() (now, nudge time.Time, err error) {
 // look, whichever comes first. The heartbeat may end the session.
 func (s *stream) receiveBy(now, nudge time.Time) (time.Time, error) {
 	deadline := s.nextStatus
-	if s.led.Queued() && now.Add(delivery.CheckpointPoll).Before(deadline) {
+	if s.pipe.Queued() && now.Add(delivery.CheckpointPoll).Before(deadline) {
 		deadline = now.Add(delivery.CheckpointPoll) // look at the watcher's checkpoint
 	}
-	if ld, ok := s.lingerDeadline(); ok && ld.Before(deadline) {
+	if ld, ok := s.pipe.LingerDeadline(); ok && ld.Before(deadline) {
 		deadline = ld
 	}
-	if ld, ok := s.rowOnlyAt(); ok && ld.Before(deadline) {
+	if ld, ok := s.pipe.RowOnlyAt(); ok && ld.Before(deadline) {
 		deadline = ld
 	}
 	if !nudge.IsZero() && nudge.Before(deadline) {
@@ -183,10 +183,8 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 		// below ServerWALEnd was read, so idle slots release WAL (writes
 		// to unpublished tables move the WAL head too).
 		idle := !s.pending()
-		s.walEnd = max(s.walEnd, pkm.ServerWALEnd)
-		s.join.Keepalive(pkm.ServerWALEnd, s.open)
-		moved := s.led.Keepalive(pkm.ServerWALEnd, s.quiet(), time.Now())
-		if idle && replconn.IdleKeepalive(pkm.ServerWALEnd, s.startEnd) {
+		moved := s.pipe.Keepalive(pkm.ServerWALEnd, time.Now())
+		if idle && replconn.IdleKeepalive(pkm.ServerWALEnd, s.c.srv.WALEnd) {
 			s.c.healthy = time.Now()
 		}
 		if pkm.ReplyRequested && !moved {
@@ -204,17 +202,17 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 			s.received = xld.WALStart
 			s.c.stats.Received.Store(uint64(xld.WALStart))
 		}
-		if s.skip.Drops(xld.WALData) {
+		if s.pipe.Drops(xld.WALData) {
 			return nil // Feldera holds its transaction (skip.go)
 		}
-		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.c.bounds().Full(s.filling) && s.canPost() {
+		if len(xld.WALData) > 0 && xld.WALData[0] != 'C' && s.pipe.Full() && s.pipe.CanPost() {
 			// A full batch is sealed when the next change arrives, not at
 			// the change that filled it: when that change was its
 			// transaction's last, the COMMIT still goes in, and the batch
 			// holds whole transactions (no Feldera transaction needed).
-			s.startFlush(false)
+			s.pipe.Seal(false)
 		}
-		if err := s.dec.Decode(xld.WALData, s.filling, ev); err != nil {
+		if err := s.dec.Decode(xld.WALData, s.pipe.Filling(), ev); err != nil {
 			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
 		}
 		return s.event(ev)
@@ -223,7 +221,6 @@ func (s *stream) handle(data []byte, ev *decode.Event) error {
 }
 
 func (s *stream) event(ev *decode.Event) error {
-	s.skipAt(ev)
 	if s.inc != nil {
 		if err := s.incEvent(ev); err != nil {
 			return err
@@ -233,35 +230,30 @@ func (s *stream) event(ev *decode.Event) error {
 	}
 	switch ev.Kind {
 	case decode.KindBegin:
-		s.open, s.openRows, s.openRecs, s.openCommit = true, false, 0, ev.Begin.FinalLSN
-	case decode.KindCommit:
-		s.open = false
-		if s.openRows {
-			s.clock.Commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
+		s.openCommit = ev.Begin.FinalLSN
+		if _, below := s.pipe.Skipped(); s.pipe.Begin(ev.Begin.FinalLSN) {
+			n, _ := s.pipe.Skipped()
+			s.logger.Info("progress: skipped the source transactions Feldera held; streaming", "transactions", n, "progress_lsn", below)
 		}
-		if s.openRecs > 1 && s.openRows {
-			s.filling.Multi = true // its records are in this batch: whole, or the rest of it
+	case decode.KindCommit:
+		if s.pipe.OpenRows() {
+			s.clock.Commit(ev.Commit.EndLSN, ev.Commit.CommitTime)
 		}
 		// A COMMIT records how far a flush may move the position, or,
 		// with nothing buffered, moves it once what was sent before it
-		// is durable (ledger.committed). Only the second needs publishing:
-		// a recorded COMMIT moves nothing.
-		buffered := s.filling.Total > 0
-		moved := s.led.Committed(ev.Commit.EndLSN, buffered, time.Now())
-		if !buffered {
+		// is durable. Only the second needs publishing: a recorded
+		// COMMIT moves nothing.
+		moved, publish := s.pipe.Commit(ev.Commit.EndLSN, time.Now())
+		if publish {
 			if err := s.ack(moved); err != nil {
 				return err
 			}
 		}
-		if (s.c.cfg.BatchLinger == 0 && s.filling.Total > 0 || s.txnOpen && !s.joinHolds()) && s.canPost() {
-			s.startFlush(false) // an open Feldera transaction ends at the source COMMIT
+		if s.pipe.SealAtCommit() {
+			s.pipe.Seal(false) // an open Feldera transaction ends at the source COMMIT
 		}
 	case decode.KindRows:
-		s.openRows = s.openRows || s.open
-		if s.open {
-			s.openRecs += ev.Rows
-		}
-		s.filling.Added(ev.Route, ev.Rows, time.Now())
+		s.pipe.Rows(ev.Route, ev.Rows, time.Now())
 		s.c.stats.StreamRows.Add(int64(ev.Rows))
 		ts := s.c.tableStats[ev.Route]
 		ts.Deletes.Add(int64(ev.Deletes))
@@ -285,15 +277,12 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 	for i, r := range rels {
 		names[i] = r.Target.Qualified()
 	}
-	rels, err := snapshot.TruncatedRoutes(rels, s.groups)
+	rels, err := snapshot.TruncatedRoutes(rels, s.plan.Groups)
 	if err != nil {
 		return err
 	}
 	for _, r := range rels {
-		route := r.Target.Route
-		s.filling.Total -= s.filling.Rows[route]
-		s.filling.Rows[route] = 0
-		s.filling.Bufs[route] = s.filling.Bufs[route][:0]
+		s.pipe.Truncated(r.Target.Route)
 	}
 	s.logger.Info("truncate: retracting every row in Feldera", "tables", strings.Join(names, ","))
 	// Rows sent before the TRUNCATE must land before the keys are read:
@@ -311,28 +300,21 @@ func (s *stream) truncate(rels []*decode.Rel) error {
 			return err
 		}
 	}
-	s.retracting = true
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		var err error
+	s.pipe.Retract(func(ctx context.Context) (uint64, error) {
 		for _, r := range rels {
-			if err = s.c.loader.RetractAll(s.flushCtx, s.targets, r); err != nil {
-				err = fmt.Errorf("truncate of %s: %w", r.Target.Qualified(), err)
-				break
+			if err := s.c.loader.RetractAll(ctx, s.plan.Routes, r); err != nil {
+				return 0, fmt.Errorf("truncate of %s: %w", r.Target.Qualified(), err)
 			}
 		}
-		// The retraction's steps reach the gate through the ledger's
-		// step watermark: it is no batch of the frontier.
-		s.emit(event{kind: evRetracted, step: s.c.syncStep.Load(), err: err})
-	}()
+		return s.c.out.SyncStep(), nil
+	})
 	if err := s.drain(); err != nil {
 		return err
 	}
-	if s.filling.Total == 0 {
+	if s.pipe.Filling().Total == 0 {
 		// Every buffered row was of the truncated tables: the COMMITs
 		// they carried need nothing more.
-		s.led.Emptied(time.Now())
+		s.pipe.Emptied(time.Now())
 		s.advance()
 		s.publishWait()
 	}
@@ -382,13 +364,13 @@ func (s *stream) waitEvent() error {
 // closeTxn commits an open Feldera transaction: the filling batch (empty
 // or not) goes out as its last part, after the POST that runs.
 func (s *stream) closeTxn() error {
-	for s.posting {
+	for s.pipe.Posting() {
 		if err := s.waitEvent(); err != nil {
 			return err
 		}
 	}
-	if s.txnOpen {
-		s.startFlush(true)
+	if s.pipe.TxnOpen() {
+		s.pipe.Seal(true)
 	}
 	return nil
 }
@@ -396,7 +378,7 @@ func (s *stream) closeTxn() error {
 // drain waits until nothing is in flight: every batch sent completed and
 // any retraction ended.
 func (s *stream) drain() error {
-	for s.busy() {
+	for s.pipe.Busy() {
 		if err := s.waitEvent(); err != nil {
 			return err
 		}
@@ -404,52 +386,23 @@ func (s *stream) drain() error {
 	return nil
 }
 
-// apply is the loop's side of an event. Only a completion moves the
-// position, through the frontier; any failure ends the session, which
-// drops everything in flight: the next one replays it from the slot.
+// apply is the loop's side of an event: the pipeline applies its own
+// (delivery.Pipeline.Apply) and says whether the position moved. Any
+// failure ends the session, which drops everything in flight: the next
+// one replays it from the slot.
 func (s *stream) apply(ev event) error {
-	if ev.err != nil {
-		if ev.kind != evChunk {
-			s.c.health.flushFailed.Store(true)
+	if ev.chunk != nil {
+		return ev.chunk
+	}
+	moved, err := s.pipe.Apply(ev.out)
+	if err != nil {
+		if ev.out.Kind == delivery.Retracted {
+			return err
 		}
-		if ev.kind == evPosted || ev.kind == evComplete {
-			return fromFeldera(ev.err) // a POST or a completion: Feldera's side
-		}
-		return ev.err
+		return fromFeldera(err) // a POST or a completion: Feldera's side
 	}
-	moved := false
-	switch ev.kind {
-	case evPosted:
-		s.posting = false
-		s.stage(StageSent, ev.b.AckTo)
-		ev.b.Shrink(64 << 20)
-		s.spare = ev.b
-		if ev.ackNow {
-			s.landed(ev.id)
-			moved = s.led.Accepted(ev.id, time.Now())
-		}
-	case evComplete:
-		s.landed(ev.id)
-		moved = s.led.Completed(ev.id, ev.step, time.Now())
-		s.c.health.flushFailed.Store(false)
-	case evRetracted:
-		s.retracting = false
-		s.led.Stepped(ev.step)
-		s.c.health.flushFailed.Store(false)
+	if ev.out.Kind == delivery.Posted {
+		s.stage(StageSent, ev.out.Batch.AckTo)
 	}
-	s.setFlushSince()
-	if err := s.ack(moved); err != nil {
-		return err
-	}
-	return nil
-}
-
-// setFlushSince tells the readiness check since when the oldest work in
-// flight waits.
-func (s *stream) setFlushSince() {
-	if at, ok := s.led.OldestOpen(); ok {
-		s.c.health.flushSince.Store(at.UnixNano())
-	} else {
-		s.c.health.flushSince.Store(0)
-	}
+	return s.ack(moved)
 }

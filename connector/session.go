@@ -16,49 +16,24 @@ import (
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
-// stream is one replication session. Its goroutine owns the connection and
-// every position; the flusher goroutine only sees the batch it was handed.
+// stream is one replication session. Its goroutine owns the connection
+// and the positions it reads; the sending side, from the batch the
+// decoder fills to the acknowledged position, is its pipeline's.
 type stream struct {
 	c        *Connector
 	plan     *setup.Plan
 	src      replSource // the replication connection
 	dec      *decode.Decoder
-	targets  []*decode.Target // per route: its Feldera table (see plan.routes)
-	groups   [][]int          // per route: how many sources share it (plan.groups)
+	pipe     *delivery.Pipeline // the sending side, and the only feeder of the ledger
 	interval time.Duration
 	logger   *slog.Logger
 
-	open       bool                  // inside BEGIN … COMMIT
-	skip       delivery.ProgressSkip // the source transactions Feldera holds already (skip.go)
-	openRows   bool                  // the filling batch holds rows of the open transaction
-	openRecs   int                   // records of the open transaction decoded so far
-	openCommit pglogrepl.LSN         // where the open transaction commits (BEGIN's final LSN)
-	received   pglogrepl.LSN         // highest WAL position read
-	filling    *delivery.Batch
-	spare      *delivery.Batch // nil while a POST reads it
-	posting    bool            // a POST runs: at most one, in source order (see inflight.go)
-	retracting bool            // a retraction job runs: nothing is in flight meanwhile
-	// txnOpen: the last batch sent left a Feldera transaction open (it
-	// ended inside a source transaction); the next one continues it.
-	txnOpen      bool
-	txnTo        pglogrepl.LSN // the last COMMIT the open Feldera transaction carries: its progress row
-	join         delivery.Join // the Feldera transaction a crash left open, joined (skip.go)
-	rowDue       time.Time     // when a batch of the progress row alone may go next (skip.go)
-	keepsRows    bool          // the slot keeps behind the progress row (skip.go)
-	walEnd       pglogrepl.LSN // the highest WAL end a keepalive reported (quietEnd)
-	markedKept   bool          // the state file says so (markKept)
-	warnedTxnCut bool
-	maxFlight    int // BATCH_MAX_IN_FLIGHT
-	// Rows and bytes sent and not yet complete, per batch id and in all:
-	// kept under what Feldera buffers per ingress endpoint (see canPost).
-	flightSize  map[uint64][2]int
-	flightRows  int
-	flightBytes int
-	seq         int
-	events      chan event
-	wake        waker
-	flights     chan *delivery.Flight // to the completer
-	wg          sync.WaitGroup
+	openCommit pglogrepl.LSN // where the open transaction commits (BEGIN's final LSN)
+	received   pglogrepl.LSN // highest WAL position read
+	markedKept bool          // the state file says the slot keeps behind the progress row (markKept)
+	events     chan event
+	wake       waker
+	wg         sync.WaitGroup // the incremental worker's
 
 	flushCtx context.Context // outlives a graceful stop up to STOP_TIMEOUT, not the session
 	abort    context.CancelFunc
@@ -66,11 +41,9 @@ type stream struct {
 	nextStatus time.Time
 	lastStatus time.Time         // when the last status update was sent
 	sentAck    pglogrepl.LSN     // the flush position the last status update carried
-	startEnd   pglogrepl.LSN     // the server's WAL end when the session began (idleKeepalive)
 	lost       <-chan error      // the Feldera pipeline restarted or lost its state
 	alertCtx   context.Context   // canceled when lost has something: ends a receive
 	watcher    *delivery.Watcher // the pipeline watcher: restarts, redeploys, checkpoints
-	led        *delivery.Ledger  // the acknowledgement rule: the only writer of the acknowledged position
 	live       replconn.Liveness // the replication connection's heartbeat
 	clock      StageClock        // times each source transaction to each stage
 
@@ -78,7 +51,7 @@ type stream struct {
 }
 
 func (c *Connector) session(ctx context.Context) error {
-	c.syncStep.Store(0)   // steps of an earlier session may belong to a state Feldera rolled back
+	c.out.ResetSyncStep() // steps of an earlier session may belong to a state Feldera rolled back
 	c.fence.Taken.Reset() // read again before the session's first counted POST
 	p, err := c.prepare(ctx, setup.ForRun)
 	if err != nil {
@@ -144,39 +117,34 @@ func (c *Connector) newStream(p *setup.Plan, src replSource, inc *incremental.Se
 	dec.RequirePrimaryKey = c.cfg.RequirePrimaryKey && p.Progress == nil // the progress table keeps keyless tables exact
 	dec.Options = decodeOptions(c.cfg, p.Types, c.nulled)
 	s := &stream{
-		c: c, plan: p, src: src, dec: dec, targets: p.Routes, groups: p.Groups,
-		interval:   replconn.StatusInterval(p.WALTimeout),
-		live:       replconn.Liveness{Timeout: c.replicationTimeout(p), Heard: time.Now()},
-		logger:     c.logger,
-		filling:    delivery.NewBatch(len(p.Routes)),
-		spare:      delivery.NewBatch(len(p.Routes)),
-		maxFlight:  c.cfg.BatchMaxInFlight,
-		flightSize: map[uint64][2]int{},
-		// Under exactly_once a completion is acknowledged once the watcher
-		// saw the session's process after it (the ledger confirms).
-		led:      delivery.NewLedger(p.Gate, c.acked, p.Model == feldera.FTExactlyOnce),
+		c: c, plan: p, src: src, dec: dec,
+		interval: replconn.StatusInterval(p.WALTimeout),
+		live:     replconn.Liveness{Timeout: c.replicationTimeout(p), Heard: time.Now()},
+		logger:   c.logger,
 		sentAck:  c.acked, // the slot's: a status repeating it moves nothing
 		inc:      inc,
-		startEnd: c.srv.WALEnd,
+		events:   make(chan event, delivery.EventBuffer),
 	}
+	// Under exactly_once a completion is acknowledged once the watcher
+	// saw the session's process after it (the ledger confirms).
+	s.pipe = delivery.NewPipeline(len(p.Routes), p.Gate, c.acked, p.Model == feldera.FTExactlyOnce)
+	s.pipe.Sender, s.pipe.Poll, s.pipe.Targets = c.out, c.sink, p.Routes
+	s.pipe.Bounds, s.pipe.Linger, s.pipe.MaxFlight = c.bounds(), c.cfg.BatchLinger, c.cfg.BatchMaxInFlight
+	s.pipe.Interval, s.pipe.Mode, s.pipe.Accepted = s.interval, c.cfg.Transactions, c.cfg.AckMode == AckAccepted
+	s.pipe.Emit = func(e delivery.Event) { s.emit(event{out: e}) }
+	s.pipe.Sealed, s.pipe.Logger = s.noteSent, c.logger
 	// The steps a snapshot or retraction at startup waited for: a
 	// position reached before anything of the session completes waits
 	// for a checkpoint to cover them too.
-	s.led.Stepped(c.syncStep.Load())
+	s.pipe.Stepped(c.out.SyncStep())
 	if c.txns.Held() {
 		// Joined: the replay goes on in the transaction a crash left open
 		// (delivery.Join).
-		s.txnOpen, s.join.Until = true, c.srv.WALEnd
+		s.pipe.Joined(c.srv.WALEnd)
 	}
 	if inc != nil {
 		dec.WantKeys = make([]bool, len(p.Routes))
 	}
-	// Each batch sends at most two events (posted, completed), at most
-	// maxTxnFlight batches are in flight (inside a Feldera transaction;
-	// BATCH_MAX_IN_FLIGHT outside one), and a retraction sends one: sends
-	// never block.
-	s.events = make(chan event, 2*maxTxnFlight+4)
-	s.flights = make(chan *delivery.Flight, maxTxnFlight+1)
 	return s
 }
 
@@ -188,12 +156,7 @@ func (s *stream) serve(ctx context.Context) error {
 	c := s.c
 	s.flushCtx, s.abort = context.WithCancel(c.stopContext(ctx))
 	defer s.abort()
-	k := s.completer()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		k.Run(s.flushCtx)
-	}()
+	s.pipe.Start(s.flushCtx, s.completer())
 	if s.inc != nil {
 		s.inc.Start(s.incStream()) // starts a worker when the state leaves a table to read
 	}
@@ -219,7 +182,8 @@ func (s *stream) serve(ctx context.Context) error {
 	c.health.streaming.Store(false)
 	c.health.flushSince.Store(0)
 	s.abort()
-	s.wg.Wait() // the poster, the completer and a retraction never outlive their session
+	s.wg.Wait()   // the incremental worker never outlives its session,
+	s.pipe.Wait() // nor do the poster, the completer and a retraction
 	c.out.AbandonTxn()
 	return err
 }
@@ -228,28 +192,28 @@ func (s *stream) serve(ctx context.Context) error {
 // send the final status, and confirm on a second connection that the slot
 // moved.
 func (s *stream) shutdown() error {
-	s.logger.Info("session: stopping: flushing the outbox")
+	s.logger.Info("session: stopping: flushing what was read")
 	if err := s.closeTxn(); err != nil {
 		return err
 	}
 	if err := s.drain(); err != nil {
 		return err
 	}
-	if s.filling.Total > 0 {
-		s.startFlush(true)
+	if s.pipe.Filling().Total > 0 {
+		s.pipe.Seal(true)
 		if err := s.drain(); err != nil {
 			return err
 		}
 	} else {
-		s.led.Emptied(time.Now())
+		s.pipe.Emptied(time.Now())
 		s.advance()
 		s.publishWait()
 	}
-	if s.led.Queued() {
+	if s.pipe.Queued() {
 		// at_least_once: what completed is durable once a checkpoint
 		// covers it. Ask for one and wait (up to STOP_TIMEOUT); what is
 		// still uncovered then is replayed by the next start.
-		if err := s.watcher.AwaitCheckpoint(s.c.stopContext(context.Background()), s.led.HighestPending()); err != nil {
+		if err := s.watcher.AwaitCheckpoint(s.c.stopContext(context.Background()), s.pipe.HighestPending()); err != nil {
 			s.logger.Warn("session: stopping: no checkpoint covers the last batches; the next start replays them", "err", err)
 		}
 		if _, err := s.checkpointed(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
@@ -26,15 +25,6 @@ import (
 // yet: the session's step watermark is raised to the steps Feldera had
 // begun when the row was read (progressStep), so they wait for a
 // checkpoint of that process that holds it.
-
-// txnMode is the session's FELDERA_TRANSACTIONS: with the progress row,
-// every flush is a Feldera transaction that ends with it.
-func (s *stream) txnMode() string {
-	if s.c.out.Progress != nil {
-		return TxnAlways
-	}
-	return s.c.cfg.Transactions
-}
 
 // setProgress sets the Sender's progress row for the session p plans,
 // and reports whether there is one.
@@ -88,7 +78,7 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 		if err != nil {
 			return 0, err
 		}
-		delivery.Raise(&c.syncStep, step)
+		c.out.RaiseSyncStep(step)
 	}
 	c.logger.Info("progress: Feldera holds the source transactions up to the progress row, past the slot's position: skipping them", "progress_lsn", lsn, "confirmed_flush_lsn", c.acked)
 	return lsn, nil
@@ -111,27 +101,12 @@ func (c *Connector) progressStep(ctx context.Context, p *setup.Plan) (uint64, er
 	return st.GlobalMetrics.TotalInitiatedSteps, nil
 }
 
-// skipAt applies a BEGIN or a COMMIT to the skip (delivery.ProgressSkip).
-func (s *stream) skipAt(ev *decode.Event) {
-	switch ev.Kind {
-	case decode.KindBegin:
-		if below := s.skip.Below; s.skip.Begin(ev.Begin.FinalLSN) {
-			s.logger.Info("progress: skipped the source transactions Feldera held; streaming", "transactions", s.skip.Skipped, "progress_lsn", below)
-		}
-	case decode.KindCommit:
-		s.skip.Commit()
-	}
-}
-
 // skipBelow starts the session's skip at the progress row's position at
 // (0: none), and with the row, keeps the slot from passing it. A session
 // that does not keep it clears the state's mark that it is kept, before
 // it acknowledges anything (state.State.ProgressKept).
 func (s *stream) skipBelow(at pglogrepl.LSN) error {
-	s.skip.Below = at
-	s.keepsRows = s.c.out.Progress != nil && !s.c.test.noKeepRows
-	if s.keepsRows {
-		s.led.KeepRows(at)
+	if s.pipe.SkipBelow(at, !s.c.test.noKeepRows) {
 		return nil
 	}
 	if s.inc != nil {
@@ -147,7 +122,7 @@ func (s *stream) skipBelow(at pglogrepl.LSN) error {
 // on with a slot already confirmed, or cleared), and the first position
 // the session acknowledges is one a row carries.
 func (s *stream) markKept() error {
-	if !s.keepsRows || s.markedKept || s.inc == nil || s.c.acked <= s.sentAck {
+	if !s.pipe.KeepsRows() || s.markedKept || s.inc == nil || s.c.acked <= s.sentAck {
 		return nil
 	}
 	if err := s.inc.KeepProgress(true); err != nil {
@@ -158,33 +133,12 @@ func (s *stream) markKept() error {
 }
 
 // quietEnd applies, with the progress row, the last keepalive's WAL end
-// once the session is quiet: one that came while a batch was in flight
-// (the row alone, most often) moved nothing, and an idle server sends
-// the next only when the heartbeat asks, half a replication timeout
-// later. Every message sent before it has been read, so once nothing is
-// open, buffered or in flight, all below it is handled.
+// once the session is quiet (delivery.Pipeline.QuietEnd).
 func (s *stream) quietEnd(now time.Time) error {
-	if !s.keepsRows || s.walEnd <= s.led.Acked() || !s.quiet() {
-		return nil
-	}
-	if moved := s.led.Keepalive(s.walEnd, true, now); moved {
+	if s.pipe.QuietEnd(now) {
 		return s.ack(true)
 	}
 	return nil
-}
-
-// rowOnlyAt is when the filling batch, holding no rows, goes out as the
-// progress row alone: it carries positions the slot may not pass without
-// the row (delivery.Ledger.KeepRows: COMMITs with nothing buffered, a
-// quiet keepalive's WAL end). Nothing else is in flight, so at most one
-// goes at a time, and one at most every status interval: an idle or
-// filtered source costs one small Feldera transaction per status update
-// that moves the position.
-func (s *stream) rowOnlyAt() (time.Time, bool) {
-	if s.c.out.Progress == nil || s.filling.Total > 0 || s.open || s.txnOpen || s.busy() || !s.led.RowOwed() {
-		return time.Time{}, false
-	}
-	return s.rowDue, true
 }
 
 // joinTables is what Settle joins a transaction left open with: every
@@ -220,10 +174,4 @@ func (c *Connector) countPast(p *setup.Plan, progress bool) error {
 		c.txns.Counted[t.Dest.CanonicalName()] = true
 	}
 	return nil
-}
-
-// joinHolds reports whether the joined transaction must stay open past
-// the filling batch (delivery.Join).
-func (s *stream) joinHolds() bool {
-	return s.join.Holds(s.led.Recorded())
 }

@@ -19,7 +19,7 @@ func (c *Connector) starter() *Starter {
 		Inconsistent: c.cfg.SnapshotMode == SnapshotInconsistent, ChunkRows: c.cfg.SnapshotChunkRows,
 		First: c.stats.Sessions.Load() == 0, // serve counts the session once it streams
 		Acked: c.acked, SentHigh: c.sentHigh, SilentEnd: c.silentEnd,
-		Loader: c.loader, Watcher: c.newWatcher, CP: &c.cp, Step: &c.syncStep,
+		Loader: c.loader, Watcher: c.newWatcher, CP: &c.cp,
 		Snapshotting: &c.health.snapshotting, Progress: &c.health.progress,
 		PublishGate: func(g delivery.Gate) { c.gate.Store(int32(g)) },
 		Logger:      c.logger,

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
@@ -42,7 +42,7 @@ func (s *Starter) StartReplication(ctx context.Context, conn *pgconn.PgConn) err
 	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
-		"publication_names " + replconn.QuoteLiteral(catalog.QuoteIdent(s.Publication)),
+		"publication_names " + pgvalue.QuoteLiteral(pgvalue.QuoteIdent(s.Publication)),
 		"messages 'true'",
 	}}
 	// The answer is awaited no longer than the liveness timeout: a

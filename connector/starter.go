@@ -50,9 +50,6 @@ type Starter struct {
 	// checkpoints.
 	Watcher func(p *setup.Plan) *delivery.Watcher
 	CP      *delivery.Checkpoints
-	// Step is the highest step a synchronous send (the snapshot's copy)
-	// waited for: the checkpoint that ends a snapshot covers it.
-	Step *atomic.Uint64
 	// Snapshotting and Progress are the health marks of the copy (what
 	// /readyz reads): a copy runs, and the unix nanos of its last row.
 	Snapshotting *atomic.Bool

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
-	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -27,14 +27,14 @@ import (
 
 // createSlot clears the progress row, then creates the session's slot
 // (export: with an exported snapshot).
-func (s *Starter) createSlot(ctx context.Context, conn *pgconn.PgConn, export bool) (snapshot.Created, error) {
+func (s *Starter) createSlot(ctx context.Context, conn *pgconn.PgConn, export bool) (replconn.Created, error) {
 	if s.ResetProgress != nil {
 		if err := s.ResetProgress(ctx, 0); err != nil {
-			return snapshot.Created{}, fmt.Errorf("clear the progress row before creating slot %s: %w", s.Slot, err)
+			return replconn.Created{}, fmt.Errorf("clear the progress row before creating slot %s: %w", s.Slot, err)
 		}
 		s.Logger.Info("progress: cleared the progress row: a new slot starts another history")
 	}
-	return snapshot.CreateSlot(ctx, conn, s.Slot, export, s.srv.Failover)
+	return replconn.CreateSlot(ctx, conn, s.Slot, export, s.srv.Failover)
 }
 
 // serverMoved clears the progress row when the state file last recorded

@@ -11,6 +11,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -61,8 +62,8 @@ func (s *Starter) snapshot(ctx context.Context, p *setup.Plan, rconn *pgconn.PgC
 		// the state file must not say complete before (a Feldera restart
 		// would restore a checkpoint without the rows, and the startup
 		// would stream on).
-		s.Logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", s.Step.Load())
-		if err := s.Watcher(p).AwaitCheckpoint(ctx, s.Step.Load()); err != nil {
+		s.Logger.Info("snapshot: waiting for a checkpoint to cover the copy (at_least_once)", "step", s.Loader.Sender.SyncStep())
+		if err := s.Watcher(p).AwaitCheckpoint(ctx, s.Loader.Sender.SyncStep()); err != nil {
 			return err
 		}
 		if cps := s.CP.Last.Load(); cps != nil {
@@ -99,7 +100,7 @@ func (s *Starter) pendingState(ctx context.Context, p *setup.Plan, rconn *pgconn
 		}
 	}
 	if slotExists {
-		if err := snapshot.DropSlot(ctx, rconn, s.Slot); err != nil {
+		if err := replconn.DropSlot(ctx, rconn, s.Slot); err != nil {
 			return nil, err
 		}
 		s.Logger.Info("snapshot: dropped the old slot")

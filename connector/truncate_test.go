@@ -1,9 +1,10 @@
 package connector_test
 
 import (
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
 func TestStream_Truncate(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 func (c *Connector) newWatcher(p *setup.Plan) *delivery.Watcher {
 	return &delivery.Watcher{
 		API: c.sink, CP: &c.cp,
-		P: delivery.Pipeline{DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, FaultTolerant: p.FaultTolerant,
+		P: delivery.Watched{DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, FaultTolerant: p.FaultTolerant,
 			Model: p.Model, Gate: p.Gate, CkptBefore: p.CkptBefore, WALBudget: p.WALBudget},
 		Never: c.cfg.SnapshotMode == SnapshotNever, CheckpointAfter: c.cfg.CheckpointAfter,
 		TrustCheckpoints: c.test.trustCheckpoints, Logger: c.logger,

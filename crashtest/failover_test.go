@@ -2,6 +2,7 @@ package crashtest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net/url"
@@ -318,7 +319,10 @@ func (f *failoverWorld) pauseStandby() {
 	}
 	f.poll("the standby to stop streaming", 30*time.Second, func() bool {
 		var n int
-		f.db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby'").Scan(&n)
+		// A failed read must fail the test, not read as zero walsenders.
+		if err := f.db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby'").Scan(&n); err != nil {
+			f.t.Fatalf("reading pg_stat_replication: %v", err)
+		}
 		return n == 0
 	})
 }
@@ -365,9 +369,14 @@ func TestFailover_PartlySentTransactionPastTheFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.poll("the standby to receive the transaction's rows", 30*time.Second, func() bool {
-		var ok bool
-		f.db.QueryRow(ctx, "SELECT flush_lsn >= $1::pg_lsn FROM pg_stat_replication WHERE application_name = 'standby'", rowsEnd).Scan(&ok)
-		return ok
+		// No row (the standby not connected yet) or NULL (no flush
+		// reported yet) is "not yet"; any other failure fails the test.
+		var ok *bool
+		err := f.db.QueryRow(ctx, "SELECT flush_lsn >= $1::pg_lsn FROM pg_stat_replication WHERE application_name = 'standby'", rowsEnd).Scan(&ok)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			f.t.Fatalf("reading the standby's flush position: %v", err)
+		}
+		return err == nil && ok != nil && *ok
 	})
 	f.pauseStandby()
 	f.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress"})
@@ -411,8 +420,14 @@ func TestFailover_PartlySentTransactionPastTheFork(t *testing.T) {
 	if m == nil || !strings.Contains(out, "startup: resnapshot") {
 		t.Fatalf("the session after the failover did not see the fork\n%s", f.log())
 	}
-	fork, _ := pglogrepl.ParseLSN(m[1])
-	end, _ := pglogrepl.ParseLSN(rowsEnd)
+	fork, err := pglogrepl.ParseLSN(m[1])
+	if err != nil {
+		t.Fatalf("the fork position %q in the log: %v", m[1], err)
+	}
+	end, err := pglogrepl.ParseLSN(rowsEnd)
+	if err != nil {
+		t.Fatalf("the rows' end %q: %v", rowsEnd, err)
+	}
 	if fork < end {
 		t.Fatalf("the fork %s lies before the transaction's rows end (%s): the case is not the one meant", fork, end)
 	}

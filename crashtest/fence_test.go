@@ -2,7 +2,6 @@ package crashtest_test
 
 import (
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +9,51 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
+
+// fence is FELDERA_INGRESS_FENCE in these tests. The fence runs from the
+// dead process's last byte, and the test releases the held request once
+// the restart says it waits: the fence must outlast the kill, the restart
+// and that look on a loaded machine, so it is long (a fenced restart
+// waits it out in full, whatever the machine).
+const fence = 20 * time.Second
+
+// fenceEnv is what both processes of a fence case run with: no Feldera
+// transactions (see each test), and the fence.
+var fenceEnv = []string{"FELDERA_INGRESS_FENCE=" + fence.String(), "FELDERA_REQUEST_TIMEOUT=5s", "FELDERA_TRANSACTIONS=off"}
+
+// releaseInFence waits until p, started at restarted, says it holds its
+// ingress back behind the dead process's fence, checks it sent nothing
+// yet, and releases the held request: it lands inside the fence.
+func (w *world) releaseInFence(p *proc, restarted time.Time) {
+	w.t.Helper()
+	w.poll("the restart to wait out the fence", time.Minute, func() bool { return p.waitedFence() || exitedNow(p) })
+	if exitedNow(p) {
+		w.t.Fatalf("the restart exited %d before it fenced\n%s", p.code, w.log())
+	}
+	if first := w.firstPostAfter(restarted); first >= 0 {
+		w.t.Fatalf("the restart had sent a request (%s after it started) before the test could release the late one: the fence (%s) did not hold it back\n%s", first, fence, w.log())
+	}
+	w.fel.ClearFaults()
+}
+
+// postsBeforeLate counts the requests made since t (a late one aside) that
+// the double's log holds before the first late request: what a restart
+// sent before the dead process's request landed.
+func (w *world) postsBeforeLate(t time.Time) int {
+	n := 0
+	for _, r := range w.fel.Requests() {
+		if r.Late {
+			return n
+		}
+		if !r.Time.Before(t) {
+			n++
+		}
+	}
+	w.t.Fatalf("no late request in the double's log\n%s", w.log())
+	return -1
+}
 
 // SIGKILL while Feldera holds an ingress request that it applies later:
 // the restarted process finds the fence file still marked running and sends
@@ -31,19 +74,18 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 			// (the unsafe variant) nothing would remember it, and every
 			// start_transaction would be answered 409. The fence matters
 			// the same either way.
-			p := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s", "FELDERA_TRANSACTIONS=off")
+			p := w.start(fenceEnv...)
 			seeded(w, p, false)
 			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			w.exec("INSERT INTO users SELECT g, 'old', g FROM generate_series(1, 10) g")
-			w.waitHeld(1, 10*time.Second) // posted, and held by the double
+			w.waitHeld(1, 30*time.Second) // posted, and held by the double
 			p.kill()
-			p.exited(10 * time.Second)
 			if !keep {
 				os.Remove(filepath.Join(w.dir, "state.json.fence"))
 			}
 			w.exec("UPDATE users SET name = 'new' WHERE id <= 10")
 			restarted := time.Now()
-			p2 := w.start("FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s", "FELDERA_TRANSACTIONS=off")
+			p2 := w.start(fenceEnv...)
 			if !keep {
 				// Nothing holds the new process back: once it has sent
 				// everything, the dead process's request lands on top.
@@ -51,12 +93,9 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 					t.Fatalf("not caught up\n%s", w.log())
 				}
 				w.fel.ClearFaults()
-				w.waitLateApplied(1, 10*time.Second)
+				w.waitLateApplied(1, 30*time.Second)
 				// Queued late, it shows once the step that takes it ends.
-				deadline := time.Now().Add(10 * time.Second)
-				for w.oracle() == "" && time.Now().Before(deadline) {
-					time.Sleep(10 * time.Millisecond)
-				}
+				w.until(30*time.Second, 10*time.Millisecond, func() bool { return w.oracle() != "" })
 				if report := w.oracle(); report == "" {
 					t.Fatal("without the fence file the late request should overwrite newer rows; the oracle saw nothing")
 				}
@@ -64,14 +103,15 @@ func TestKill_LateIngressAfterRestartIsFenced(t *testing.T) {
 				p2.stop(t)
 				return
 			}
-			time.Sleep(3 * time.Second) // release it in the middle of the fence
-			w.fel.ClearFaults()         // the dead process's request lands now, inside the fence
-			w.waitLateApplied(1, 10*time.Second)
+			// Release the dead process's request once the restart says it
+			// waits: it lands now, inside the fence.
+			w.releaseInFence(p2, restarted)
+			w.waitLateApplied(1, 30*time.Second)
 			if msg := w.caughtUp(p2, 30*time.Second); msg != "" {
 				t.Fatal(msg)
 			}
-			if first := w.firstPostAfter(restarted); first < 3*time.Second {
-				t.Fatalf("the restart sent its first request %s after it started, before the late one landed (3 s)", first)
+			if n := w.postsBeforeLate(restarted); n != 0 {
+				t.Fatalf("the restart sent %d requests before the dead process's late one landed (fence %s)\n%s", n, fence, w.log())
 			}
 			if !strings.Contains(w.log(), "did not stop cleanly") {
 				t.Fatalf("the restart did not say why it waited\n%s", w.log())
@@ -101,27 +141,25 @@ func TestKill_TruncateReplayWaitsForLateIngress(t *testing.T) {
 			// and the late rows stay invisible in it (the unsafe variant
 			// would show nothing until someone commits it). The fence
 			// matters the same either way.
-			fence := []string{"FELDERA_INGRESS_FENCE=6s", "FELDERA_REQUEST_TIMEOUT=5s", "FELDERA_TRANSACTIONS=off"}
-			p := w.start(append(fence, "BATCH_MAX_ROWS=5")...)
+			p := w.start(append(fenceEnv[:len(fenceEnv):len(fenceEnv)], "BATCH_MAX_ROWS=5")...)
 			seeded(w, p, false)
 			w.fel.InjectFault(felderatest.Fault{Kind: felderatest.HangThenApply, Path: "ingress", Count: 1})
 			w.exec("BEGIN; INSERT INTO users SELECT g, 'doomed', g FROM generate_series(1, 10) g; TRUNCATE users; COMMIT")
-			w.waitHeld(1, 10*time.Second)
+			w.waitHeld(1, 30*time.Second)
 			p.kill()
 			if !keep {
 				os.Remove(filepath.Join(w.dir, "state.json.fence"))
 			}
-			p2 := w.start(append(fence, "BATCH_MAX_ROWS=100")...)
+			restarted := time.Now()
+			p2 := w.start(append(fenceEnv[:len(fenceEnv):len(fenceEnv)], "BATCH_MAX_ROWS=100")...)
 			if !keep {
 				if !w.acked(p2, 30*time.Second) {
 					t.Fatalf("not caught up\n%s", w.log())
 				}
 				w.fel.ClearFaults() // the dead process's rows land after the retraction
-				w.waitLateApplied(1, 10*time.Second)
-				deadline := time.Now().Add(10 * time.Second) // they show once their step ends
-				for len(w.fel.Rows("users")) == 0 && time.Now().Before(deadline) {
-					time.Sleep(10 * time.Millisecond)
-				}
+				w.waitLateApplied(1, 30*time.Second)
+				// They show once their step ends.
+				w.until(30*time.Second, 10*time.Millisecond, func() bool { return len(w.fel.Rows("users")) != 0 })
 				if n := len(w.fel.Rows("users")); n == 0 {
 					t.Fatal("without the fence file the late request should resurrect truncated rows; Feldera is empty")
 				}
@@ -129,9 +167,10 @@ func TestKill_TruncateReplayWaitsForLateIngress(t *testing.T) {
 				p2.stop(t)
 				return
 			}
-			time.Sleep(2 * time.Second)
-			w.fel.ClearFaults() // inside the fence: the late rows land before the retraction reads
-			w.waitLateApplied(1, 10*time.Second)
+			// Inside the fence: the late rows land before the retraction
+			// reads.
+			w.releaseInFence(p2, restarted)
+			w.waitLateApplied(1, 30*time.Second)
 			if msg := w.caughtUp(p2, 30*time.Second); msg != "" {
 				t.Fatal(msg)
 			}

@@ -138,20 +138,23 @@ func (w *world) exec(sql string) {
 }
 
 // dropSlot drops the slot once its walsender is gone (it exits a moment
-// after the client does).
+// after the client does). It keeps trying while a walsender still holds
+// the slot, and gives up on a stall (world.until).
 func (w *world) dropSlot() {
 	w.t.Helper()
 	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, err = w.db.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", w.slot); err == nil {
-			return
-		}
+	if w.until(time.Minute, 50*time.Millisecond, func() bool {
+		_, err = w.db.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", w.slot)
+		return err == nil
+	}) {
+		return
 	}
 	w.t.Fatalf("drop slot %s: %v", w.slot, err)
 }
 
 // proc is a running pgfeldera process.
 type proc struct {
+	w    *world // whose progress its waits follow
 	cmd  *exec.Cmd
 	done chan struct{}
 	code int
@@ -188,14 +191,19 @@ func (w *world) start(extra ...string) *proc {
 	cmd := exec.Command(binary, "run")
 	cmd.Env = append(w.env(), extra...)
 	p := w.launch(cmd)
-	w.t.Cleanup(func() { p.kill() })
+	w.t.Cleanup(func() {
+		p.kill()
+		if strings.Contains(p.output(), "pgfeldera: metrics server") {
+			w.t.Errorf("the metrics server failed (HTTP_ADDR=%s):\n%s", metricsAddr, excerpt(p.output(), 4000))
+		}
+	})
 	return p
 }
 
 // launch starts cmd with its output in the world's log.
 func (w *world) launch(cmd *exec.Cmd) *proc {
 	w.t.Helper()
-	p := &proc{cmd: cmd, done: make(chan struct{})}
+	p := &proc{w: w, cmd: cmd, done: make(chan struct{})}
 	lw := &lockedWriter{w: w, p: p}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {
@@ -216,6 +224,10 @@ func (p *proc) output() string {
 	return p.out.String()
 }
 
+// metricsAddr is every test process's HTTP_ADDR: loopback, a port the
+// kernel picks, so no two processes collide.
+const metricsAddr = "127.0.0.1:0"
+
 // env is the environment of a pgfeldera command for this world.
 func (w *world) env() []string {
 	tables := w.tables
@@ -227,7 +239,11 @@ func (w *world) env() []string {
 		"TABLES="+tables,
 		"FELDERA_URL="+w.fel.URL, "FELDERA_PIPELINE=p",
 		"STATE_FILE="+filepath.Join(w.dir, "state.json"),
-		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "SNAPSHOT_CHUNK_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "HTTP_ADDR=", "LOG_LEVEL=info",
+		"BATCH_MAX_ROWS="+fmt.Sprint(batchMaxRows), "SNAPSHOT_CHUNK_ROWS="+fmt.Sprint(batchMaxRows), "BATCH_LINGER_MS=0", "LOG_LEVEL=info",
+		// The metrics server on a port of its own: an empty HTTP_ADDR is
+		// read as unset (its default, :9187), and parallel processes
+		// would all try that one port.
+		"HTTP_ADDR="+metricsAddr,
 		// A short fence: with batches in flight, a crash where a batch
 		// completes (after_complete, after_ack) may catch the next
 		// batch's POST outstanding, and the restart must then wait the
@@ -279,26 +295,32 @@ func (p *proc) kill() {
 	}
 }
 
-// exited waits for the process to exit and returns its code, or -1.
-func (p *proc) exited(within time.Duration) int {
-	select {
-	case <-p.done:
-		return p.code
-	case <-time.After(within):
+// exited waits for the process to exit and returns its code, or -1 once
+// stall passed with no activity (world.activity): a slow machine makes
+// the wait longer, while a process that hangs, or lives on idle, still
+// ends it.
+func (p *proc) exited(stall time.Duration) int {
+	if !untilMoving(stall, 10*time.Millisecond, p.w.activity, func() bool { return exitedNow(p) }) {
 		return -1
 	}
+	return p.code
 }
 
-// stop sends SIGTERM and waits for a graceful exit.
+// stopStall is how long a stopping process may show no progress: longer
+// than any STOP_TIMEOUT a test sets for a stop it waits out (a held batch
+// is silent until then).
+const stopStall = 3 * time.Minute
+
+// stop sends SIGTERM and waits for a graceful exit, as long as something
+// moves (exited).
 func (p *proc) stop(t testing.TB) int {
+	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
+	if code := p.exited(stopStall); code != -1 || exitedNow(p) {
 		return p.code
-	case <-time.After(60 * time.Second):
-		p.kill()
-		t.Fatal("pgfeldera did not stop within 60 s of SIGTERM")
 	}
+	p.kill()
+	t.Fatalf("pgfeldera did not stop after SIGTERM: nothing moved for %s", stopStall)
 	return -1
 }
 
@@ -370,14 +392,44 @@ func (w *world) caughtUp(p *proc, within time.Duration) string {
 }
 
 // until waits for cond as long as the system under test makes progress:
-// it gives up once within passed with no progress, or at ten times within
-// in all. Progress is anything the processes or the double did that a
-// test can see (output, a request, a step, the slot's position), so a
-// slow machine makes a test slower, not red, while a stall still fails
-// it. It reports whether cond held.
+// it gives up once within passed with no progress, or at hangCap (or ten
+// times within, if more) in all. Progress is anything the processes or
+// the double did that a test can see (output, a request, a step, the
+// slot's position), so a slow machine makes a test slower, not red, while
+// a stall still fails it. It reports whether cond held.
 func (w *world) until(within, every time.Duration, cond func() bool) bool {
-	return waitfor.Until(within, every, w.progress, cond)
+	return untilMoving(within, every, w.progress, cond)
 }
+
+// untilMoving is waitfor.Until with the cap at hangCap: waitfor.Until
+// gives up at ten times within even while mark moves, and a wait it gave
+// up on that way, with mark seen moving within the window, goes on.
+func untilMoving[M comparable](within, every time.Duration, mark func() M, cond func() bool) bool {
+	start := time.Now()
+	var last M
+	moved, seen := start, false
+	look := func() M {
+		m := mark()
+		if !seen || m != last {
+			last, moved, seen = m, time.Now(), true
+		}
+		return m
+	}
+	for {
+		if waitfor.Until(within, every, look, cond) {
+			return true
+		}
+		if time.Since(moved) > within || time.Since(start) > max(hangCap, 10*within) {
+			return false
+		}
+	}
+}
+
+// hangCap bounds a wait that keeps seeing progress: far above any run's
+// plausible time, a guard against a livelock only (go test -timeout
+// covers it too). A wait on a slow machine never meets it; a stall ends
+// a wait long before it.
+const hangCap = 15 * time.Minute
 
 // progress is a mark of what the processes and the double did so far.
 func (w *world) progress() [4]int64 {
@@ -391,6 +443,17 @@ func (w *world) progress() [4]int64 {
 		at, _ = pglogrepl.ParseLSN(*lsn)
 	}
 	return [4]int64{out, int64(w.fel.RequestCount()), int64(w.fel.Steps()), int64(at)}
+}
+
+// activity is a mark of what the processes printed and the ingress
+// requests the double took. Unlike progress it leaves out the slot's
+// position (an idle session follows other tests' WAL on the shared
+// cluster) and the double's steps, so a process that idles shows none.
+func (w *world) activity() [2]int64 {
+	w.logMu.Lock()
+	out := int64(w.logs.Len())
+	w.logMu.Unlock()
+	return [2]int64{out, int64(w.fel.RequestCount())}
 }
 
 // acked waits until this process streams and the slot confirmed the
@@ -521,16 +584,16 @@ func (w *world) delivered() int {
 	return n
 }
 
+// waitState waits until the state file says the snapshot is complete,
+// failing the test once within passed without progress (world.until).
 func (w *world) waitState(within time.Duration) {
 	w.t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(filepath.Join(w.dir, "state.json")); err == nil && !strings.Contains(string(b), `"pending"`) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !w.until(within, 20*time.Millisecond, func() bool {
+		b, err := os.ReadFile(filepath.Join(w.dir, "state.json"))
+		return err == nil && !strings.Contains(string(b), `"pending"`)
+	}) {
+		w.t.Fatalf("the snapshot did not complete: nothing moved for %s\n%s", within, w.log())
 	}
-	w.t.Fatalf("the snapshot did not complete\n%s", w.log())
 }
 
 // poll waits until cond holds, failing the test after within: a wait for

@@ -2,10 +2,11 @@ package crashtest_test
 
 import (
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
 // An abrupt kill (SIGKILL: no final status update) redelivers exactly what
@@ -27,15 +28,21 @@ func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
 	acked := w.confirmed()
 	w.fel.HoldCompletion(true) // what follows is delivered but never acknowledged
 	const after = 5
+	posted := w.delivered()
 	for i := 0; i < after; i++ {
 		w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'unacked', g FROM generate_series(%d, %d) g", 1000+i*10, 1000+i*10+9))
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The double's request log shows the POSTs happened: every unacked
+	// row reached Feldera, whose completion never came.
+	w.poll(fmt.Sprintf("the %d unacknowledged rows POSTed", after*10), 30*time.Second, func() bool { return w.delivered()-posted >= after*10 })
+	if got := w.delivered() - posted; got != after*10 {
+		t.Fatalf("%d rows POSTed while completion was held, want %d", got, after*10)
+	}
 	if w.confirmed() != acked {
 		t.Fatalf("the slot moved while completion was held")
 	}
 	p.cmd.Process.Signal(syscall.SIGKILL)
-	p.exited(10 * time.Second)
+	<-p.done
 	w.fel.HoldCompletion(false)
 	before := w.delivered()
 	p2 := w.start()
@@ -55,9 +62,11 @@ func TestKill_RedeliversOnlyAfterLastAck(t *testing.T) {
 	if msg := w.caughtUp(p3, 30*time.Second); msg != "" {
 		t.Fatal(msg)
 	}
-	time.Sleep(time.Second)
+	// Counted once p3 is gone: nothing it could still send is missed.
+	if code := p3.stop(t); code != 0 {
+		t.Fatalf("graceful stop of the restart exited %d", code)
+	}
 	graceful := w.delivered() - before
-	p3.stop(t)
 	if graceful != 0 {
 		t.Fatalf("graceful stop: %d rows redelivered, want 0", graceful)
 	}

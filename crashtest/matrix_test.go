@@ -61,15 +61,14 @@ func with(m map[string][]int, point string, ns ...int) map[string][]int {
 }
 
 // seeded waits until this process finished its startup plan (a snapshot,
-// or none) and streams, unless the case crashes inside the snapshot.
+// or none) and streams, unless the case crashes inside the snapshot. It
+// waits as long as something moves (world.until); what follows fails a
+// process that never streamed.
 func seeded(w *world, p *proc, snapshotPoint bool) {
 	if snapshotPoint {
 		return
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !p.streaming() && !exitedNow(p) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	w.until(60*time.Second, 10*time.Millisecond, func() bool { return p.streaming() || exitedNow(p) })
 }
 
 // step runs one statement, then waits until the process acknowledged it
@@ -80,7 +79,7 @@ func (w *world) step(p *proc, sql string) {
 	w.t.Helper()
 	w.exec(sql)
 	if !w.acked(p, 30*time.Second) && !exitedNow(p) {
-		w.t.Fatalf("%s: not acknowledged within 30 s\n%s", sql, w.log())
+		w.t.Fatalf("%s: not acknowledged (nothing moved for 30 s)\n%s", sql, w.log())
 	}
 }
 
@@ -490,7 +489,7 @@ func crashCase(t *testing.T, wl workload, point string, n int, baseline int, cle
 	wl.run(w, p, strings.HasPrefix(point, "snapshot_"))
 	if code := p.exited(60 * time.Second); code != 70 {
 		p.kill()
-		o.err = fmt.Sprintf("the first run exited %d, want 70 (crash point reached)\n%s", code, w.log())
+		o.err = fmt.Sprintf("the first run exited %d (-1: alive, idle for 60 s), want 70 (crash point reached)\n%s", code, w.log())
 		return o
 	}
 	// Feldera restarts too: what no step took is gone, so only a replay

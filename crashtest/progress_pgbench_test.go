@@ -158,13 +158,15 @@ func (b *pgbenchWorld) sent() int {
 	return n
 }
 
-// killAfterWrites: 20 s of writes, all in Feldera, a kill, a restart that
-// asks for checkpoints; then Feldera restarts in place.
+// killAfterWrites: 2,000 transactions (20 s at the rate asked, longer on
+// a slow machine: a count, not a duration, so the load is the same), all
+// in Feldera, a kill, a restart that asks for checkpoints; then Feldera
+// restarts in place.
 func (b *pgbenchWorld) killAfterWrites(t *testing.T, env []string) {
 	p := b.start(env...)
 	inFeldera := func() bool { return p.streaming() && b.w.oracle() == "" }
 	b.w.poll("the snapshot in Feldera", 120*time.Second, inFeldera)
-	b.pgbench("-n", "-T", "20", "-R", "100", "-c", "2", "-j", "1")
+	b.pgbench("-n", "-t", "1000", "-R", "100", "-c", "2", "-j", "1")
 	b.w.poll("every write in Feldera", 120*time.Second, inFeldera) // the slot waits for a checkpoint
 	p.kill()
 	before := b.sent()
@@ -182,15 +184,24 @@ func (b *pgbenchWorld) killAfterWrites(t *testing.T, env []string) {
 	p2.stop(t)
 }
 
-// crashWhileWriting crashes the connector at point while pgbench writes,
-// restarts it, and waits for the end of the writes.
+// crashWhileWriting crashes the connector at point while pgbench writes
+// 1,000 transactions (10 s at the rate asked), restarts it, and waits for
+// the end of the writes.
+//
+// The first run may take as long as it needs to reach its crash point
+// (the snapshot copies 100,000 rows first: half a minute under -race, far
+// longer on a busy machine), as long as it and the double keep moving.
 func (b *pgbenchWorld) crashWhileWriting(t *testing.T, env []string, point string) {
 	p := b.start(append(env, "CRASH_AT="+point, "CRASH_AFTER_BATCHES=20", "FELDERA_CHECKPOINT_AFTER=1s")...)
 	b.caughtUp(p)
 	done := make(chan error, 1)
-	go func() { done <- b.run("-n", "-T", "10", "-R", "100", "-c", "2", "-j", "1") }()
-	if code := p.exited(60 * time.Second); code != 70 {
-		t.Fatalf("the first run exited %d, want 70 at %s\n%s", code, point, b.w.log())
+	go func() { done <- b.run("-n", "-t", "500", "-R", "100", "-c", "2", "-j", "1") }()
+	if code := p.exited(2 * time.Minute); code != 70 {
+		if code == -1 {
+			p.kill()
+		}
+		err := <-done
+		t.Fatalf("the first run exited %d (-1: alive, nothing moved for 2 min), want 70 at %s; pgbench: %v\n%s", code, point, err, b.w.log())
 	}
 	p2 := b.start(append(env[:1:1], "FELDERA_CHECKPOINT_AFTER=1s", env[2])...)
 	if err := <-done; err != nil {

@@ -178,13 +178,14 @@ func TestCrashRandom(t *testing.T) {
 				// Let the snapshot reach its point first: a TRUNCATE in the
 				// history would otherwise empty the table under the copy
 				// (TRUNCATE is not MVCC-safe), leaving no batch to crash in.
-				p.exited(10 * time.Second)
+				// Waited for: the process exits there, or the snapshot ends.
+				w.until(60*time.Second, 10*time.Millisecond, func() bool { return exitedNow(p) || stateComplete(w) })
 			}
 			for _, q := range stmts {
 				w.exec(q)
 			}
 			how := "crash point"
-			if code := p.exited(3 * time.Second); code != 70 {
+			if code := w.crashedOrCaughtUp(p); code != 70 {
 				p.kill() // not reached: an abrupt kill instead
 				how = "SIGKILL"
 				fallbacks.Add(1)
@@ -235,6 +236,22 @@ func TestCrashRandom(t *testing.T) {
 	if total > 0 && float64(fallbacks.Load()) > maxFallbacks*float64(total) {
 		t.Fatalf("%d of %d histories missed their crash point (more than %.0f%%): the histories no longer exercise the points they name", fallbacks.Load(), total, maxFallbacks*100)
 	}
+}
+
+// crashedOrCaughtUp waits until p exits (its code) or has acknowledged
+// the WAL's current end (-1: every batch is done, so its crash point will
+// not come), for as long as something moves (world.until). No clock
+// decides whether the point was reached.
+func (w *world) crashedOrCaughtUp(p *proc) int {
+	w.t.Helper()
+	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
+	w.until(60*time.Second, 10*time.Millisecond, func() bool {
+		return exitedNow(p) || p.streaming() && w.confirmed() >= target
+	})
+	if exitedNow(p) {
+		return p.code
+	}
+	return -1
 }
 
 // suiteDouble is crashDouble, declaring the progress table and the

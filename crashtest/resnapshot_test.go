@@ -94,7 +94,8 @@ func TestResnapshot_WhileStreaming(t *testing.T) {
 
 	time.Sleep(500 * time.Millisecond)
 	began := time.Now()
-	out, code := w.resnapshot("--wait", "--timeout=3m", "users")
+	// --timeout only guards against a hang: far above any run's time.
+	out, code := w.resnapshot("--wait", "--timeout="+hangCap.String(), "users")
 	ended := time.Now()
 	if code != 0 {
 		t.Fatalf("pgfeldera resnapshot --wait users exited %d:\n%s\nconnector log:\n%s", code, out, w.log())

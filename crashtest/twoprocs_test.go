@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
-	"github.com/pgfeldera/pgfeldera/feldera/felderatest/oracle"
 )
 
 // Two pgfeldera processes feed one pipeline, each with its own slot,
@@ -38,9 +37,9 @@ CREATE TABLE lines (order_id BIGINT NOT NULL, n INT NOT NULL, qty INT, PRIMARY K
 	a := w.start("BATCH_LINGER_MS=5")
 	b := w.start("BATCH_LINGER_MS=5", "PG_PUBLICATION=pub2", "PG_SLOT="+slotB, "TABLES=orders,lines",
 		"STATE_FILE="+filepath.Join(w.dir, "state_b.json"))
-	deadline := time.Now().Add(60 * time.Second)
-	for !(a.streaming() && b.streaming()) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	w.poll("both processes to stream", 60*time.Second, func() bool { return a.streaming() && b.streaming() || exitedNow(a) || exitedNow(b) })
+	if exitedNow(a) || exitedNow(b) {
+		t.Fatalf("a process exited before it streamed\n%s", w.log())
 	}
 	var wg sync.WaitGroup
 	for _, load := range []func(i int) string{
@@ -70,29 +69,28 @@ CREATE TABLE lines (order_id BIGINT NOT NULL, n INT NOT NULL, qty INT, PRIMARY K
 		}()
 	}
 	wg.Wait()
+	// Caught up: both slots confirmed the WAL's end, waited for as long as
+	// the processes or the double move (world.until; its progress mark
+	// follows the first slot, the request log both processes).
 	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	caught := w.until(60*time.Second, 20*time.Millisecond, func() bool {
 		var n int
 		if err := w.db.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2) AND confirmed_flush_lsn >= $3::pg_lsn",
 			w.slot, slotB, target.String()).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) || exitedNow(a) || exitedNow(b) {
-			t.Fatalf("both processes did not catch up within 60 s\n%s", w.log())
-		}
+		return n == 2 || exitedNow(a) || exitedNow(b)
+	})
+	if !caught || exitedNow(a) || exitedNow(b) {
+		t.Fatalf("both processes did not catch up (nothing moved for 60 s, or one exited)\n%s", w.log())
 	}
-	time.Sleep(50 * time.Millisecond) // the last completions land
-	for _, pair := range [][2]string{{"users", "users"}, {"items", "catalog_items"}, {"orders", "orders"}, {"lines", "lines"}} {
-		r, err := oracle.Compare(context.Background(), w.db, pair[0], w.fel, pair[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !r.Equal() {
-			t.Fatalf("%s: %s", pair[0], r.String())
-		}
+	// The last completions land a moment after the acknowledgement:
+	// waited for, not slept on.
+	w.compared = [][2]string{{"users", "users"}, {"items", "catalog_items"}, {"orders", "orders"}, {"lines", "lines"}}
+	report := "not compared"
+	w.until(60*time.Second, 20*time.Millisecond, func() bool { report = w.oracle(); return report == "" })
+	if report != "" {
+		t.Fatal(report)
 	}
 	conflicts, committed := w.fel.TransactionConflicts(), w.fel.TransactionsCommitted()
 	t.Logf("Feldera transactions committed: %d; 409 TransactionInProgress answered: %d", committed, conflicts)

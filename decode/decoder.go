@@ -32,9 +32,9 @@ type Target struct {
 func (t *Target) Qualified() string { return t.Schema + "." + t.Name }
 
 // Source is the quoted "schema"."name", for SQL.
-func (t *Target) Source() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+func (t *Target) Source() string {
+	return pgvalue.QuoteIdent(t.Schema) + "." + pgvalue.QuoteIdent(t.Name)
+}
 
 // RefusalError is a change the connector must not deliver and cannot skip:
 // an unmapped table, an unknown type, a TOAST hole, a missing key field, a

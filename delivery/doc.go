@@ -2,6 +2,13 @@
 // the decoder to "durable in Feldera", apart from the replication
 // session that feeds it.
 //
+//   - Pipeline, a session's sending side whole: it seals the filling
+//     batch (seal.go), posts one batch at a time, keeps the batches in
+//     flight within Feldera's buffer, starts the completer, holds a
+//     Feldera transaction open across batches or joins the one a crash
+//     left, skips what the progress row says Feldera holds, and alone
+//     feeds the Ledger (feed.go). The session tells it what the stream
+//     says (Begin, Rows, Commit, Keepalive) and applies its events;
 //   - Batch, the buffers a session fills: per-route NDJSON and the
 //     position a flush of it may acknowledge; Bounds, BATCH_MAX_ROWS and
 //     BATCH_MAX_BYTES, which say when it is full;
@@ -35,10 +42,13 @@
 // Ingester, Poller, TxnAPI, WatchAPI) and of the metrics (Observer);
 // *feldera.Client and the connector's Observer satisfy them.
 //
-// Goroutines: the session starts Completer.Run and joins it; Watcher.Start
+// Goroutines: Pipeline.Start starts the completer, Pipeline.Seal one
+// poster at a time and Pipeline.Retract one retraction at a time;
+// Pipeline.Wait joins them, and the session calls it before it returns.
+// A Pipeline belongs to the session loop's goroutine. Watcher.Start
 // starts one goroutine, counted in the WaitGroup it is given, which the
-// session waits for. A Ledger belongs to the session goroutine and is not
-// safe for concurrent use. A Sender's Send, Flush and AbandonTxn, and the
+// session waits for. A Ledger belongs to its Pipeline and is not safe
+// for concurrent use. A Sender's Send, Flush and AbandonTxn, and the
 // Transactions they drive, are used by one goroutine at a time (the
 // stream's poster, or the session, the snapshot or a retraction between
 // posters), except the Transactions' Clock; WaitFence and Query touch

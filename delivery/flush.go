@@ -57,7 +57,7 @@ func (s *Sender) Flush(ctx context.Context, targets []*decode.Target, b *Batch, 
 			if err := CheckStep(step, s.NeedStep(), func() string { return fmt.Sprintf("batch %d on %s", b.Seq, t.Table) }); err != nil {
 				return err
 			}
-			Raise(s.Step, step)
+			Raise(&s.step, step)
 		}
 	}
 	s.Batches.Add(1)

@@ -72,7 +72,7 @@ func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 	if err := CheckStep(step, s.NeedStep(), func() string { return "the progress row of slot " + s.Progress.Slot }); err != nil {
 		return err
 	}
-	Raise(s.Step, step)
+	Raise(&s.step, step)
 	return s.Txns.RowCommitted(lsn)
 }
 

@@ -53,15 +53,20 @@ type Sender struct {
 	// checkpoint gate none can be acknowledged without it.
 	NeedStep func() bool
 
-	Step        *atomic.Uint64 // the highest step any completion reported
-	Batches     *atomic.Int64  // batches Feldera completed (Stats.Batches)
-	FlushSince  *atomic.Int64  // unix nanos the synchronous flush started; 0 when none
-	FlushFailed *atomic.Bool   // the last synchronous flush failed; cleared by a success
+	Batches     *atomic.Int64 // batches Feldera completed (Stats.Batches)
+	FlushSince  *atomic.Int64 // unix nanos the synchronous flush started; 0 when none
+	FlushFailed *atomic.Bool  // the last synchronous flush failed; cleared by a success
 
 	// Progress is the slot's row in the progress table, nil when none is
 	// used: the stream's Feldera transactions end with it (Send). Set per
 	// session, while no poster runs.
 	Progress *Progress
+
+	// step is the highest step a synchronous send (Flush: the snapshot's
+	// copy, a retraction) waited for since the session began
+	// (ResetStep): the session's Pipeline takes it into the Ledger's step
+	// watermark, and the checkpoint that ends a snapshot covers it.
+	step atomic.Uint64
 
 	// NoFeedWait commits a Feldera transaction without waiting for its
 	// input to be fed (unsafe): a test hook, false in production, set
@@ -260,3 +265,15 @@ func skipLines(body []byte, n int) []byte {
 	}
 	return body
 }
+
+// SyncStep is the highest step a synchronous send waited for since the
+// session began.
+func (s *Sender) SyncStep() uint64 { return s.step.Load() }
+
+// RaiseSyncStep raises it: the steps Feldera had begun when the progress
+// row was read.
+func (s *Sender) RaiseSyncStep(step uint64) { Raise(&s.step, step) }
+
+// ResetSyncStep starts a session: steps of an earlier one may belong to
+// a state Feldera rolled back.
+func (s *Sender) ResetSyncStep() { s.step.Store(0) }

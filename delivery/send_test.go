@@ -58,7 +58,7 @@ func newSender(sink Sink, need bool, n *counters) *Sender {
 		Sink: sink, Fence: fence, Txns: &Transactions{Fence: fence, Logger: logger}, Observer: nopObserver{}, Logger: logger,
 		HardStop: context.WithoutCancel, CompletionTimeout: 200 * time.Millisecond,
 		NeedStep: func() bool { return need },
-		Step:     &n.step, Batches: &n.batches, FlushSince: &n.flushSince, FlushFailed: &n.flushFailed,
+		Batches:  &n.batches, FlushSince: &n.flushSince, FlushFailed: &n.flushFailed,
 	}
 }
 
@@ -80,9 +80,9 @@ func twoTableBatch(a, b int) (*Batch, []*decode.Target) {
 func TestSender_Flush(t *testing.T) {
 	sink := &fakeSink{step: 9}
 	var n counters
-	n.step.Store(4)
 	n.flushFailed.Store(true)
 	s := newSender(sink, true, &n)
+	s.RaiseSyncStep(4)
 	b, targets := twoTableBatch(3, 0)
 	if err := s.Flush(context.Background(), targets, b, true); err != nil {
 		t.Fatal(err)
@@ -90,9 +90,9 @@ func TestSender_Flush(t *testing.T) {
 	if got := strings.Join(sink.pushed, ","); got != "a:3" {
 		t.Fatalf("pushed %s, want a:3 (an empty route sends nothing)", got)
 	}
-	if n.step.Load() != 9 || n.batches.Load() != 1 || n.flushSince.Load() != 0 || n.flushFailed.Load() {
+	if s.SyncStep() != 9 || n.batches.Load() != 1 || n.flushSince.Load() != 0 || n.flushFailed.Load() {
 		t.Fatalf("step %d, batches %d, flushSince %d, flushFailed %v; want 9, 1, 0, false",
-			n.step.Load(), n.batches.Load(), n.flushSince.Load(), n.flushFailed.Load())
+			s.SyncStep(), n.batches.Load(), n.flushSince.Load(), n.flushFailed.Load())
 	}
 }
 

@@ -25,11 +25,11 @@ type WatchAPI interface {
 	CheckpointStatus(ctx context.Context) (*feldera.CheckpointStatus, error)
 }
 
-// Pipeline is what a session knows of the pipeline it feeds, as the
+// Watched is what a session knows of the pipeline it feeds, as the
 // watcher keeps it: the watcher moves it to a new deployment or process
 // when the tables are kept across one (SNAPSHOT_MODE=never), and learns
 // the process when the session began without it.
-type Pipeline struct {
+type Watched struct {
 	DeploymentID  string
 	Incarnation   string // the process fed; "" until known
 	FaultTolerant bool
@@ -62,7 +62,7 @@ type Checkpoints struct {
 type Watcher struct {
 	API WatchAPI
 	CP  *Checkpoints
-	P   Pipeline
+	P   Watched
 	// Never is SNAPSHOT_MODE=never: a Feldera that lost the tables is
 	// reported, and followed, not resnapshotted.
 	Never           bool
@@ -169,7 +169,7 @@ func (c *Watcher) Start(ctx context.Context, wg *sync.WaitGroup, alert, looked f
 // it publishes the newest checkpoint that covers what this session
 // completed, asks for one when ask says it is due, and reports a
 // requested checkpoint that failed.
-func (c *Watcher) lookAtCheckpoints(ctx context.Context, p *Pipeline, ask *asker) {
+func (c *Watcher) lookAtCheckpoints(ctx context.Context, p *Watched, ask *asker) {
 	cp, ok, same := c.freshCheckpoint(ctx, p)
 	now := time.Now()
 	if ok {
@@ -269,7 +269,7 @@ func (a *asker) due(now, waiting time.Time, wal, budget int64, after time.Durati
 // checkpoint listed new was taken by it. When /stats cannot be read, no
 // checkpoint counts (ok false): coverage waits, it is never assumed. same
 // reports that /stats answered with the session's incarnation.
-func (c *Watcher) freshCheckpoint(ctx context.Context, p *Pipeline) (cp feldera.Checkpoint, ok, same bool) {
+func (c *Watcher) freshCheckpoint(ctx context.Context, p *Watched) (cp feldera.Checkpoint, ok, same bool) {
 	cps, err := c.API.Checkpoints(ctx)
 	if err != nil {
 		return cp, false, false
@@ -311,7 +311,7 @@ func (c *Watcher) checkFailure(ctx context.Context, seq uint64) {
 
 // checkRestart compares the pipeline's deployment and incarnation with
 // the ones the session started with (see Start).
-func (c *Watcher) checkRestart(ctx context.Context, p *Pipeline) error {
+func (c *Watcher) checkRestart(ctx context.Context, p *Watched) error {
 	began := time.Now()
 	// /stats before the pipeline: a redeploy replaces the deployment id
 	// before its new process (a new incarnation) answers, so a look that

@@ -54,7 +54,7 @@ func TestWatcher_AwaitCheckpointBesideTheWatcher(t *testing.T) {
 	f := &fakePipeline{start: time.Now(), coverAfter: 2 * CheckpointPoll}
 	w := &Watcher{
 		API: f, CP: &Checkpoints{Failures: new(atomic.Int64)},
-		P:      Pipeline{FaultTolerant: true, Model: feldera.FTAtLeastOnce, Gate: GateCheckpoint, CkptBefore: map[string]bool{}},
+		P:      Watched{FaultTolerant: true, Model: feldera.FTAtLeastOnce, Gate: GateCheckpoint, CkptBefore: map[string]bool{}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	ctx, stop := context.WithCancel(context.Background())

@@ -1,4 +1,4 @@
-// Package failover checks a session's server for failover (issue 18).
+// Package failover checks a session's server for failover.
 // Since PostgreSQL 17 a logical slot created with FAILOVER is
 // synchronized to a physical standby that runs with
 // sync_replication_slots, and survives the standby's promotion. Two

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -124,7 +124,7 @@ func (c *Checker) convertSlot(ctx context.Context, conn *pgconn.PgConn, srv Serv
 	case active:
 		c.Logger.Warn("failover: slot "+c.Slot+" was created without failover, and a walsender holds it, so it is not converted now: it would be lost with the primary", "slot", c.Slot)
 	default:
-		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+catalog.QuoteIdent(c.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
+		if _, err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+pgvalue.QuoteIdent(c.Slot)+" ( FAILOVER true )").ReadAll(); err != nil {
 			return fmt.Errorf("failover: convert slot %s to failover: %w", c.Slot, err)
 		}
 		c.Logger.Info("failover: slot "+c.Slot+" was created without failover; converted (ALTER_REPLICATION_SLOT ... FAILOVER true)", "slot", c.Slot)

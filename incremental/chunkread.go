@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
-	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
@@ -187,7 +187,7 @@ func chunkSQL(marks []Watermark, table string, blocks bool, copy string) string 
 	q += "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
 	if blocks {
 		q += "LOCK TABLE " + table + " IN ACCESS SHARE MODE;" +
-			"COPY (SELECT pg_current_snapshot()::text, coalesce(pg_relation_filenode(" + replconn.QuoteLiteral(table) + "::regclass), 0::oid)::text) TO STDOUT;"
+			"COPY (SELECT pg_current_snapshot()::text, coalesce(pg_relation_filenode(" + pgvalue.QuoteLiteral(table) + "::regclass), 0::oid)::text) TO STDOUT;"
 	} else {
 		q += "COPY (SELECT pg_current_snapshot()::text) TO STDOUT;"
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// Resnapshotting one table while streaming (`pgfeldera resnapshot`,
-// issue 17). The request is a logical message in the stream (prefix
+// Resnapshotting one table while streaming (`pgfeldera resnapshot`).
+// The request is a logical message in the stream (prefix
 // pgfeldera, with the slot, an id and the tables), so it is ordered with
 // the data and needs no other channel to the running connector. At the
 // message the loop marks the tables incremental from their beginning,

@@ -16,7 +16,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
-// Incremental snapshots (SNAPSHOT_MODE=incremental, issue 17): the slot
+// Incremental snapshots (SNAPSHOT_MODE=incremental): the slot
 // is created without an exported snapshot, the stream starts at once, and
 // a worker on its own connection reads each table in chunks (ranges of
 // its heap's blocks, or of its primary key for a partitioned table: see

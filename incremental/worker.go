@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfeldera/pgfeldera/decode"
-	"github.com/pgfeldera/pgfeldera/replconn"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
@@ -142,7 +142,7 @@ func WatermarkSQL(ws []Watermark) string {
 	var q strings.Builder
 	for _, w := range ws {
 		b, _ := json.Marshal(w)
-		q.WriteString("SELECT pg_logical_emit_message(true, '" + WatermarkPrefix + "', " + replconn.QuoteLiteral(string(b)) + "::text);")
+		q.WriteString("SELECT pg_logical_emit_message(true, '" + WatermarkPrefix + "', " + pgvalue.QuoteLiteral(string(b)) + "::text);")
 	}
 	return q.String()
 }

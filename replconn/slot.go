@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 )
 
 // Slot is what the server says of a replication slot.
@@ -29,7 +29,7 @@ type Slot struct {
 // ReadSlot reads slot name on a replication connection; a slot that does
 // not exist reads as the zero Slot.
 func ReadSlot(ctx context.Context, conn *pgconn.PgConn, name string) (Slot, error) {
-	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, ''), coalesce(active_pid, 0), slot_type FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)).ReadAll()
+	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, ''), coalesce(active_pid, 0), slot_type FROM pg_replication_slots WHERE slot_name = "+pgvalue.QuoteLiteral(name)).ReadAll()
 	if err != nil {
 		return Slot{}, fmt.Errorf("read slot %s: %w", name, err)
 	}
@@ -48,10 +48,6 @@ func ReadSlot(ctx context.Context, conn *pgconn.PgConn, name string) (Slot, erro
 	}
 	return s, nil
 }
-
-// QuoteLiteral quotes s as an SQL string literal (the replication protocol
-// has no bind parameters).
-func QuoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // SlotRoom reads how many replication slots the server has and how many
 // it may have (max_replication_slots).
@@ -80,7 +76,7 @@ type FailoverSlot struct {
 // ReadFailoverSlot reads slot name's failover flag on PostgreSQL 17 or
 // later (the column does not exist before).
 func ReadFailoverSlot(ctx context.Context, conn *pgconn.PgConn, name string) (FailoverSlot, error) {
-	res, err := conn.Exec(ctx, "SELECT failover, active, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)).ReadAll()
+	res, err := conn.Exec(ctx, "SELECT failover, active, coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = "+pgvalue.QuoteLiteral(name)).ReadAll()
 	if err != nil {
 		return FailoverSlot{}, fmt.Errorf("read slot %s: %w", name, err)
 	}
@@ -141,7 +137,7 @@ func AwaitConfirmed(ctx context.Context, dsn, name string, lsn pglogrepl.LSN) (p
 // does, and returns its pid ("" when none did). A role may end its own
 // backends (pg_terminate_backend).
 func TerminateWalsender(ctx context.Context, conn *pgconn.PgConn, name string) (string, error) {
-	res, err := conn.Exec(ctx, "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = "+QuoteLiteral(name)+" AND active_pid IS NOT NULL").ReadAll()
+	res, err := conn.Exec(ctx, "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = "+pgvalue.QuoteLiteral(name)+" AND active_pid IS NOT NULL").ReadAll()
 	if err != nil {
 		return "", err
 	}
@@ -159,4 +155,51 @@ func Synced(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
 	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE slot_name = $1
 		AND coalesce((to_jsonb(s) ->> 'synced')::bool, false) AND NOT temporary)`, name).Scan(&ok)
 	return ok, err
+}
+
+// Created is a new slot: its consistent point and, when exported, the
+// snapshot name under which COPY sees exactly what precedes that point.
+type Created struct {
+	ConsistentPoint pglogrepl.LSN
+	SnapshotName    string
+}
+
+// CreateSlot creates a pgoutput logical slot on a replication connection.
+// The SNAPSHOT option is always written: 'export' keeps a snapshot alive
+// until the next command on this connection (so keep it open and idle until
+// every COPY has finished); 'nothing' pins no xmin.
+//
+// With failover the slot is created with FAILOVER (PostgreSQL 17+) in the
+// same command: a second command on the connection would destroy the
+// exported snapshot.
+func CreateSlot(ctx context.Context, conn *pgconn.PgConn, slot string, export, failover bool) (Created, error) {
+	action := "nothing"
+	if export {
+		action = "export"
+	}
+	opts := fmt.Sprintf("SNAPSHOT '%s'", action)
+	if failover {
+		opts += ", FAILOVER true"
+	}
+	res, err := conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (%s)", pgvalue.QuoteIdent(slot), opts)).ReadAll()
+	if err != nil {
+		return Created{}, fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 3 {
+		return Created{}, fmt.Errorf("create slot %s: unexpected answer", slot)
+	}
+	row := res[0].Rows[0]
+	lsn, err := pglogrepl.ParseLSN(string(row[1]))
+	if err != nil {
+		return Created{}, fmt.Errorf("create slot %s: consistent point: %w", slot, err)
+	}
+	return Created{ConsistentPoint: lsn, SnapshotName: string(row[2])}, nil
+}
+
+// DropSlot drops a slot, waiting for it to become inactive.
+func DropSlot(ctx context.Context, conn *pgconn.PgConn, slot string) error {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP_REPLICATION_SLOT %s WAIT", pgvalue.QuoteIdent(slot))).ReadAll(); err != nil {
+		return fmt.Errorf("drop slot %s: %w", slot, err)
+	}
+	return nil
 }

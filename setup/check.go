@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -161,7 +161,7 @@ func replicationFix(err error, user string) string {
 	}
 	switch pe.Code {
 	case "42501": // insufficient_privilege: the role lacks REPLICATION
-		return "ALTER ROLE " + catalog.QuoteIdent(user) + " REPLICATION"
+		return "ALTER ROLE " + pgvalue.QuoteIdent(user) + " REPLICATION"
 	case "53300": // too_many_connections: no free walsender
 		return "raise max_wal_senders (and restart postgres), or stop an idle replication client"
 	case "28000", "28P01": // invalid_authorization_specification, invalid_password

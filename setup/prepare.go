@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
@@ -115,7 +116,7 @@ func (c *checker) readPublication(ctx context.Context, conn *pgx.Conn, ps *Found
 	var pubInsert, pubUpdate, pubDelete, pubTruncate bool
 	err := conn.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", pub).Scan(&pubInsert, &pubUpdate, &pubDelete, &pubTruncate)
 	if errors.Is(err, pgx.ErrNoRows) {
-		ps.Add("PG_PUBLICATION", Refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not exist", pub), "CREATE PUBLICATION "+catalog.QuoteIdent(pub)+" FOR TABLE ..."))
+		ps.Add("PG_PUBLICATION", Refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not exist", pub), "CREATE PUBLICATION "+pgvalue.QuoteIdent(pub)+" FOR TABLE ..."))
 		return nil, nil
 	}
 	if err != nil {
@@ -247,7 +248,7 @@ func publishedActions(pub string, insert, update, delete bool) error {
 		return nil
 	}
 	return Refuse("PG_PUBLICATION", fmt.Sprintf("publication %q does not publish %s: Feldera would never see those changes and keep rows Postgres changed or deleted",
-		pub, strings.Join(missing, ", ")), "ALTER PUBLICATION "+catalog.QuoteIdent(pub)+" SET (publish = 'insert, update, delete, truncate')")
+		pub, strings.Join(missing, ", ")), "ALTER PUBLICATION "+pgvalue.QuoteIdent(pub)+" SET (publish = 'insert, update, delete, truncate')")
 }
 
 // parsePGDuration reads a time GUC as SHOW prints it: "0", "500ms", "4s",

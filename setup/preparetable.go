@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
 )
@@ -87,7 +88,7 @@ func (c *checker) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Tab
 	}
 	if !published[name] {
 		ps.Add(name, Refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
-			"ALTER PUBLICATION "+catalog.QuoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
+			"ALTER PUBLICATION "+pgvalue.QuoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
 		return si, false, nil
 	}
 	var canSelect bool
@@ -98,7 +99,7 @@ func (c *checker) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Tab
 		// A snapshot, a resnapshot after Feldera lost its state and verify
 		// all read the table.
 		ps.Add(name, Refuse(name, fmt.Sprintf("the role of PG_DSN has no SELECT on %s: the snapshot cannot read it", name),
-			"GRANT SELECT ON "+t.Source()+" TO "+catalog.QuoteIdent(c.user(conn))))
+			"GRANT SELECT ON "+t.Source()+" TO "+pgvalue.QuoteIdent(c.user(conn))))
 	}
 	si, err = catalog.ReadSource(ctx, conn, t, c.cfg.Publication)
 	if ps.Add(name, err) || err != nil {

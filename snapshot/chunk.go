@@ -6,9 +6,10 @@ import (
 	"strings"
 
 	"github.com/pgfeldera/pgfeldera/catalog"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 )
 
-// Incremental snapshots (issue 17) read a keyed table in primary-key
+// Incremental snapshots read a keyed table in primary-key
 // chunks while the stream flows, each chunk in its own short transaction,
 // bracketed in the stream by a low and a high watermark (logical messages
 // the connector emits, so they are ordered with the data). This file holds
@@ -280,26 +281,26 @@ func (s Source) LaneChunkSQL(cols []string, key []catalog.KeyColumn, lane Lane, 
 	}
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
-		quoted[i] = quoteIdent(c)
+		quoted[i] = pgvalue.QuoteIdent(c)
 	}
 	keys := make([]string, len(key))
 	for i, k := range key {
-		keys[i] = quoteIdent(k.Name)
+		keys[i] = pgvalue.QuoteIdent(k.Name)
 	}
 	var where []string
 	if s.Filter != "" {
 		where = append(where, "("+s.Filter+")")
 	}
 	if lane.Lo != nil {
-		where = append(where, keys[0]+" > "+quoteLiteral(*lane.Lo)+"::"+key[0].Type)
+		where = append(where, keys[0]+" > "+pgvalue.QuoteLiteral(*lane.Lo)+"::"+key[0].Type)
 	}
 	if lane.Hi != nil {
-		where = append(where, keys[0]+" <= "+quoteLiteral(*lane.Hi)+"::"+key[0].Type)
+		where = append(where, keys[0]+" <= "+pgvalue.QuoteLiteral(*lane.Hi)+"::"+key[0].Type)
 	}
 	if after != nil {
 		lits := make([]string, len(after))
 		for i, v := range after {
-			lits[i] = quoteLiteral(v) + "::" + key[i].Type
+			lits[i] = pgvalue.QuoteLiteral(v) + "::" + key[i].Type
 		}
 		where = append(where, "("+strings.Join(keys, ", ")+") > ("+strings.Join(lits, ", ")+")")
 	}
@@ -310,11 +311,6 @@ func (s Source) LaneChunkSQL(cols []string, key []catalog.KeyColumn, lane Lane, 
 	sel += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(keys, ", "), limit)
 	return "COPY (" + sel + ") TO STDOUT", nil
 }
-
-// quoteLiteral writes s as a standard SQL string literal (the session
-// runs with standard_conforming_strings = on, the default since 9.1); a
-// NUL cannot occur in a Postgres text value.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Lanes splits a table into at most n lanes at values of its first key
 // column: bounds is pg_stats.histogram_bounds of that column (sorted, as
@@ -378,7 +374,7 @@ func (s Source) BlockChunkSQL(cols []string, from, to uint32) (string, error) {
 	}
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
-		quoted[i] = quoteIdent(c)
+		quoted[i] = pgvalue.QuoteIdent(c)
 	}
 	sel := fmt.Sprintf("SELECT %s FROM %s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid", strings.Join(quoted, ", "), s.Table, from, to)
 	if s.Filter != "" {

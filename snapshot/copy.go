@@ -6,59 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 )
-
-// Created is a new slot: its consistent point and, when exported, the
-// snapshot name under which COPY sees exactly what precedes that point.
-type Created struct {
-	ConsistentPoint pglogrepl.LSN
-	SnapshotName    string
-}
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-// CreateSlot creates a pgoutput logical slot on a replication connection.
-// The SNAPSHOT option is always written: 'export' keeps a snapshot alive
-// until the next command on this connection (so keep it open and idle until
-// every COPY has finished); 'nothing' pins no xmin.
-//
-// With failover the slot is created with FAILOVER (PostgreSQL 17+) in the
-// same command: a second command on the connection would destroy the
-// exported snapshot.
-func CreateSlot(ctx context.Context, conn *pgconn.PgConn, slot string, export, failover bool) (Created, error) {
-	action := "nothing"
-	if export {
-		action = "export"
-	}
-	opts := fmt.Sprintf("SNAPSHOT '%s'", action)
-	if failover {
-		opts += ", FAILOVER true"
-	}
-	res, err := conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (%s)", quoteIdent(slot), opts)).ReadAll()
-	if err != nil {
-		return Created{}, fmt.Errorf("create slot %s: %w", slot, err)
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 3 {
-		return Created{}, fmt.Errorf("create slot %s: unexpected answer", slot)
-	}
-	row := res[0].Rows[0]
-	lsn, err := pglogrepl.ParseLSN(string(row[1]))
-	if err != nil {
-		return Created{}, fmt.Errorf("create slot %s: consistent point: %w", slot, err)
-	}
-	return Created{ConsistentPoint: lsn, SnapshotName: string(row[2])}, nil
-}
-
-// DropSlot drops a slot, waiting for it to become inactive.
-func DropSlot(ctx context.Context, conn *pgconn.PgConn, slot string) error {
-	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP_REPLICATION_SLOT %s WAIT", quoteIdent(slot))).ReadAll(); err != nil {
-		return fmt.Errorf("drop slot %s: %w", slot, err)
-	}
-	return nil
-}
 
 // Begin opens the read-only REPEATABLE READ transaction that imports the
 // exported snapshot (when name is not empty) and pins the output settings.
@@ -67,7 +17,7 @@ func Begin(ctx context.Context, conn *pgx.Conn, snapshotName string, settings []
 		return fmt.Errorf("begin snapshot transaction: %w", err)
 	}
 	if snapshotName != "" {
-		if _, err := conn.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
+		if _, err := conn.Exec(ctx, "SET TRANSACTION SNAPSHOT "+pgvalue.QuoteLiteral(snapshotName)); err != nil {
 			return fmt.Errorf("import snapshot %s: %w", snapshotName, err)
 		}
 	}
@@ -94,7 +44,7 @@ type Source struct {
 func (s Source) SQL(cols []string) string {
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
-		quoted[i] = quoteIdent(c)
+		quoted[i] = pgvalue.QuoteIdent(c)
 	}
 	if !s.Query && s.Filter == "" {
 		return fmt.Sprintf("COPY %s (%s) TO STDOUT", s.Table, strings.Join(quoted, ", "))

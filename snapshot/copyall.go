@@ -146,7 +146,7 @@ func (l *Loader) awaitTokens(ctx context.Context, last map[string]string) error 
 		if err := delivery.CheckStep(step, l.Sender.NeedStep(), func() string { return "the snapshot of " + table }); err != nil {
 			return err
 		}
-		delivery.Raise(l.Sender.Step, step)
+		l.Sender.RaiseSyncStep(step)
 	}
 	return nil
 }

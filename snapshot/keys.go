@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
+	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
 	"github.com/pgfeldera/pgfeldera/feldera"
 )
 
@@ -43,7 +43,7 @@ func AbsentCheck(ctx context.Context, conn *pgx.Conn, rels []*decode.Rel, withKe
 		}
 		args = append(args, fmt.Sprintf("$%d::text[]", i+1))
 		names = append(names, fmt.Sprintf("c%d", i))
-		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", catalog.QuoteIdent(rel.Cols[ci].Name), i, typ))
+		conds = append(conds, fmt.Sprintf("t.%s = k.c%d::%s", pgvalue.QuoteIdent(rel.Cols[ci].Name), i, typ))
 		out = append(out, fmt.Sprintf("k.c%d::%s", i, typ))
 	}
 	if !withKeys {

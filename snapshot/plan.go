@@ -71,7 +71,7 @@ func Decide(st *state.State, slot Slot, slotName, publication string, tables []M
 	}
 	for _, t := range st.Tables {
 		// An incremental table streams from the slot's creation: its
-		// chunks go on from the state's After (issue 17).
+		// chunks go on from the state's After.
 		if t.Status != state.Complete && t.Status != state.Incremental {
 			return Plan{Resnapshot, fmt.Sprintf("the snapshot of %s did not complete", t.Source)}
 		}

@@ -66,7 +66,7 @@ func newLoader(t *testing.T, sink delivery.Sink, n *loaderCounters) *Loader {
 	s := &delivery.Sender{
 		Sink: sink, Fence: fence, Txns: &delivery.Transactions{Fence: fence, Logger: logger}, Observer: nopObserver{}, Logger: logger,
 		HardStop: context.WithoutCancel, CompletionTimeout: time.Second, NeedStep: func() bool { return true },
-		Step: &n.step, Batches: &n.batches, FlushSince: &n.flushSince, FlushFailed: &n.flushFailed,
+		Batches: &n.batches, FlushSince: &n.flushSince, FlushFailed: &n.flushFailed,
 	}
 	return &Loader{
 		Sender: s, Bounds: delivery.Bounds{Rows: 2, Bytes: 1 << 20},

@@ -9,7 +9,7 @@ import (
 // first.
 var progressModes = []string{"off", "on"}
 
-// progressCost measures FELDERA_PROGRESS_TABLE=on against off (issue 39:
+// progressCost measures FELDERA_PROGRESS_TABLE=on against off (target:
 // cost ≤ 10 %): the catch-up of a's bulk load (rows in 100 transactions)
 // of b's single-row transactions and of j's two-table ones, each mode on its own slot over the
 // same WAL, order alternating. With the table every flush is a Feldera

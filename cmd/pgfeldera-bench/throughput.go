@@ -117,7 +117,7 @@ func (b *bench) singleRow(rounds, txns int) (Result, error) {
 
 // incremental is SNAPSHOT_MODE=incremental against initial, side by
 // side, each from process start to the last row in Feldera, and both
-// against COPY to /dev/null (issue 17: target ≥ 0.8 × initial).
+// against COPY to /dev/null (target ≥ 0.8 × initial).
 func (b *bench) incremental(rounds, rows int) (Result, error) {
 	fmt.Printf("k: incremental snapshot of %d rows against initial\n", rows)
 	for _, q := range []string{"TRUNCATE t", rowsSQL(1, rows), "VACUUM ANALYZE t"} {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -118,4 +120,50 @@ func TestExamples_UseKnownVariables(t *testing.T) {
 		}
 	}
 	check("kubernetes-sidecar.yaml", names)
+}
+
+// TestArchitecture_ListsEveryPackage keeps docs/architecture.md's table
+// in step with the tree: every package has a row, and every row names a
+// package that exists.
+func TestArchitecture_ListsEveryPackage(t *testing.T) {
+	b, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			rows[strings.Trim(strings.TrimSpace(strings.Split(line, "|")[1]), "`")] = true
+		}
+	}
+	pkgs := map[string]bool{}
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "testdata" || d.Name() == "bin") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			rel, _ := filepath.Rel("../..", filepath.Dir(path))
+			pkgs[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("found %d packages; the walk is wrong", len(pkgs))
+	}
+	for p := range pkgs {
+		if !rows[p] {
+			t.Errorf("docs/architecture.md has no row for package %s", p)
+		}
+	}
+	for r := range rows {
+		if !pkgs[r] {
+			t.Errorf("docs/architecture.md lists %s, which is no package", r)
+		}
+	}
 }

@@ -1,10 +1,8 @@
-package connector
+package delivery
 
 import (
 	"testing"
 	"time"
-
-	"github.com/pgfeldera/pgfeldera/delivery"
 )
 
 // Whenever the filling batch has a linger deadline, the batch is due once
@@ -24,14 +22,9 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 							continue
 						}
 						for _, linger := range []time.Duration{0, 50 * time.Millisecond} {
-							s := &stream{
-								c:         &Connector{cfg: Config{BatchMaxRows: 10, BatchMaxBytes: 1 << 10, BatchLinger: linger}},
-								filling:   delivery.NewBatch(1),
-								led:       delivery.NewLedger(GateComplete, 0, false),
-								maxFlight: 4,
-								open:      open,
-								openRows:  openRows,
-							}
+							s, _ := newTestPipeline()
+							s.Bounds, s.Linger, s.MaxFlight = Bounds{Rows: 10, Bytes: 1 << 10}, linger, 4
+							s.open, s.openRows = open, openRows
 							at := time.Unix(1000, 0)
 							for i := 0; i < rows; i++ {
 								line := []byte("{}\n")
@@ -42,18 +35,18 @@ func TestLingerDeadlineMakesTheBatchDue(t *testing.T) {
 								s.filling.Added(0, 1, at)
 							}
 							s.filling.SealNow = sealNow
-							d, ok := s.lingerDeadline()
-							if ok && !s.flushDue(d) {
+							d, ok := s.LingerDeadline()
+							if ok && !s.FlushDue(d) {
 								t.Errorf("rows=%d big=%v sealNow=%v open=%v linger=%v: the linger deadline %v passes with the batch not due",
 									rows, big, sealNow, open, linger, d.Sub(at))
 							}
-							if !ok && rows > 0 && !open && !s.flushDue(at.Add(time.Hour)) {
+							if !ok && rows > 0 && !open && !s.FlushDue(at.Add(time.Hour)) {
 								t.Errorf("rows=%d big=%v sealNow=%v open=%v linger=%v: no deadline, and the batch is never due outside a transaction",
 									rows, big, sealNow, open, linger)
 							}
 							// Rows of the open transaction wait for its COMMIT:
 							// the linger never seals them.
-							if openRows && (ok || s.flushDue(at.Add(time.Hour))) {
+							if openRows && (ok || s.FlushDue(at.Add(time.Hour))) {
 								t.Errorf("rows=%d big=%v sealNow=%v linger=%v: a batch holding rows of the open transaction is due (deadline %v)",
 									rows, big, sealNow, linger, ok)
 							}
