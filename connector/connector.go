@@ -124,7 +124,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.cp.Failures = &c.stats.CheckpointFailures
 	c.fence = delivery.NewFence(cfg.IngressFence, c.logger)
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
-		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout,
+		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout, Accepted: cfg.AckMode == AckAccepted,
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
 	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,

@@ -217,9 +217,10 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, c
 
 // absorbedUnlessHooked waits until the Feldera transaction took its input
 // (Transactions.Absorbed), which the test hook NoFeedWait skips: the
-// unsafe variant that shows the wait is what keeps a transaction whole.
+// unsafe variant that shows the wait is what keeps a transaction whole,
+// and accepted mode, which waits for nothing but answers.
 func (s *Sender) absorbedUnlessHooked(ctx context.Context) error {
-	if s.NoFeedWait {
+	if s.NoFeedWait || s.Txns.Accepted {
 		return nil
 	}
 	return s.Txns.Absorbed(ctx)

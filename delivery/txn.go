@@ -81,6 +81,11 @@ type Transactions struct {
 	Started, Conflicts *atomic.Int64
 	// Incarnation is the pipeline process the session feeds.
 	Incarnation string
+	// Accepted is FELDERA_ACK_MODE=accepted (unsafe, kept to show the
+	// loss the other modes prevent): a commit is done at the HTTP 200 of
+	// commit_transaction, as every other request is at its answer; the
+	// next start_transaction waits for the commit itself (409).
+	Accepted bool
 	// Counted is, per session, the tables whose records in the stream's
 	// transactions are a function of the WAL alone, which are counted
 	// past the progress row (txncount.go); nil: none.
@@ -349,6 +354,10 @@ func (x *Transactions) Commit(ctx context.Context) error {
 			x.Observer.FelderaError(code)
 		}
 		return fmt.Errorf("commit Feldera transaction %d: %w", t.id, err)
+	}
+	if x.Accepted {
+		x.done()
+		return nil
 	}
 	return x.awaitCommit(ctx)
 }
