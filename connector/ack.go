@@ -59,7 +59,7 @@ func (s *stream) recordCheckpoint() error {
 	if err != nil {
 		return err
 	}
-	if gap && s.plan.Model == feldera.FTExactlyOnce && s.c.test.forceGate == nil {
+	if gap && s.plan.Model == feldera.FTExactlyOnce && s.c.test.ForceGate == nil {
 		s.pipe.AckAtCompletion()
 		s.c.gate.Store(int32(GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)

@@ -18,6 +18,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/internal/testhook"
 	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -79,36 +80,8 @@ type Connector struct {
 	step          atomic.Uint64
 	probed        bool // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
-	saidProgress  bool      // the absence of a progress table was logged
-	test          testHooks // zero in production; set only by export_test.go
-}
-
-// testHooks are the seams the tests use, among them the unsafe variants
-// that show a test can see a loss. They are set only by export_test.go;
-// in production every one is zero, which is the behaviour documented.
-type testHooks struct {
-	worker           incremental.Hooks               // the incremental snapshot's worker's
-	afterCopy        func()                          // see export_test.go
-	noStartRetract   bool                            // an incremental resnapshot at startup skips the retraction (unsafe)
-	failAfterSlot    bool                            // an incremental start fails right after creating its slot
-	noPendingFirst   bool                            // a snapshot start records no pending state first (unsafe)
-	noSettle         bool                            // ignore the Feldera transaction a crashed process left open (unsafe)
-	sessionHook      func(ctx context.Context) error // replaces session
-	onBackoff        func(interval time.Duration)    // sees each backoff interval
-	forceGate        *Gate                           // overrides the gate the model chooses
-	ignoreFilter     bool                            // read sources without the publication's row filter (the unsafe variant)
-	trustRestores    bool                            // no check of what a restart restored (unsafe)
-	noHeartbeat      bool                            // no liveness timeout on the replication and chunk connections (unsafe)
-	trustCheckpoints bool                            // any newest checkpoint covers by its steps (unsafe)
-	noSkip           bool                            // replay what the progress row says Feldera holds (unsafe)
-	noReset          bool                            // keep the progress row when a new slot starts (unsafe)
-	noWALEndGuard    bool                            // skip below a progress row past the server's WAL end (unsafe)
-	noProgressStep   bool                            // acknowledge a skip under the checkpoint gate at once (unsafe)
-	noJoin           bool                            // commit a Feldera transaction left open instead of joining it (unsafe)
-	noKeepRows       bool                            // let the slot pass the progress row at COMMITs and keepalives without rows (unsafe)
-	trustProgress    bool                            // no check of the progress row against the slot at startup (unsafe)
-	noCount          bool                            // a joined transaction sends again what it holds (unsafe)
-	beforeStart      func()                          // runs right before START_REPLICATION (a test freezes the connection there)
+	saidProgress  bool           // the absence of a progress table was logged
+	test          testhook.Hooks // the tests' seams: zero in production; set only by export_test.go
 }
 
 // New returns a connector. It does not connect.
@@ -126,7 +99,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
 		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout, Accepted: cfg.AckMode == AckAccepted,
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
-	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger,
+	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger, Hooks: &c.test,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
 		NeedStep:   func() bool { return c.Gate() == GateCheckpoint },
 		Batches:    &c.stats.Batches,
@@ -182,8 +155,8 @@ func (c *Connector) Run(ctx context.Context) error {
 	}
 	defer c.fence.Close()
 	session := c.session
-	if c.test.sessionHook != nil {
-		session = c.test.sessionHook
+	if c.test.Session != nil {
+		session = c.test.Session
 	}
 	return c.supervise(ctx, session)
 }
@@ -268,8 +241,8 @@ func (c *Connector) sessionEnded(err error, interval time.Duration) (time.Durati
 	if since := time.Since(lastProgress); since > c.cfg.NoProgressTimeout {
 		return 0, &FatalError{Err: fmt.Errorf("%w for %s (NO_PROGRESS_TIMEOUT) while work was pending: last error: %v", ErrNoProgress, since.Round(time.Second), err)}
 	}
-	if c.test.onBackoff != nil {
-		c.test.onBackoff(interval)
+	if c.test.OnBackoff != nil {
+		c.test.OnBackoff(interval)
 	}
 	wait := time.Duration(rand.Int64N(int64(interval) + 1))
 	if left := c.cfg.NoProgressTimeout - time.Since(lastProgress); wait > left {

@@ -15,10 +15,10 @@ func (c *Connector) openFence() error {
 	if err != nil {
 		return err
 	}
-	if !c.test.noCount {
+	if !c.test.NoCount {
 		c.txns.LeftPast(c.fence.LeftPast()) // what Feldera holds past the progress row, counted
 	}
-	if left == nil || c.test.noSettle {
+	if left == nil || c.test.NoSettle {
 		return nil
 	}
 	c.txns.LeftOpen(*left)

@@ -16,6 +16,6 @@ func (c *Connector) incConfig() incremental.Config {
 		SnapshotRows: &c.stats.SnapshotRows, Retracted: &c.stats.Retracted,
 		Copied:   func(route int) *atomic.Int64 { return &c.tableStats[route].Copied },
 		Progress: func(route int) *incremental.Progress { return &c.tableStats[route].Progress },
-		Hooks:    c.test.worker,
+		Hooks:    &c.test,
 	}
 }

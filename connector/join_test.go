@@ -72,7 +72,7 @@ func TestScripted_ProgressJoinsTheTransactionACrashLeftOpen(t *testing.T) {
 			o.plan = func(p *setup.Plan, cn *Connector) {
 				plan(p, cn)
 				cn.txns.LeftOpen(state.OpenTransaction{ID: left, Incarnation: inc}) // the fence file's record
-				cn.test.noJoin = c.noJoin
+				cn.test.NoJoin = c.noJoin
 			}
 			second := runScriptedWith(t, fc, nil, o)
 			second.transaction(0x2000, 0x2010, "1", "2")
@@ -133,7 +133,7 @@ func leaveByFailure(t *testing.T, fc felderatest.Config, fel *felderatest.Server
 	plan := o.plan
 	o.plan = func(p *setup.Plan, c *Connector) {
 		plan(p, c)
-		c.out.CommitOnFailure = noJoin
+		c.test.CommitOnFailure = noJoin
 	}
 	first := runScriptedWith(t, fc, func(c *Config) { c.BatchMaxRows, c.BatchLinger = 2, time.Hour }, o)
 	sendFirstAndAHalf(t, first, fel)

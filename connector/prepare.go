@@ -31,7 +31,7 @@ func (c *Connector) prepare(ctx context.Context, mode setup.Mode) (*setup.Plan, 
 
 // setupConfig is what the startup checks need of the configuration.
 func (c *Connector) setupConfig() setup.Config {
-	sc := setupConfig(c.cfg, c.test.ignoreFilter, c.nulled)
+	sc := setupConfig(c.cfg, c.test.IgnoreFilter, c.nulled)
 	sc.Logger = c.logger
 	return sc
 }
@@ -40,7 +40,7 @@ func (c *Connector) setupConfig() setup.Config {
 // POST /checkpoint was tried, and publishes the gate.
 func (c *Connector) chooseGate(ctx context.Context, p *setup.Plan) error {
 	why, probed, err := setup.ChooseGate(ctx, c.sink, p, setup.GateRules{
-		AckAccepted: c.cfg.AckMode == AckAccepted, Forced: c.test.forceGate, Probed: c.probed})
+		AckAccepted: c.cfg.AckMode == AckAccepted, Forced: c.forcedGate(), Probed: c.probed})
 	if err != nil {
 		return err
 	}
@@ -49,4 +49,14 @@ func (c *Connector) chooseGate(ctx context.Context, p *setup.Plan) error {
 	c.logger.Info("ack gate chosen", "gate", p.Gate.String(), "model", p.Model, "why", why,
 		"deployment_id", p.DeploymentID, "incarnation_uuid", p.Incarnation, "checkpoint_wal", p.WALBudget)
 	return nil
+}
+
+// forcedGate is the gate a test forced (testhook.Hooks.ForceGate), nil
+// when none.
+func (c *Connector) forcedGate() *Gate {
+	if c.test.ForceGate == nil {
+		return nil
+	}
+	g := Gate(*c.test.ForceGate)
+	return &g
 }

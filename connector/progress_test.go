@@ -153,7 +153,7 @@ func scriptOptsUnsafe(o scriptOpts, unsafe bool) scriptOpts {
 	plan := o.plan
 	o.plan = func(p *setup.Plan, c *Connector) {
 		plan(p, c)
-		c.test.noSkip = unsafe
+		c.test.NoSkip = unsafe
 		c.srv.WALEnd = 0x6000
 	}
 	return o
@@ -284,7 +284,7 @@ func atLeastOnce(t *testing.T, o scriptOpts, unsafe bool) scriptOpts {
 		}
 		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
 		c.gate.Store(int32(GateCheckpoint))
-		c.test.noProgressStep = unsafe
+		c.test.NoProgressStep = unsafe
 	}
 	return o
 }

@@ -32,7 +32,7 @@ func TestScripted_ProgressRowCarriesPositionsWithoutRows(t *testing.T) {
 			o.plan = func(p *setup.Plan, c *Connector) {
 				plan(p, c)
 				p.WALTimeout = time.Second // status updates, and rows alone, every 500 ms
-				c.test.noKeepRows = unsafe
+				c.test.NoKeepRows = unsafe
 			}
 			sc := runScriptedWith(t, fc, nil, o)
 			sc.transaction(0x2000, 0x2010, "1")

@@ -71,7 +71,7 @@ func (c *Connector) session(ctx context.Context) error {
 		return err
 	}
 	st := c.starter()
-	if progress && !c.test.noReset {
+	if progress && !c.test.NoReset {
 		st.ResetProgress, st.ReadProgress = c.out.PutProgress, c.out.ReadProgress
 	}
 	conn, err := st.OpenReplication(ctx)
@@ -165,7 +165,7 @@ func (s *stream) serve(ctx context.Context) error {
 	s.alertCtx, alert = context.WithCancel(ctx)
 	defer alert()
 	var watched sync.WaitGroup
-	pw := &setup.PartitionWatch{DSN: c.cfg.DSN, Plan: s.plan, Logger: c.logger, IgnoreShape: c.test.worker.IgnoreShape}
+	pw := &setup.PartitionWatch{DSN: c.cfg.DSN, Plan: s.plan, Logger: c.logger, IgnoreShape: c.test.IgnoreShape}
 	s.watcher = c.newWatcher(s.plan)
 	s.watcher.Also = pw.Every
 	s.lost = s.watcher.Start(watchCtx, &watched, alert, s.wake.fire)

@@ -57,7 +57,7 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 	if err != nil {
 		return 0, err
 	}
-	if lsn > c.srv.WALEnd && !c.test.noWALEndGuard && !c.txns.RowOurs(lsn) {
+	if lsn > c.srv.WALEnd && !c.test.NoWALEndGuard && !c.txns.RowOurs(lsn) {
 		// Past everything the server wrote: a position of another history
 		// (a failover the start did not see), unless this process wrote
 		// it (the snapshot's row, at a slot created after the WAL end was
@@ -70,10 +70,10 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 	if err := c.txns.Resume(lsn, found && lsn >= c.acked); err != nil {
 		return 0, err
 	}
-	if !found || lsn <= c.acked || c.test.noSkip {
+	if !found || lsn <= c.acked || c.test.NoSkip {
 		return 0, nil // the slot is there already: nothing to skip
 	}
-	if p.Gate == GateCheckpoint && !c.test.noProgressStep {
+	if p.Gate == GateCheckpoint && !c.test.NoProgressStep {
 		step, err := c.progressStep(ctx, p)
 		if err != nil {
 			return 0, err
@@ -106,7 +106,7 @@ func (c *Connector) progressStep(ctx context.Context, p *setup.Plan) (uint64, er
 // that does not keep it clears the state's mark that it is kept, before
 // it acknowledges anything (state.State.ProgressKept).
 func (s *stream) skipBelow(at pglogrepl.LSN) error {
-	if s.pipe.SkipBelow(at, !s.c.test.noKeepRows) {
+	if s.pipe.SkipBelow(at, !s.c.test.NoKeepRows) {
 		return nil
 	}
 	if s.inc != nil {
@@ -146,7 +146,7 @@ func (s *stream) quietEnd(now time.Time) error {
 // it must commit it instead (no progress row: nothing would tell the
 // replay where the transaction's rows end).
 func (c *Connector) joinTables(p *setup.Plan, progress bool) map[string]bool {
-	if !progress || c.test.noJoin {
+	if !progress || c.test.NoJoin {
 		return nil
 	}
 	tables := map[string]bool{c.out.Progress.Table: true}
@@ -166,7 +166,7 @@ func (c *Connector) countPast(p *setup.Plan, progress bool) error {
 	if !progress {
 		return c.txns.ForgetPast()
 	}
-	if c.test.noCount {
+	if c.test.NoCount {
 		return nil
 	}
 	c.txns.Counted = map[string]bool{}

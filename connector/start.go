@@ -23,9 +23,7 @@ func (c *Connector) starter() *Starter {
 		Snapshotting: &c.health.snapshotting, Progress: &c.health.progress,
 		PublishGate: func(g delivery.Gate) { c.gate.Store(int32(g)) },
 		Logger:      c.logger,
-		Hooks: Hooks{AfterCopy: c.test.afterCopy, NoPendingFirst: c.test.noPendingFirst,
-			FailAfterSlot: c.test.failAfterSlot, NoStartRetract: c.test.noStartRetract,
-			TrustRestores: c.test.trustRestores, TrustProgress: c.test.trustProgress, IgnoreShape: c.test.worker.IgnoreShape, GateForced: c.test.forceGate != nil},
+		Hooks:       &c.test,
 	}
 }
 
@@ -55,8 +53,8 @@ func (c *Connector) begin(ctx context.Context, st *Starter, p *setup.Plan, conn 
 func (c *Connector) startReplication(ctx context.Context, st *Starter, p *setup.Plan, conn *pgconn.PgConn) error {
 	c.silentEnd = false // st.SilentEnd: StartReplication ends the walsender it left
 	st.ReplicationTimeout = c.replicationTimeout(p)
-	if c.test.beforeStart != nil {
-		c.test.beforeStart()
+	if c.test.BeforeStart != nil {
+		c.test.BeforeStart()
 	}
 	return st.StartReplication(ctx, conn)
 }

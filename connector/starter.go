@@ -14,6 +14,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/incremental"
+	"github.com/pgfeldera/pgfeldera/internal/testhook"
 	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
@@ -64,26 +65,13 @@ type Starter struct {
 	// holds (progress.go).
 	ReadProgress func(ctx context.Context) (pglogrepl.LSN, bool, error)
 	Logger       *slog.Logger
-	Hooks        Hooks
+	Hooks        *testhook.Hooks // the tests' seams; zero in production
 
 	srv   failover.Server   // the server Begin reached
 	spare incremental.Spare // the connection for chunks an incremental start opened
 	// heldBefore is the progress row a change of server cleared: the end
 	// of the last source transaction Feldera held from the old history.
 	heldBefore pglogrepl.LSN
-}
-
-// Hooks are the test seams a start reads: zero in production, which is
-// the behaviour documented.
-type Hooks struct {
-	AfterCopy      func() // runs after the copy, before the slot (inconsistent) or the state
-	NoPendingFirst bool   // a snapshot start records no pending state first (unsafe)
-	FailAfterSlot  bool   // an incremental start fails right after creating its slot
-	NoStartRetract bool   // an incremental resnapshot at startup skips the retraction (unsafe)
-	TrustRestores  bool   // no check of what a restart restored (unsafe)
-	TrustProgress  bool   // no check of the progress row against the slot (unsafe)
-	IgnoreShape    bool   // no resnapshot when a table's shape changes (unsafe)
-	GateForced     bool   // a test forced the gate (setup.Rules.GateForced)
 }
 
 // Started is what Begin found, for the Connector to apply: the server
@@ -148,7 +136,7 @@ func (s *Starter) failoverChecker() *failover.Checker {
 func (s *Starter) reconcile(p *setup.Plan, st *state.State) (string, error) {
 	before := p.Gate
 	why, err := setup.Reconcile(p, st, setup.Rules{StateFile: s.StateFile, Logger: s.Logger,
-		TrustRestores: s.Hooks.TrustRestores, IgnoreShape: s.Hooks.IgnoreShape, GateForced: s.Hooks.GateForced})
+		TrustRestores: s.Hooks.TrustRestores, IgnoreShape: s.Hooks.IgnoreShape, GateForced: s.Hooks.ForceGate != nil})
 	if p.Gate != before {
 		s.PublishGate(p.Gate)
 	}

@@ -13,6 +13,6 @@ func (c *Connector) newWatcher(p *setup.Plan) *delivery.Watcher {
 		P: delivery.Watched{DeploymentID: p.DeploymentID, Incarnation: p.Incarnation, FaultTolerant: p.FaultTolerant,
 			Model: p.Model, Gate: p.Gate, CkptBefore: p.CkptBefore, WALBudget: p.WALBudget},
 		Never: c.cfg.SnapshotMode == SnapshotNever, CheckpointAfter: c.cfg.CheckpointAfter,
-		TrustCheckpoints: c.test.trustCheckpoints, Logger: c.logger,
+		TrustCheckpoints: c.test.TrustCheckpoints, Logger: c.logger,
 	}
 }

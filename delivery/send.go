@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/internal/testhook"
 )
 
 // Sink is what a Sender needs of Feldera. *feldera.Client satisfies it.
@@ -68,14 +69,9 @@ type Sender struct {
 	// watermark, and the checkpoint that ends a snapshot covers it.
 	step atomic.Uint64
 
-	// NoFeedWait commits a Feldera transaction without waiting for its
-	// input to be fed (unsafe): a test hook, false in production, set
-	// only by connector/export_test.go.
-	NoFeedWait bool
-	// CommitOnFailure commits a Feldera transaction a failure leaves
-	// open even with the progress row (unsafe): a test hook, false in
-	// production.
-	CommitOnFailure bool
+	// Hooks are the tests' seams (NoFeedWait, CommitOnFailure); nil or
+	// zero in production.
+	Hooks *testhook.Hooks
 }
 
 // Send is the poster's work for one batch: under its transaction plan,
@@ -220,7 +216,7 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, c
 // unsafe variant that shows the wait is what keeps a transaction whole,
 // and accepted mode, which waits for nothing but answers.
 func (s *Sender) absorbedUnlessHooked(ctx context.Context) error {
-	if s.NoFeedWait || s.Txns.Accepted {
+	if s.Hooks.Get().NoFeedWait || s.Txns.Accepted {
 		return nil
 	}
 	return s.Txns.Absorbed(ctx)
@@ -232,7 +228,7 @@ func (s *Sender) absorbedUnlessHooked(ctx context.Context) error {
 // of the flush, and the next session joins it (Transactions.Settle),
 // replays into it, and commits it whole.
 func (s *Sender) AbandonTxn() {
-	if s.Progress != nil && s.Txns.ID() != 0 && !s.CommitOnFailure {
+	if s.Progress != nil && s.Txns.ID() != 0 && !s.Hooks.Get().CommitOnFailure {
 		s.Logger.Warn("flush: leaving the Feldera transaction open after a failure: the next session joins it, and commits it once the replay completes it", "transaction_id", s.Txns.ID())
 		return
 	}

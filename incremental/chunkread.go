@@ -216,7 +216,7 @@ func (w *Worker) chunkHead(t *Table, blocks bool, what string, head []byte) (sna
 	if err != nil {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: relfilenode %q: %w", what, node, err)
 	}
-	if uint32(filenode) != t.Blocks.Filenode && !w.Hooks.NoFilenode {
+	if uint32(filenode) != t.Blocks.Filenode && !w.Hooks.Get().NoFilenode {
 		return snapshot.TxSnapshot{}, fmt.Errorf("%s: the table was rewritten while it was read in block ranges (relfilenode %d, planned for %d: a TRUNCATE, VACUUM FULL, CLUSTER or a rewriting ALTER TABLE); the next session reads it again from its first block",
 			what, filenode, t.Blocks.Filenode)
 	}

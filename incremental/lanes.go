@@ -62,7 +62,7 @@ func (w *Worker) resumeBlocks(st *state.Table) ([]*laneRun, error) {
 // records as begun.
 func (w *Worker) planBlocks(ctx context.Context, conn *pgx.Conn, t *Table) ([]*laneRun, bool, error) {
 	st := t.Start
-	if w.Hooks.ChunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
+	if w.Hooks.Get().ChunkByKey || (st.Blocks == nil && (st.After != nil || len(st.Lanes) > 0)) {
 		return nil, false, nil
 	}
 	var (
@@ -297,8 +297,8 @@ func (lr *laneReader) handOut(chs []*Chunk) []Watermark {
 	var marks []Watermark
 	for _, ch := range chs {
 		w.put(ch)
-		if w.Hooks.ChunkRead != nil && !ch.Discard {
-			w.Hooks.ChunkRead(t.Rel.Target.Qualified(), ch.keyList())
+		if w.Hooks.Get().ChunkRead != nil && !ch.Discard {
+			w.Hooks.Get().ChunkRead(t.Rel.Target.Qualified(), ch.keyList())
 		}
 		marks = append(marks, w.mark(t, ch.Seq, "high"))
 	}

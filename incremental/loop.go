@@ -76,7 +76,7 @@ func (inc *Session) message(m decode.Message) error {
 func (inc *Session) highWatermark(seq uint64) error {
 	ch := inc.hand.Taken(seq)
 	route := inc.loop.RouteOf(seq)
-	why, err := inc.loop.High(seq, ch, inc.cfg.Hooks.NoWindow)
+	why, err := inc.loop.High(seq, ch, inc.cfg.Hooks.Get().NoWindow)
 	if err != nil {
 		return err
 	}

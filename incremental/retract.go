@@ -73,8 +73,8 @@ func (w *Worker) retractBatch(ctx context.Context, conn *pgx.Conn, t *Table, che
 		if err != nil {
 			return err
 		}
-		if w.Hooks.RetractRead != nil && len(ch.keyEnds) > 0 {
-			w.Hooks.RetractRead(t.Rel.Target.Qualified(), ch.keyList())
+		if w.Hooks.Get().RetractRead != nil && len(ch.keyEnds) > 0 {
+			w.Hooks.Get().RetractRead(t.Rel.Target.Qualified(), ch.keyList())
 		}
 		ch.reply = reply
 		if err := w.hand(ctx, conn, ch); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/internal/fatal"
+	"github.com/pgfeldera/pgfeldera/internal/testhook"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 	"github.com/pgfeldera/pgfeldera/state"
 )
@@ -58,7 +59,7 @@ type Config struct {
 	Copied   func(route int) *atomic.Int64
 	Progress func(route int) *Progress
 
-	Hooks Hooks
+	Hooks *testhook.Hooks // the tests' seams; nil in production
 }
 
 // Stream is what a Session needs of the stream loop that holds it, given

@@ -58,7 +58,7 @@ func reshaped(known, now []string) []string {
 // column newly feeds Feldera or changed type; received is the highest WAL
 // position the stream read.
 func (inc *Session) Shape(rel *decode.Rel, received pglogrepl.LSN) error {
-	if rel == nil || inc.cfg.Hooks.IgnoreShape {
+	if rel == nil || inc.cfg.Hooks.Get().IgnoreShape {
 		return nil // a table TABLES does not map: nothing was read under a known shape
 	}
 	st := inc.rec.St

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
+	"github.com/pgfeldera/pgfeldera/internal/testhook"
 	"github.com/pgfeldera/pgfeldera/snapshot"
 )
 
@@ -37,20 +38,8 @@ type Worker struct {
 	Starts func(ctx context.Context, conn *pgx.Conn, t *Table)
 	// Wake wakes the stream loop out of a receive: a chunk was handed.
 	Wake   func()
-	Hooks  Hooks
+	Hooks  *testhook.Hooks // the tests' seams; nil in production
 	Logger *slog.Logger
-}
-
-// Hooks are the tests' seams, among them the unsafe variants that show a
-// test can see a loss; zero in production.
-type Hooks struct {
-	ChunkRead   func(table string, keys []string)   // sees each chunk handed
-	ChunkByKey  bool                                // read ordinary tables in key ranges too
-	NoFilenode  bool                                // block chunks ignore a rewrite (unsafe)
-	RetractRead func(table string, absent []string) // sees each retraction batch
-	RetractOnly bool                                // a resnapshot retracts and reads no chunk
-	NoWindow    bool                                // keep every chunk row (unsafe)
-	IgnoreShape bool                                // no resnapshot when a table's shape changes (unsafe)
 }
 
 // Run reads the chunks, one table at a time, until every table queued is
@@ -72,7 +61,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		if t.Start.Retract && w.Hooks.RetractOnly {
+		if t.Start.Retract && w.Hooks.Get().RetractOnly {
 			continue
 		}
 		lanes, err := w.planLanes(ctx, conn, t)
