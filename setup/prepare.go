@@ -173,16 +173,13 @@ func (c *checker) preparePipeline(ctx context.Context, p *Plan, mode Mode, ps *F
 	const subject = "FELDERA_PIPELINE"
 	pipe, err := c.pipes.Pipeline(ctx)
 	if err != nil {
-		var ae *feldera.APIError
-		if errors.As(err, &ae) && (ae.StatusCode == 404 || ae.StatusCode == 401 || ae.StatusCode == 403) {
-			err = fatal.Wrap(fmt.Errorf("read feldera pipeline: %w", err))
-		}
+		fix := pipelineFix(err)
 		if mode == ForCheck {
-			ps.Add(subject, fatal.Wrap(fmt.Errorf("read feldera pipeline: %w", err)))
+			ps.Add(subject, Refuse(subject, "read feldera pipeline: "+err.Error(), fix))
 			return nil, nil
 		}
-		if fatal.Is(err) {
-			return nil, err
+		if fix != "" {
+			return nil, Refuse(subject, "read feldera pipeline: "+err.Error(), fix)
 		}
 		return nil, fmt.Errorf("read feldera pipeline: %w", err)
 	}
@@ -312,4 +309,21 @@ func Prepare(ctx context.Context, cfg Config, pipes Pipeliner, mode Mode) (*Plan
 		}
 	}
 	return p, ps.Err()
+}
+
+// pipelineFix is the fix for a pipeline Feldera refused to show: a name
+// it does not know, or a key it does not accept; "" for any other error,
+// which a run retries.
+func pipelineFix(err error) string {
+	var ae *feldera.APIError
+	if !errors.As(err, &ae) {
+		return ""
+	}
+	switch ae.StatusCode {
+	case 404:
+		return "check FELDERA_PIPELINE: no pipeline of that name at FELDERA_URL is visible to this API key (GET /v0/pipelines lists those that are)"
+	case 401, 403:
+		return "check FELDERA_API_KEY: Feldera did not accept it for this pipeline"
+	}
+	return ""
 }

@@ -87,6 +87,15 @@ func (c *checker) sourceTable(ctx context.Context, conn *pgx.Conn, t catalog.Tab
 		return si, false, nil // no publication: nothing more to learn of its tables
 	}
 	if !published[name] {
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1::text) IS NOT NULL", t.Source()).Scan(&exists); err != nil {
+			return si, false, fmt.Errorf("look up %s: %w", name, err)
+		}
+		if !exists {
+			ps.Add(name, Refuse(name, fmt.Sprintf("table %s is in TABLES but does not exist in this database", name),
+				"create it, or correct its name in TABLES (a table outside the public schema is written schema.table)"))
+			return si, false, nil
+		}
 		ps.Add(name, Refuse(name, fmt.Sprintf("table %s is in TABLES but not in publication %q: it would never be updated", name, c.cfg.Publication),
 			"ALTER PUBLICATION "+pgvalue.QuoteIdent(c.cfg.Publication)+" ADD TABLE "+t.Source()))
 		return si, false, nil

@@ -50,7 +50,11 @@ func printCheck(w io.Writer, cfg *Config, r *setup.CheckReport) {
 		}
 	}
 	if !r.OK() {
-		fmt.Fprintf(w, "%d problems: pgfeldera run would not start\n", len(r.Problems))
+		noun := "problems"
+		if len(r.Problems) == 1 {
+			noun = "problem"
+		}
+		fmt.Fprintf(w, "%d %s: pgfeldera run would not start\n", len(r.Problems), noun)
 		return
 	}
 	fmt.Fprintf(w, "ok: %d tables ready; postgres %s, feldera pipeline %s (fault tolerance %s, ack gate %s)\n",

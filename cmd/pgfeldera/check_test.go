@@ -142,3 +142,41 @@ func newDouble(t *testing.T, ddl string) *felderatest.Server {
 	t.Cleanup(fel.Close)
 	return fel
 }
+
+// check names a table in TABLES that does not exist as missing (not as
+// one to add to the publication, which would fail), and a pipeline name
+// Feldera does not know once, with a fix; one problem reads "1 problem".
+func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	c := pgcluster.Shared(t)
+	dsn := c.NewDB(t)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	if err := c.Exec(context.Background(), db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
+		CREATE PUBLICATION pub FOR TABLE users`); err != nil {
+		t.Fatal(err)
+	}
+	fel := newDouble(t, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
+	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "check_missing",
+		"TABLES": "users,ghost", "FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p",
+		"STATE_FILE": filepath.Join(t.TempDir(), "state.json"), "HTTP_ADDR": ""}
+	code, report, out := check(t, vars)
+	if code != exitConfig || len(report.Problems) != 1 {
+		t.Fatalf("check: exit %d with %d problems, want %d with 1:\n%s", code, len(report.Problems), exitConfig, out)
+	}
+	if p := report.Problems[0]; p.Subject != "public.ghost" || !strings.Contains(p.What, "does not exist") || !strings.Contains(p.Fix, "TABLES") {
+		t.Errorf("the missing table: %+v", p)
+	}
+	if !strings.Contains(out, "1 problem:") {
+		t.Errorf("one problem is not reported as one:\n%s", out)
+	}
+
+	vars["TABLES"], vars["FELDERA_PIPELINE"] = "users", "nosuch"
+	code, report, out = check(t, vars)
+	if code != exitConfig || len(report.Problems) != 1 {
+		t.Fatalf("check with a wrong pipeline: exit %d with %d problems:\n%s", code, len(report.Problems), out)
+	}
+	p := report.Problems[0]
+	if p.Subject != "FELDERA_PIPELINE" || !strings.Contains(p.Fix, "FELDERA_PIPELINE") || strings.Count(out, "read feldera pipeline") != 1 {
+		t.Errorf("the wrong pipeline: %+v\n%s", p, out)
+	}
+}
