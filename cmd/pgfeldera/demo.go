@@ -36,6 +36,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case cmd.ProcessState != nil && cmd.ProcessState.Success():
+		// Stopped by Ctrl-C, and it stopped cleanly: exec reports the
+		// context's error for a process it interrupted; that is no failure.
+		return exitOK
 	case errors.As(err, &exit) && exit.ExitCode() >= 0:
 		return exit.ExitCode()
 	default:

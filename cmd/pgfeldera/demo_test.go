@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
@@ -117,4 +119,48 @@ func TestBinaryLinksNoTestCode(t *testing.T) {
 			t.Errorf("cmd/pgfeldera links %s", dep)
 		}
 	}
+}
+
+// Ctrl-C during `pgfeldera demo` stops the demo, which stops cleanly: the
+// exit is 0 and nothing on stderr reads like a failure.
+func TestDemo_InterruptIsAGracefulStop(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\ntrap 'echo stopped; exit 0' INT\necho started\nwhile :; do sleep 0.05; done\n"
+	if err := os.WriteFile(filepath.Join(dir, demoProgram), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- runDemo(ctx, nil, &out, &errb) }()
+	for !strings.Contains(out.String(), "started") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != exitOK || errb.String() != "" {
+		t.Fatalf("demo interrupted: exit %d, stderr %q; want 0 and nothing", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "stopped") {
+		t.Fatalf("the demo did not see the interrupt: %q", out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine exec starts
+// and the test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
