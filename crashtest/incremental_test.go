@@ -161,6 +161,9 @@ func (x *xminWatch) rows() int64 {
 func (x *xminWatch) halt() (int64, string) {
 	x.stop.Store(true)
 	x.wg.Wait()
+	if x.what == "" {
+		return 0, "no backend held one xmin while rows were copied"
+	}
 	return x.longest, fmt.Sprintf("%s, for %s", x.what, x.longTime.Round(time.Millisecond))
 }
 

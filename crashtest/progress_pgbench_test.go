@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,24 +185,36 @@ func (b *pgbenchWorld) killAfterWrites(t *testing.T, env []string) {
 	p2.stop(t)
 }
 
-// crashWhileWriting crashes the connector at point while pgbench writes
-// 1,000 transactions (10 s at the rate asked), restarts it, and waits for
-// the end of the writes.
+// crashWhileWriting crashes the connector at point while pgbench writes,
+// restarts it, and waits for the end of the writes.
 //
-// The first run may take as long as it needs to reach its crash point
-// (the snapshot copies 100,000 rows first: half a minute under -race, far
-// longer on a busy machine), as long as it and the double keep moving.
+// pgbench writes until the first run reached its crash point, in runs of
+// 200 transactions (2 s at the rate asked): how many Feldera transactions
+// a given load makes depends on the machine's speed (a slow connector
+// groups more into each), so no fixed load is sure to reach the 20th. The
+// first run may take as long as it needs, the snapshot first (100,000
+// rows: half a minute under -race, far longer on a busy machine), as long
+// as it and the double keep moving.
 func (b *pgbenchWorld) crashWhileWriting(t *testing.T, env []string, point string) {
 	p := b.start(append(env, "CRASH_AT="+point, "CRASH_AFTER_BATCHES=20", "FELDERA_CHECKPOINT_AFTER=1s")...)
 	b.caughtUp(p)
+	var crashed atomic.Bool
 	done := make(chan error, 1)
-	go func() { done <- b.run("-n", "-t", "500", "-R", "100", "-c", "2", "-j", "1") }()
-	if code := p.exited(2 * time.Minute); code != 70 {
-		if code == -1 {
-			p.kill()
+	go func() {
+		for {
+			if err := b.run("-n", "-t", "100", "-R", "100", "-c", "2", "-j", "1"); err != nil || crashed.Load() {
+				done <- err
+				return
+			}
 		}
+	}()
+	code := p.exited(2 * time.Minute)
+	crashed.Store(true)
+	if code != 70 {
+		p.kill()
 		err := <-done
-		t.Fatalf("the first run exited %d (-1: alive, nothing moved for 2 min), want 70 at %s; pgbench: %v\n%s", code, point, err, b.w.log())
+		t.Fatalf("the first run exited %d (-1: alive, nothing moved for 2 min), want 70 at %s; pgbench: %v; the double: %d requests, %d Feldera transactions committed\n%s",
+			code, point, err, b.w.fel.RequestCount(), b.w.fel.TransactionsCommitted(), b.w.log())
 	}
 	p2 := b.start(append(env[:1:1], "FELDERA_CHECKPOINT_AFTER=1s", env[2])...)
 	if err := <-done; err != nil {

@@ -238,20 +238,21 @@ func TestCrashRandom(t *testing.T) {
 	}
 }
 
-// crashedOrCaughtUp waits until p exits (its code) or has acknowledged
-// the WAL's current end (-1: every batch is done, so its crash point will
-// not come), for as long as something moves (world.until). No clock
+// crashedOrCaughtUp waits until p exits (its code) or is done with all
+// there is: its snapshot complete (an incremental one runs on beside the
+// stream) and the WAL's current end acknowledged. Then its crash point
+// can only still come right behind that acknowledgement (after_ack is
+// passed just after the status update is sent), so it gets until it has
+// been idle a moment (proc.exited) before it counts as not reached (-1).
+// It waits for as long as something moves (world.until): no clock
 // decides whether the point was reached.
 func (w *world) crashedOrCaughtUp(p *proc) int {
 	w.t.Helper()
 	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
 	w.until(60*time.Second, 10*time.Millisecond, func() bool {
-		return exitedNow(p) || p.streaming() && w.confirmed() >= target
+		return exitedNow(p) || p.streaming() && stateComplete(w) && w.confirmed() >= target
 	})
-	if exitedNow(p) {
-		return p.code
-	}
-	return -1
+	return p.exited(2 * time.Second)
 }
 
 // suiteDouble is crashDouble, declaring the progress table and the

@@ -185,7 +185,7 @@ func (b *bench) startPGF(slot, tables, pub, snapshotMode string, env map[string]
 	cmd.Env = append(os.Environ(),
 		"PG_DSN="+b.dsn, "PG_PUBLICATION="+pub, "PG_SLOT="+slot, "TABLES="+tables,
 		"FELDERA_URL="+fel.URL, "FELDERA_PIPELINE=bench", "SNAPSHOT_MODE="+snapshotMode,
-		"STATE_FILE="+filepath.Join(b.dir, fmt.Sprintf("state-%d.json", b.seq)), "HTTP_ADDR=", "LOG_LEVEL="+logLevel())
+		"STATE_FILE="+filepath.Join(b.dir, fmt.Sprintf("state-%d.json", b.seq)), "HTTP_ADDR=off", "LOG_LEVEL="+logLevel())
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

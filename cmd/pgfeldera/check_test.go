@@ -55,7 +55,7 @@ func TestCheck_EveryProblemAtOnce(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "state.json")
 	vars := map[string]string{"PG_DSN": u.String(), "PG_PUBLICATION": "pub", "PG_SLOT": "check_slot",
 		"TABLES": "users,orders,events,prices,notes", "FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p",
-		"STATE_FILE": stateFile, "HTTP_ADDR": "", "BATCH_LINGER_MS": "0"}
+		"STATE_FILE": stateFile, "HTTP_ADDR": "off", "BATCH_LINGER_MS": "0"}
 	other, err := state.Lock(stateFile) // another process runs on this state file
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
 	fel := newDouble(t, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
 	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "check_missing",
 		"TABLES": "users,ghost", "FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p",
-		"STATE_FILE": filepath.Join(t.TempDir(), "state.json"), "HTTP_ADDR": ""}
+		"STATE_FILE": filepath.Join(t.TempDir(), "state.json"), "HTTP_ADDR": "off"}
 	code, report, out := check(t, vars)
 	if code != exitConfig || len(report.Problems) != 1 {
 		t.Fatalf("check: exit %d with %d problems, want %d with 1:\n%s", code, len(report.Problems), exitConfig, out)

@@ -329,8 +329,16 @@ var settings = []setting{
 			c.CrashAfterBatches = n
 			return nil
 		}},
-	{Env: "HTTP_ADDR", Default: ":9187", Help: "listen address for /metrics, /healthz, /readyz; empty disables",
-		parse: func(c *Config, v string) error { c.HTTPAddr = v; return nil }},
+	{Env: "HTTP_ADDR", Default: ":9187", Help: "listen address for /metrics, /healthz, /readyz; off disables",
+		parse: func(c *Config, v string) error {
+			// An empty variable reads as unset (the default), so the
+			// server is turned off by a word.
+			if v == "off" {
+				v = ""
+			}
+			c.HTTPAddr = v
+			return nil
+		}},
 	{Env: "LOG_LEVEL", Default: "info", Help: "debug, info, warn or error",
 		parse: func(c *Config, v string) error {
 			switch v {

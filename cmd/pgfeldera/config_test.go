@@ -230,3 +230,16 @@ func TestSecretsNeverPrinted_OnConnectionFailure(t *testing.T) {
 		}
 	}
 }
+
+// HTTP_ADDR=off turns the metrics server off; an empty value is the
+// default (an empty variable cannot be told from an unset one).
+func TestConfig_HTTPAddrOff(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{{"off", ""}, {"", ":9187"}, {"127.0.0.1:0", "127.0.0.1:0"}} {
+		vars := base()
+		vars["HTTP_ADDR"] = tc.value
+		c, err := parseConfig("run", nil, env(vars), &bytes.Buffer{})
+		if err != nil || c.HTTPAddr != tc.want {
+			t.Errorf("HTTP_ADDR=%q: address %q, %v; want %q", tc.value, c.HTTPAddr, err, tc.want)
+		}
+	}
+}
