@@ -26,11 +26,22 @@ func (s *stream) run(ctx context.Context) error {
 	var rc replconn.RecvCtx
 	defer rc.Release()
 	s.nextStatus = time.Now()
+	live, alert := ctx, s.alertCtx // what ends the loop, and what wakes a receive
 	for {
-		if ctx.Err() != nil {
+		if live.Err() != nil {
+			if live == ctx && s.midTransaction() {
+				var cancel context.CancelFunc
+				live, cancel = s.finishTxn()
+				defer cancel()
+				alert = live
+				continue
+			}
 			return s.shutdown()
 		}
-		base := s.wake.arm(s.alertCtx) // armed before the drain: an event sent after it wakes the receive
+		if live != ctx && !s.pipe.Open() {
+			return s.shutdown() // the source transaction the stop came in ended
+		}
+		base := s.wake.arm(alert) // armed before the drain: an event sent after it wakes the receive
 		now, nudge, err := s.tend()
 		if err != nil {
 			return err
@@ -48,7 +59,7 @@ func (s *stream) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := s.receive(ctx, &rc, base, deadline, &ev); err != nil {
+		if err := s.receive(live, &rc, base, deadline, &ev); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,5 +437,48 @@ func TestScripted_WatermarkNudges(t *testing.T) {
 	// Three nudges take 1.5 s; the first regular status would come at 10 s.
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("3 status updates took %s: the loop did not nudge every %s", took, incremental.WatermarkNudge)
+	}
+}
+
+// A graceful stop inside a source transaction whose rows already went
+// out in part reads on to its COMMIT and commits it whole: no state of
+// Feldera's shows part of it, none is left open, and the last status
+// acknowledges it.
+func TestScripted_StopFinishesTheSourceTransaction(t *testing.T) {
+	var partial atomic.Int64
+	fc := felderatest.Config{OnState: func(v felderatest.View) {
+		if n := v.Len("users"); n != 0 && n != 6 {
+			partial.Add(1)
+		}
+	}}
+	sc := runScripted(t, fc, func(c *Config) { c.BatchMaxRows, c.BatchLinger = 2, time.Hour })
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	sc.src.push(0x6000, pgoutputtest.Begin(0x6000, at, 700))
+	for _, id := range []string{"1", "2", "3", "4"} {
+		sc.src.push(0x6000, pgoutputtest.Insert(10, id, "n"+id))
+	}
+	// The third change sealed the first two into a Feldera transaction.
+	deadline := time.Now().Add(time.Minute)
+	for sc.fel.OpenTransaction() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if sc.fel.OpenTransaction() == 0 {
+		t.Fatal("no Feldera transaction opened for the first batch")
+	}
+	sc.stop()
+	for _, id := range []string{"5", "6"} {
+		sc.src.push(0x6000, pgoutputtest.Insert(10, id, "n"+id))
+	}
+	sc.src.push(0x6010, pgoutputtest.Commit(0x6000, 0x6010, at))
+	if err := <-sc.done; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	sc.done <- nil // for the cleanup
+	st := sc.src.sent()
+	if n, last := sc.fel.Len("users"), st[len(st)-1]; n != 6 || partial.Load() != 0 || last.flush != 0x6010 {
+		t.Fatalf("after the stop: %d rows, %d states with part of the transaction, last status %+v; want 6, 0, flush 0/6010", n, partial.Load(), last)
+	}
+	if id := sc.fel.OpenTransaction(); id != 0 {
+		t.Fatalf("Feldera transaction %d left open", id)
 	}
 }

@@ -188,10 +188,33 @@ func (s *stream) serve(ctx context.Context) error {
 	return err
 }
 
+// midTransaction reports whether part of the open source transaction
+// went out, or sits in the filling batch: sent as it is, views would see
+// part of it.
+func (s *stream) midTransaction() bool {
+	return s.pipe.Open() && (s.pipe.TxnOpen() || s.pipe.OpenRows())
+}
+
+// finishTxn is how long a graceful stop that came inside a source
+// transaction reads on to its COMMIT, so that it commits whole: half of
+// STOP_TIMEOUT, which leaves the other half to send and commit it. The
+// walsender sends a transaction only once it committed, so the rest of
+// it is already on its way.
+func (s *stream) finishTxn() (context.Context, context.CancelFunc) {
+	s.logger.Info("session: stopping inside a source transaction that went out in part: reading on to its COMMIT, so that it commits whole",
+		"commit_lsn", s.openCommit, "for_at_most", s.c.cfg.StopTimeout/2)
+	return context.WithTimeout(s.flushCtx, s.c.cfg.StopTimeout/2)
+}
+
 // shutdown is the graceful stop: flush what was read, wait for completion,
 // send the final status, and confirm on a second connection that the slot
-// moved.
+// moved. Stopped inside a source transaction it could not finish (half of
+// STOP_TIMEOUT ran out), it commits the part it read, and says so.
 func (s *stream) shutdown() error {
+	if s.midTransaction() {
+		s.logger.Error("session: stopping inside a source transaction that did not end within half of STOP_TIMEOUT: committing the part read, so that no Feldera transaction is left open; views see part of it until the next start replays the rest",
+			"commit_lsn", s.openCommit, "transaction_id", s.c.txns.ID())
+	}
 	s.logger.Info("session: stopping: flushing what was read")
 	if err := s.closeTxn(); err != nil {
 		return err

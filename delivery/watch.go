@@ -156,6 +156,9 @@ func (c *Watcher) Start(ctx context.Context, wg *sync.WaitGroup, alert, looked f
 				err = c.Also(ctx, n)
 			}
 			if err != nil {
+				if ctx.Err() != nil {
+					return // stopped during a look: that says nothing of the pipeline
+				}
 				lost <- err
 				alert() // wake the receive loop: a restart is noticed at once, not at the next status
 				return
