@@ -7,8 +7,10 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
+	"github.com/pgfeldera/pgfeldera/replconn"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
@@ -61,7 +63,7 @@ func (s *stream) recordCheckpoint() error {
 	}
 	if gap && s.plan.Model == feldera.FTExactlyOnce && s.c.test.ForceGate == nil {
 		s.pipe.AckAtCompletion()
-		s.c.gate.Store(int32(GateComplete))
+		s.c.gate.Store(int32(delivery.GateComplete))
 		s.logger.Info("feldera: a checkpoint since the program change: Feldera journals its input again; acknowledging at completion", "checkpoint", cp.UUID)
 	}
 	return nil
@@ -171,7 +173,7 @@ func (s *stream) heartbeat(now time.Time) (time.Time, error) {
 	ask, dead, at := s.live.Next(now)
 	switch {
 	case dead:
-		return at, &SilentError{For: now.Sub(s.live.Heard)}
+		return at, &replconn.SilentError{For: now.Sub(s.live.Heard)}
 	case ask:
 		s.logger.Debug("session: the replication connection has been quiet for half its timeout: asking the server for a reply", "quiet", now.Sub(s.live.Heard).Round(time.Millisecond))
 		return at, s.statusAsking(true)

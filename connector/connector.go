@@ -101,7 +101,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
 	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger, Hooks: &c.test,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
-		NeedStep:   func() bool { return c.Gate() == GateCheckpoint },
+		NeedStep:   func() bool { return c.Gate() == delivery.GateCheckpoint },
 		Batches:    &c.stats.Batches,
 		FlushSince: &c.health.flushSince, FlushFailed: &c.health.flushFailed}
 	routes, n := catalog.Routes(cfg.Tables)
@@ -228,7 +228,7 @@ func (c *Connector) supervise(ctx context.Context, session func(context.Context)
 // wait before the next (drawn below interval), or returns the error that
 // ends the process: a fatal one, or NO_PROGRESS_TIMEOUT.
 func (c *Connector) sessionEnded(err error, interval time.Duration) (time.Duration, error) {
-	var silent *SilentError
+	var silent *replconn.SilentError
 	c.silentEnd = errors.As(err, &silent)
 	lastProgress := c.healthy
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
@@ -28,13 +29,13 @@ func TestDurability_InPlaceRestarts(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, ft string
-		gate     *connector.Gate
-		wantGate connector.Gate
+		gate     *delivery.Gate
+		wantGate delivery.Gate
 		loses    bool
 	}{
-		{"at_least_once", `{"model": "at_least_once", "checkpoint_interval_secs": 2}`, nil, connector.GateCheckpoint, false},
-		{"exactly_once", `{"model": "exactly_once", "checkpoint_interval_secs": 2}`, nil, connector.GateComplete, false},
-		{"at_least_once_acked_at_complete_BROKEN", `{"model": "at_least_once", "checkpoint_interval_secs": 2}`, ptr(connector.GateComplete), connector.GateComplete, true},
+		{"at_least_once", `{"model": "at_least_once", "checkpoint_interval_secs": 2}`, nil, delivery.GateCheckpoint, false},
+		{"exactly_once", `{"model": "exactly_once", "checkpoint_interval_secs": 2}`, nil, delivery.GateComplete, false},
+		{"at_least_once_acked_at_complete_BROKEN", `{"model": "at_least_once", "checkpoint_interval_secs": 2}`, ptr(delivery.GateComplete), delivery.GateComplete, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -62,7 +63,7 @@ func TestDurability_InPlaceRestarts(t *testing.T) {
 				t.Fatalf("gate %s, want %s", got, c.wantGate)
 			}
 			w := e.startWriter("users", 100000)
-			if c.wantGate == connector.GateCheckpoint {
+			if c.wantGate == delivery.GateCheckpoint {
 				e.poll("completed work waiting for a checkpoint", 10*time.Second, func() bool { return conn.CheckpointWait() > 0 })
 			}
 			seed := testSeed(t, "DURABILITY_SEED")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
@@ -77,7 +78,7 @@ func SetSessionHook(c *Connector, fake func(ctx context.Context, ack func(lsn ui
 
 // SetGate forces the acknowledgement gate, whatever the pipeline's model:
 // tests use it to show the wrong gate losing data.
-func SetGate(c *Connector, g Gate) { n := int(g); c.test.ForceGate = &n }
+func SetGate(c *Connector, g delivery.Gate) { n := int(g); c.test.ForceGate = &n }
 
 // IgnoreRowFilter makes the connector read its sources without the
 // publication's row filter, as it did before it read rowfilter: tests use

@@ -48,7 +48,7 @@ func (s *stream) completer() *delivery.Completer {
 	return &delivery.Completer{
 		Poll: c.sink, Observer: c.observer, Txn: &c.txns.Clock,
 		Timeout:  c.cfg.CompletionTimeout,
-		NeedStep: func() bool { return c.Gate() == GateCheckpoint },
+		NeedStep: func() bool { return c.Gate() == delivery.GateCheckpoint },
 		Logger:   c.logger,
 	}
 }

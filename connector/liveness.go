@@ -7,10 +7,6 @@ import (
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
-// SilentError ends a session whose replication connection said nothing
-// for its timeout (replconn.SilentError).
-type SilentError = replconn.SilentError
-
 // replicationTimeout is the session's liveness timeout (0: none, a test
 // hook's unsafe variant).
 func (c *Connector) replicationTimeout(p *setup.Plan) time.Duration {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
 
@@ -53,10 +54,10 @@ func (c *Connector) chooseGate(ctx context.Context, p *setup.Plan) error {
 
 // forcedGate is the gate a test forced (testhook.Hooks.ForceGate), nil
 // when none.
-func (c *Connector) forcedGate() *Gate {
+func (c *Connector) forcedGate() *delivery.Gate {
 	if c.test.ForceGate == nil {
 		return nil
 	}
-	g := Gate(*c.test.ForceGate)
+	g := delivery.Gate(*c.test.ForceGate)
 	return &g
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgoutputtest"
@@ -282,8 +283,8 @@ func atLeastOnce(t *testing.T, o scriptOpts, unsafe bool) scriptOpts {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
-		c.gate.Store(int32(GateCheckpoint))
+		p.Gate, p.Model, p.FaultTolerant, p.Incarnation = delivery.GateCheckpoint, feldera.FTAtLeastOnce, true, st.GlobalMetrics.IncarnationUUID
+		c.gate.Store(int32(delivery.GateCheckpoint))
 		c.test.NoProgressStep = unsafe
 	}
 	return o

@@ -17,6 +17,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/decode/pgvalue"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/incremental"
@@ -193,7 +194,7 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	}
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
 	p := &setup.Plan{Mapping: catalog.Mapping{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}}},
-		Gate: GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
+		Gate: delivery.GateComplete, Model: feldera.FTNone, WALTimeout: time.Minute}
 	c.acked, c.srv.WALEnd = scriptStart, scriptStart
 	ctx, stop := context.WithCancel(context.Background())
 	// STOP_TIMEOUT after the stop begins, what is unfinished is abandoned,

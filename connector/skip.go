@@ -73,7 +73,7 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 	if !found || lsn <= c.acked || c.test.NoSkip {
 		return 0, nil // the slot is there already: nothing to skip
 	}
-	if p.Gate == GateCheckpoint && !c.test.NoProgressStep {
+	if p.Gate == delivery.GateCheckpoint && !c.test.NoProgressStep {
 		step, err := c.progressStep(ctx, p)
 		if err != nil {
 			return 0, err

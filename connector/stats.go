@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/incremental"
 )
 
@@ -63,7 +64,7 @@ type health struct {
 }
 
 // Gate is the acknowledgement gate of the current session.
-func (c *Connector) Gate() Gate { return Gate(c.gate.Load()) }
+func (c *Connector) Gate() delivery.Gate { return delivery.Gate(c.gate.Load()) }
 
 // CheckpointWait is how long completed work has waited for a checkpoint
 // (the checkpoint gate); 0 when nothing waits.

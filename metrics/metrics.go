@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/replconn"
 )
 
@@ -291,7 +292,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(descFence, prometheus.GaugeValue, conn.IngressFenced().Seconds())
-	for _, g := range []connector.Gate{connector.GateComplete, connector.GateCheckpoint} {
+	for _, g := range []delivery.Gate{delivery.GateComplete, delivery.GateCheckpoint} {
 		v := 0.0
 		if conn.Gate() == g {
 			v = 1

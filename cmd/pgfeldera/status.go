@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/catalog"
 	"github.com/pgfeldera/pgfeldera/connector"
+	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/metrics"
@@ -225,7 +226,7 @@ func collectFeldera(ctx context.Context, client *feldera.Client, cfg *Config, st
 		if m, err := p.FaultToleranceModel(); err != nil {
 			st.Feldera.Error = err.Error()
 		} else {
-			st.Feldera.Model, st.Feldera.AckGate = string(m), connector.GateFor(m, cfg.AckMode).String()
+			st.Feldera.Model, st.Feldera.AckGate = string(m), delivery.GateFor(m, cfg.AckMode == connector.AckAccepted).String()
 		}
 	}
 }
