@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -203,6 +204,13 @@ func (s *Sender) post(ctx context.Context, targets []*decode.Target, b *Batch, c
 		tok, err := s.Fence.Ingress(ctx, s.Sink, table, buf, b.Rows[route])
 		if err != nil {
 			s.Observer.FelderaError(feldera.ErrorCode(err))
+			if counted && feldera.IsParseErrors(err) {
+				// Feldera counted only the records it parsed: a next
+				// process skipping that many lines would skip past the
+				// refused one. Uncounted, the replay sends the body again
+				// and meets the refusal again.
+				err = errors.Join(err, s.Txns.Uncount(table))
+			}
 			return nil, start, fmt.Errorf("push %d rows to %s: %w", b.Rows[route], table, err)
 		}
 		tokens = append(tokens, &Token{Table: table, Token: tok})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
@@ -121,4 +122,46 @@ func lines(id, n int) []byte {
 		b.WriteString(`{"insert":{"id":` + strconv.Itoa(id+i) + `,"v":"x"}}` + "\n")
 	}
 	return []byte(b.String())
+}
+
+// A POST Feldera answered 400 with parse errors leaves no count of its
+// table past the progress row: Feldera counted only the records it
+// parsed, so a next process skipping that many lines would skip past the
+// refused record and lose it. Uncounted, the replay sends the body again
+// and meets the refusal again.
+func TestTransactions_ParseErrorsLeaveTheTableUncounted(t *testing.T) {
+	fel, client := doubleWith(t, `CREATE TABLE events (id INT, v VARCHAR);`)
+	ctx := context.Background()
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	x, fence := counting(t, client, stateFile, fel.Incarnation())
+	if err := x.Resume(0, true); err != nil {
+		t.Fatal(err)
+	}
+	s := &delivery.Sender{Sink: client, Fence: fence, Txns: x, Observer: nopObserver{}, Logger: x.Logger}
+	targets := []*decode.Target{{Route: 0, Dest: feldera.Relation{Name: "events"}}}
+	send := func(body []byte) error {
+		b := delivery.NewBatch(1)
+		b.Bufs[0] = append(b.Bufs[0], body...)
+		b.Added(0, strings.Count(string(body), "\n"), time.Now())
+		_, _, _, err := s.Send(ctx, targets, b, delivery.TxnPlan{})
+		return err
+	}
+	if err := send(lines(10, 3)); err != nil {
+		t.Fatal(err)
+	}
+	bad := append(lines(20, 2), []byte(`{"insert":{"id":"not a number","v":"x"}}`+"\n")...)
+	bad = append(bad, lines(30, 2)...)
+	if err := send(bad); !feldera.IsParseErrors(err) {
+		t.Fatalf("the body with a bad record: %v, want parse errors", err)
+	}
+	f, err := state.LoadFence(state.FencePath(stateFile)) // the process dies here
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Past == nil {
+		t.Fatal("no record past the progress row")
+	}
+	if n, ok := f.Past.Taken["events"]; ok {
+		t.Fatalf("the fence record counts events from %d past the row after a POST with parse errors: the next process would skip past the refused record", n)
+	}
 }
