@@ -394,7 +394,20 @@ func encJSONInline(dst, s []byte) ([]byte, error) {
 	if !validJSON(s) {
 		return dst, fmt.Errorf("invalid JSON value")
 	}
-	return append(dst, bytes.TrimSpace(s)...), nil
+	start := len(dst)
+	dst = append(dst, bytes.TrimSpace(s)...)
+	// One record, one line: the line is what the replay's skip past the
+	// progress row counts. A json value may keep newlines (jsonb never
+	// does); valid JSON has none inside its strings, so each one is
+	// whitespace, and a space serves as well.
+	if bytes.ContainsAny(dst[start:], "\r\n") {
+		for i := start; i < len(dst); i++ {
+			if dst[i] == '\n' || dst[i] == '\r' {
+				dst[i] = ' '
+			}
+		}
+	}
+	return dst, nil
 }
 
 // encBytea reads hex output (\x...) into an array of byte numbers. The

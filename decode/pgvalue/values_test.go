@@ -1,7 +1,9 @@
 package pgvalue_test
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -149,3 +151,28 @@ var oidsUnderTest = []struct {
 
 var _ = binary.BigEndian
 var _ = strings.Contains
+
+// A json value keeps the newlines it was written with (jsonb does not);
+// inlined into a VARIANT it is still one line of NDJSON, which is what
+// the replay's skip past the progress row counts, and the same value: an
+// escaped newline inside a string stays one.
+func TestJSONInlineIsOneLine(t *testing.T) {
+	enc, err := pgvalue.EncoderFor(pgvalue.OIDJSON, ct("VARIANT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := enc([]byte(`{"j":`), []byte("{\n  \"a\": \"x\\ny\",\r\n  \"b\": [1,\n2]\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '}')
+	var v struct {
+		J struct {
+			A string
+			B []int
+		}
+	}
+	if bytes.ContainsAny(got, "\r\n") || json.Unmarshal(got, &v) != nil || v.J.A != "x\ny" || len(v.J.B) != 2 {
+		t.Fatalf("inlined json: %q (%+v), want one line with the same value", got, v)
+	}
+}
