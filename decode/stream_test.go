@@ -164,6 +164,10 @@ func TestDecoder_Refusals(t *testing.T) {
 		"notNullMissing":          {[][]byte{relationMsg(11, "public", "items", 'd', col{"sku", 23, true})}, "region"},
 		"beforeRelation":          {[][]byte{insertMsg(77, "1")}, "OID 77"},
 		"columnCount":             {[][]byte{relationMsg(10, "public", "users", 'd', usersCols...), insertMsg(10, "1", "a", "b", "c")}, "4 columns"},
+		// A retraction's old tuple one column short, or with its key an
+		// unchanged TOAST value, would delete nothing in Feldera.
+		"oldTupleShort": {[][]byte{relationMsg(10, "public", "users", 'f', usersCols...), deleteMsg(10, 'O', "1", "a")}, "old tuple has 2 columns, relation has 3"},
+		"oldKeyToast":   {[][]byte{relationMsg(10, "public", "users", 'f', usersCols...), deleteMsg(10, 'O', toast, "a", "b")}, "does not carry this Feldera key field"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
