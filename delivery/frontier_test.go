@@ -438,3 +438,26 @@ func TestFrontier_WaitingWAL(t *testing.T) {
 		t.Fatalf("all durable: %d bytes waiting", w)
 	}
 }
+
+// The merged head keeps the highest step of what it merged, not the last
+// entry's: a completion's step need not grow with the batches (the
+// bounded test above only uses growing ones), and a checkpoint that
+// misses the highest must make none of the merged batches durable.
+func TestFrontier_CompactKeepsTheHighestStep(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := newFrontier(GateCheckpoint, 0)
+	const n = 3000
+	for i := 1; i <= n; i++ {
+		id := f.enter(pglogrepl.LSN(i*10), t0)
+		f.done(id, uint64(n-i+1), t0) // the first batch completes at the highest step
+	}
+	if len(f.queue) > frontierMax+1 {
+		t.Fatalf("the queue holds %d entries", len(f.queue))
+	}
+	if got := f.checkpointed(n - 1); got != 0 {
+		t.Fatalf("a checkpoint that misses the first batch's step %d made %s durable, want nothing", n, got)
+	}
+	if got := f.checkpointed(n); got != n*10 {
+		t.Fatalf("a checkpoint covering every step made %s durable, want %s", got, pglogrepl.LSN(n*10))
+	}
+}
