@@ -26,7 +26,9 @@ func TestFenceFile_ShorterRecordInPlace(t *testing.T) {
 	steps := []func() error{
 		func() error { return ff.Past(&state.PastRow{Row: 0x5000, Taken: taken, Counted: "inc-1"}) },
 		func() error { return ff.Outstanding("events", 3, time.Unix(100, 0)) },
-		func() error { return ff.Past(&state.PastRow{Row: 0x6000, Taken: map[string]uint64{"events": 4}, Counted: "inc-1"}) },
+		func() error {
+			return ff.Past(&state.PastRow{Row: 0x6000, Taken: map[string]uint64{"events": 4}, Counted: "inc-1"})
+		},
 		func() error { return ff.Answered() },
 	}
 	for i, step := range steps {
