@@ -73,7 +73,7 @@ func (p *Pipeline) Retract(job func(ctx context.Context) (step uint64, err error
 func (p *Pipeline) Keepalive(walEnd pglogrepl.LSN, now time.Time) bool {
 	p.walEnd = max(p.walEnd, walEnd)
 	p.join.Keepalive(walEnd, p.open)
-	return p.led.Keepalive(walEnd, p.Quiet(), now)
+	return p.led.Keepalive(walEnd, p.quiet(), now)
 }
 
 // QuietEnd applies, with the progress row, the last keepalive's WAL end
@@ -83,7 +83,7 @@ func (p *Pipeline) Keepalive(walEnd pglogrepl.LSN, now time.Time) bool {
 // Every message sent before it has been read, so once nothing is open,
 // buffered or in flight, all below it is handled.
 func (p *Pipeline) QuietEnd(now time.Time) bool {
-	if !p.keepsRows || p.walEnd <= p.led.Acked() || !p.Quiet() {
+	if !p.keepsRows || p.walEnd <= p.led.Acked() || !p.quiet() {
 		return false
 	}
 	return p.led.Keepalive(p.walEnd, true, now)
@@ -166,12 +166,12 @@ func (p *Pipeline) Busy() bool { return p.posting || p.retracting || p.led.InFli
 // Posting reports whether a POST runs.
 func (p *Pipeline) Posting() bool { return p.posting }
 
-// Quiet reports whether nothing is open, buffered or in flight: the
+// quiet reports whether nothing is open, buffered or in flight: the
 // Ledger's keepalive rule.
-func (p *Pipeline) Quiet() bool { return !p.open && p.filling.Total == 0 && !p.Busy() }
+func (p *Pipeline) quiet() bool { return !p.open && p.filling.Total == 0 && !p.Busy() }
 
 // Pending reports whether anything read is not yet acknowledged.
-func (p *Pipeline) Pending() bool { return !p.Quiet() || p.led.Pending() }
+func (p *Pipeline) Pending() bool { return !p.quiet() || p.led.Pending() }
 
 // OpenRows reports whether the filling batch holds rows of the open
 // source transaction.
