@@ -61,11 +61,19 @@ type Flight struct {
 }
 
 // TxnMark is shared by the batches of one Feldera transaction: when its
-// commit finished (UnixNano; 0: not yet).
-type TxnMark struct{ committed atomic.Int64 }
+// commit finished (UnixNano; 0: not yet), and the step count Feldera had
+// begun then, which a checkpoint holding the commit reaches.
+type TxnMark struct {
+	committed atomic.Int64
+	step      atomic.Uint64
+}
 
-// Committed records that the transaction's commit finished at t.
-func (m *TxnMark) Committed(t time.Time) { m.committed.Store(t.UnixNano()) }
+// Committed records that the transaction's commit finished at t, once
+// Feldera had begun step steps.
+func (m *TxnMark) Committed(t time.Time, step uint64) {
+	m.step.Store(step)
+	m.committed.Store(t.UnixNano())
+}
 
 // TxnClock says whether a Feldera transaction of the session's is open
 // or committing, and when the last one committed: the completer's
@@ -101,7 +109,16 @@ func (f *Flight) since() (at time.Time, ok bool) {
 	return time.Time{}, false
 }
 
+// complete reports whether every token of the batch is done. A batch
+// inside a Feldera transaction whose records were all skipped (Feldera
+// holds them already: Transactions.Skip) has no token, and is complete
+// only once its transaction committed: before it, what Feldera holds of
+// it may still be dropped or never shown, and the ledger must not
+// acknowledge its COMMITs past the committed progress row.
 func (f *Flight) complete() bool {
+	if len(f.Tokens) == 0 && f.Txn != nil {
+		return f.Txn.committed.Load() != 0
+	}
 	for _, t := range f.Tokens {
 		if !t.done {
 			return false
@@ -317,6 +334,13 @@ func (k *Completer) poll(ctx context.Context, t *Token) (bool, uint64, error) {
 // completed turns a complete batch into its report.
 func (k *Completer) completed(f *Flight) (Completion, error) {
 	var step uint64
+	if len(f.Tokens) == 0 && f.Txn != nil {
+		// No token: it completed at its transaction's commit.
+		step = f.Txn.step.Load()
+		if err := CheckStep(step, k.NeedStep(), func() string { return fmt.Sprintf("batch %d (its records skipped) at its transaction's commit", f.Seq) }); err != nil {
+			return Completion{}, err
+		}
+	}
 	for _, t := range f.Tokens {
 		// Without the step no checkpoint can be shown to cover the
 		// batch: never acknowledge it at completion instead.

@@ -183,3 +183,29 @@ func TestCheckStep(t *testing.T) {
 		}
 	}
 }
+
+// A batch inside a Feldera transaction whose records were all skipped
+// carries no token: it completes only once its transaction committed, at
+// the commit's step, never at once (which would acknowledge its COMMITs
+// before Feldera holds the transaction).
+func TestCompleter_TokenlessBatchWaitsForItsCommit(t *testing.T) {
+	_, in, out := newCompleterTest(t, time.Minute)
+	mark := &TxnMark{}
+	f := batchOf(1)
+	f.Txn = mark
+	in <- f
+	select {
+	case ev := <-out:
+		t.Fatalf("a tokenless batch of an open transaction completed before the commit: %+v", ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+	mark.Committed(time.Now(), 42)
+	select {
+	case ev := <-out:
+		if ev.Err != nil || ev.ID != 1 || ev.Step != 42 {
+			t.Fatalf("event %+v, want batch 1 complete at the commit's step 42", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tokenless batch did not complete after its transaction committed")
+	}
+}

@@ -377,7 +377,7 @@ func (x *Transactions) awaitCommit(ctx context.Context) error {
 			return false, fmt.Errorf("feldera pipeline restarted (incarnation %s → %s) during the commit of transaction %d: replaying from the slot", t.incarnation, g.IncarnationUUID, t.id)
 		case txnview.Gone:
 			if t.mark != nil {
-				t.mark.Committed(time.Now())
+				t.mark.Committed(time.Now(), g.TotalInitiatedSteps)
 			}
 			x.done()
 			return true, nil
