@@ -72,13 +72,20 @@ type Field struct {
 	Default       *string    `json:"default,omitempty"`
 }
 
-// ColumnType is Feldera's SQL type of a column.
+// ColumnType is Feldera's SQL type of a column (feldera-types,
+// program_schema.rs ColumnType): Component is an ARRAY's element type,
+// Key and Value a MAP's; Fields are a ROW's members, kept as Feldera
+// sends them (the compiler writes them in more than one form), since
+// pgfeldera only compares them.
 type ColumnType struct {
-	Type      string      `json:"type"`
-	Nullable  bool        `json:"nullable"`
-	Precision *int        `json:"precision,omitempty"`
-	Scale     *int        `json:"scale,omitempty"`
-	Component *ColumnType `json:"component,omitempty"`
+	Type      string          `json:"type"`
+	Nullable  bool            `json:"nullable"`
+	Precision *int            `json:"precision,omitempty"`
+	Scale     *int            `json:"scale,omitempty"`
+	Component *ColumnType     `json:"component,omitempty"`
+	Key       *ColumnType     `json:"key,omitempty"`
+	Value     *ColumnType     `json:"value,omitempty"`
+	Fields    json.RawMessage `json:"fields,omitempty"`
 }
 
 // Canonical returns the canonical form of an identifier: as written when

@@ -1,13 +1,9 @@
 package setup
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 
 	"github.com/pgfeldera/pgfeldera/delivery"
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -29,25 +25,6 @@ import (
 //     the state file records the checkpoint that held everything
 //     acknowledged, and a start that finds neither it nor a later one
 //     resnapshots (RestoredEnough).
-
-// Fingerprint identifies a Feldera table's definition: its fields with
-// their types, its key, materialized, and its other properties (values
-// only: Feldera also sends where in the program each was written).
-func Fingerprint(rel feldera.Relation) string {
-	props := make([]string, 0, len(rel.Properties))
-	for k, v := range rel.Properties {
-		props = append(props, k+"="+v.Value)
-	}
-	sort.Strings(props)
-	b, _ := json.Marshal(struct {
-		Fields       []feldera.Field
-		PrimaryKey   []string
-		Materialized bool
-		Properties   []string
-	}{rel.Fields, rel.PrimaryKey, rel.Materialized, props})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:12])
-}
 
 // RestoredEnough reports whether the checkpoints a fault-tolerant Feldera
 // lists can hold what the state file says was acknowledged: rec, the
@@ -144,6 +121,9 @@ func Reconcile(p *Plan, st *state.State, c Rules) (why string, err error) {
 			continue
 		case c.TrustRestores:
 			continue
+		case SameDefinition(t.Fingerprint, p.Targets[i].Dest):
+			// Recorded under the hash before this one: the same
+			// definition, recorded again under this one.
 		case t.Fingerprint == "":
 			// Written before fingerprints were: the rows are taken to be
 			// of the current definition.
