@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -208,4 +209,58 @@ func TestScripted_CommitDuringAPostEndsTheTransaction(t *testing.T) {
 	sc.fel.ClearFaults()
 	waitRows(t, sc.fel, 3)
 	sc.src.waitFlushed(t, 0x2010)
+}
+
+// With no progress row yet (a new slot, a cleared row), what Feldera
+// holds of the first transaction is counted from the slot's position: a
+// crash inside it leaves four records in a Feldera transaction that the
+// restart joins, and the restart sends none of them again. Counted from
+// no row, it sent them twice, which a keyless table keeps.
+func TestScripted_ProgressCountsFromTheSlotWithoutARow(t *testing.T) {
+	fc := withPipeline(felderatest.Config{})
+	fel, err := felderatest.NewServer(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fel.Close()
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	crash, crashNow := context.WithCancel(context.Background())
+	o := withProgress(fel)
+	o.stateFile = stateFile
+	plan := o.plan
+	o.plan = func(p *setup.Plan, c *Connector) {
+		plan(p, c)
+		c.hardStop = crash
+	}
+	// The stop's POST of the last row, cut by the crash, fences ingress
+	// for FELDERA_INGRESS_FENCE.
+	short := func(c *Config) { c.BatchMaxRows, c.BatchLinger, c.IngressFence = 4, time.Hour, time.Second }
+	first := runScriptedWith(t, fc, short, o)
+	sendFirstAndAHalf(t, first, fel)
+	crashNow()
+	first.end()
+	if n := len(fel.Rows("pgfeldera_progress")); n != 0 || first.c.txns.ID() == 0 {
+		t.Fatalf("the first session left %d progress rows and transaction %d open, want none and one", n, first.c.txns.ID())
+	}
+
+	o = withProgress(fel)
+	o.stateFile = stateFile
+	plan = o.plan
+	o.plan = func(p *setup.Plan, c *Connector) {
+		plan(p, c)
+		c.srv.WALEnd = 0x4010 // the server's WAL end at the start: past all the first session sent
+	}
+	second := runScriptedWith(t, fc, short, o)
+	second.transaction(0x2000, 0x2010, "1", "2")
+	second.transaction(0x3000, 0x3010, "3", "4", "5")
+	second.transaction(0x4000, 0x4010, "6")
+	second.src.in <- pgoutputtest.Keepalive(0x6000, true)
+	if !waitfor.Until(10*time.Second, time.Millisecond, func() int { return fel.Len("users") }, func() bool { return fel.Len("users") == 6 }) {
+		t.Fatalf("Feldera holds %d rows of users, want 6 (session: %v)", fel.Len("users"), second.end())
+	}
+	for key, n := range fel.InsertsByKey("users") {
+		if n != 1 {
+			t.Errorf("key %s inserted %d times, want once: the restart sent again what Feldera held past the slot", key, n)
+		}
+	}
 }

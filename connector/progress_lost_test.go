@@ -169,3 +169,52 @@ func TestProgress_SnapshotWritesTheRow(t *testing.T) {
 		t.Fatalf("the first progress row %s is not the slot's consistent point:\n%s", row, tail(e.logs.String(), 2000))
 	}
 }
+
+// A column added to the progress table (the refusal of a wrong shape
+// invites it) is a program change that starts the table empty in
+// Feldera, the other tables keeping their rows. The row's absence is
+// then Feldera's own doing, not lost data: the start writes the row
+// again at the slot's position and streams on, reading no table again.
+// Judged by the row alone, it resnapshotted every table.
+func TestProgress_ProgressTableChangedWritesTheRowAgain(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera+setup.ProgressDDL, func(fc *felderatest.Config) {
+		fc.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": 1}`
+	})
+	e.exec("INSERT INTO users SELECT g, 'pre', g FROM generate_series(1, 100) g")
+	cfg := e.snapshotConfig("users")
+	cfg.ProgressTable = setup.ProgressOn
+	r := e.start(cfg)
+	e.waitSlot()
+	e.exec("INSERT INTO users VALUES (500, 'streamed', 0)")
+	e.waitConfirmed(e.currentLSN(), 60*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	changed := mixedFeldera + strings.Replace(setup.ProgressDDL, "lsn BIGINT NOT NULL", "lsn BIGINT NOT NULL,\n  note VARCHAR", 1)
+	cleared, err := e.fel.ChangeProgram(changed)
+	if err != nil || len(cleared) != 1 || cleared[0] != setup.ProgressTable {
+		t.Fatalf("ChangeProgram: cleared %v, %v; want only %s", cleared, err, setup.ProgressTable)
+	}
+	r = e.start(cfg)
+	e.waitSlot()
+	e.exec("INSERT INTO users VALUES (600, 'after', 0)")
+	e.waitConfirmed(e.currentLSN(), 60*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	logs := e.logs.String()
+	if strings.Contains(logs, "startup: resnapshot") || !strings.Contains(logs, "the definition of the progress table changed") {
+		t.Fatalf("the start did not write the row again without a resnapshot:\n%s", tail(logs, 3000))
+	}
+	e.assertEqual("users", "users")
+	for id, n := range e.fel.InsertsByKey("users") {
+		if n != 1 {
+			t.Fatalf("users %s sent %d times: a table was read again", id, n)
+		}
+	}
+	if len(e.fel.Rows(setup.ProgressTable)) != 1 {
+		t.Fatalf("progress rows %v, want the slot's", e.fel.Rows(setup.ProgressTable))
+	}
+}

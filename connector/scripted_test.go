@@ -159,6 +159,10 @@ type scriptOpts struct {
 	// readErr, when set, takes the error reading the progress row, and
 	// a failed read starts no session.
 	readErr *error
+	// stateFile, when set, is the state file beside which the session
+	// opens its fence file, as a process does (openFence): what the
+	// previous session recorded there is taken over.
+	stateFile string
 }
 
 // runScriptedWith is runScripted with the session o describes.
@@ -188,9 +192,15 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	if set != nil {
 		set(&cfg)
 	}
+	cfg.StateFile = o.stateFile
 	c, err := New(cfg, client)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.stateFile != "" {
+		if err := c.openFence(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	target := &decode.Target{Schema: "public", Name: "users", Route: 0, Dest: fc.Tables[0]}
 	p := &setup.Plan{Mapping: catalog.Mapping{Targets: []*decode.Target{target}, Routes: []*decode.Target{target}, Groups: [][]int{{0}}},
@@ -213,7 +223,12 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	if o.inc != nil {
 		is = o.inc(c)
 	}
-	if err := c.txns.Settle(ctx, c.joinTables(p, c.setProgress(p))); err != nil {
+	c.txns.Incarnation = fel.Incarnation() // the session's (Connector.session)
+	progress := c.setProgress(p)
+	if err := c.countPast(p, progress); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.txns.Settle(ctx, c.joinTables(p, progress)); err != nil {
 		t.Fatal(err)
 	}
 	skip, err := c.readProgress(ctx, p)

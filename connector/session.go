@@ -73,6 +73,7 @@ func (c *Connector) session(ctx context.Context) error {
 	st := c.starter()
 	if progress && !c.test.NoReset {
 		st.ResetProgress, st.ReadProgress = c.out.PutProgress, c.out.ReadProgress
+		st.ProgressFingerprint = setup.Fingerprint(*p.Progress)
 	}
 	conn, err := st.OpenReplication(ctx)
 	if err != nil {

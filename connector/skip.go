@@ -66,8 +66,16 @@ func (c *Connector) readProgress(ctx context.Context, p *setup.Plan) (pglogrepl.
 		return 0, c.txns.Resume(0, false)
 	}
 	// What Feldera holds past the row is counted from it
-	// (delivery/txncount.go), when the replay starts there.
-	if err := c.txns.Resume(lsn, found && lsn >= c.acked); err != nil {
+	// (delivery/txncount.go), when the replay starts there. With no row,
+	// or one cleared (0), the replay starts at the slot, and the slot
+	// keeps there until a row is committed (Ledger.KeepRows): counted
+	// from the slot's position, a crash inside the first transaction
+	// sends none of what Feldera holds of it again.
+	from := lsn
+	if !found || lsn == 0 {
+		from = c.acked
+	}
+	if err := c.txns.Resume(from, from >= c.acked); err != nil {
 		return 0, err
 	}
 	if !found || lsn <= c.acked || c.test.NoSkip {
@@ -110,7 +118,7 @@ func (s *stream) skipBelow(at pglogrepl.LSN) error {
 		return nil
 	}
 	if s.inc != nil {
-		return s.inc.KeepProgress(false)
+		return s.inc.KeepProgress(false, "")
 	}
 	return nil
 }
@@ -125,7 +133,7 @@ func (s *stream) markKept() error {
 	if !s.pipe.KeepsRows() || s.markedKept || s.inc == nil || s.c.acked <= s.sentAck {
 		return nil
 	}
-	if err := s.inc.KeepProgress(true); err != nil {
+	if err := s.inc.KeepProgress(true, setup.Fingerprint(*s.plan.Progress)); err != nil {
 		return err
 	}
 	s.markedKept = true

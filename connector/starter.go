@@ -64,6 +64,9 @@ type Starter struct {
 	// a failover, what it held before it is cleared says what Feldera
 	// holds (progress.go).
 	ReadProgress func(ctx context.Context) (pglogrepl.LSN, bool, error)
+	// ProgressFingerprint is the progress table's definition
+	// (setup.Fingerprint), with ResetProgress.
+	ProgressFingerprint string
 	Logger       *slog.Logger
 	Hooks        *testhook.Hooks // the tests' seams; zero in production
 

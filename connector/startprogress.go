@@ -76,7 +76,13 @@ func (s *Starter) serverMoved(ctx context.Context) error {
 
 // progressLost reads the progress row when the state says the slot never
 // passes it, and says why Feldera lost acknowledged data ("" when the row
-// holds the slot's confirmed position; setup.ProgressLost).
+// holds the slot's confirmed position; setup.ProgressLost). Every other
+// check of what Feldera restored has passed. A row missing or behind
+// under another definition of the progress table than the one the state
+// recorded was emptied by Feldera itself (a program change starts a
+// modified table empty, modifying.md): nothing else was lost, so the row
+// is written again at the slot's position. The state then records the
+// table's definition.
 func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed pglogrepl.LSN) (string, error) {
 	if s.ReadProgress == nil || !st.ProgressKept || s.Hooks.TrustProgress {
 		return "", nil
@@ -85,7 +91,24 @@ func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed p
 	if err != nil {
 		return "", fmt.Errorf("read the progress row: %w", err)
 	}
-	return setup.ProgressLost(st.ProgressKept, s.Slot, row, found, confirmed), nil
+	why := setup.ProgressLost(st.ProgressKept, s.Slot, row, found, confirmed)
+	if why != "" && (st.ProgressFingerprint == "" || st.ProgressFingerprint == s.ProgressFingerprint) {
+		return why, nil
+	}
+	if why != "" {
+		s.Logger.Warn("startup: the definition of the progress table changed, and Feldera started it empty (a program change): writing the row again at the slot's position; no other table lost anything",
+			"table", setup.ProgressTable, "confirmed_flush_lsn", confirmed)
+		if err := s.ResetProgress(ctx, confirmed); err != nil {
+			return "", fmt.Errorf("write the progress row again at %s after the progress table changed: %w", confirmed, err)
+		}
+	}
+	if st.ProgressFingerprint != s.ProgressFingerprint {
+		st.ProgressFingerprint = s.ProgressFingerprint
+		if err := state.Save(s.StateFile, st); err != nil {
+			return "", fatal.Wrap(err)
+		}
+	}
+	return "", nil
 }
 
 // copiedTo writes, with the progress table, the row at the slot's
@@ -104,6 +127,6 @@ func (s *Starter) copiedTo(ctx context.Context, st *state.State, consistent pglo
 	if err := s.ResetProgress(ctx, consistent); err != nil {
 		return fmt.Errorf("write the progress row at the snapshot's consistent point %s: %w", consistent, err)
 	}
-	st.ProgressKept = true
+	st.ProgressKept, st.ProgressFingerprint = true, s.ProgressFingerprint
 	return nil
 }

@@ -237,6 +237,9 @@ func (k *Completer) Run(ctx context.Context) {
 // overdue fails the oldest batch once it waited FELDERA_COMPLETION_TIMEOUT,
 // and warns once when it waited long.
 func (k *Completer) overdue(ctx context.Context, f *Flight) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("waiting for batch %d to complete: %w", f.Seq, ctx.Err())
+	}
 	from, ok := f.since()
 	if !ok || k.Txn.Open() {
 		// Inside a Feldera transaction not yet committed, or posted
@@ -249,9 +252,6 @@ func (k *Completer) overdue(ctx context.Context, f *Flight) error {
 		from = end
 	}
 	waited := time.Since(from)
-	if ctx.Err() != nil {
-		return fmt.Errorf("waiting for batch %d to complete: %w", f.Seq, ctx.Err())
-	}
 	if waited >= k.Timeout {
 		table := ""
 		for _, t := range f.Tokens {

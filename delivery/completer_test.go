@@ -209,3 +209,29 @@ func TestCompleter_TokenlessBatchWaitsForItsCommit(t *testing.T) {
 		t.Fatal("the tokenless batch did not complete after its transaction committed")
 	}
 }
+
+// A completer whose context ends returns, even while a batch that only
+// its transaction's commit can complete waits in its queue: no poll
+// fails for it, so nothing else would end the loop.
+func TestCompleter_EndsWithATokenlessBatchWaiting(t *testing.T) {
+	in, out := make(chan *Flight, 1), make(chan Completion, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &Completer{
+		In: in, Poll: &fakeCompletion{done: map[string]int{}}, Observer: nopObserver{}, Txn: &TxnClock{}, Timeout: time.Minute,
+		NeedStep: func() bool { return false }, Done: func(*Flight, uint64) {},
+		Emit:   func(d Completion) { out <- d },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	f := batchOf(1)
+	f.Txn = &TxnMark{}
+	in <- f
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the completer kept running after its context ended")
+	}
+}

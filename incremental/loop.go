@@ -140,11 +140,15 @@ func (inc *Session) Checkpoint(cp *state.CheckpointRef) (gap bool, err error) {
 }
 
 // KeepProgress records whether the slot keeps behind the progress row
-// (state.State.ProgressKept), unless the state records it already.
-func (inc *Session) KeepProgress(kept bool) error {
-	if inc.rec.St.ProgressKept == kept {
+// (state.State.ProgressKept) and, kept, the progress table's definition
+// (fingerprint), unless the state records them already.
+func (inc *Session) KeepProgress(kept bool, fingerprint string) error {
+	if inc.rec.St.ProgressKept == kept && (!kept || inc.rec.St.ProgressFingerprint == fingerprint) {
 		return nil
 	}
 	inc.rec.St.ProgressKept = kept
+	if kept {
+		inc.rec.St.ProgressFingerprint = fingerprint
+	}
 	return inc.rec.Write()
 }

@@ -176,8 +176,13 @@ type State struct {
 	// slot, or none, means Feldera lost acknowledged data
 	// (setup.ProgressLost). Cleared before the row is reset (a new slot,
 	// a failover) and by a session without the table.
-	ProgressKept bool    `json:"progress_kept,omitempty"`
-	Tables       []Table `json:"tables"`
+	ProgressKept bool `json:"progress_kept,omitempty"`
+	// ProgressFingerprint is the progress table's definition
+	// (setup.Fingerprint) when the row was kept: a row missing under
+	// another definition was emptied by Feldera's program change, not
+	// lost with the data.
+	ProgressFingerprint string  `json:"progress_fingerprint,omitempty"`
+	Tables              []Table `json:"tables"`
 	// Requests are the resnapshot requests received, oldest first.
 	Requests []Request `json:"requests,omitempty"`
 }
