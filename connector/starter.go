@@ -67,8 +67,8 @@ type Starter struct {
 	// ProgressFingerprint is the progress table's definition
 	// (setup.Fingerprint), with ResetProgress.
 	ProgressFingerprint string
-	Logger       *slog.Logger
-	Hooks        *testhook.Hooks // the tests' seams; zero in production
+	Logger              *slog.Logger
+	Hooks               *testhook.Hooks // the tests' seams; zero in production
 
 	srv   failover.Server   // the server Begin reached
 	spare incremental.Spare // the connection for chunks an incremental start opened
