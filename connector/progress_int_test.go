@@ -37,7 +37,7 @@ func TestProgress_RowOfAnotherHistorySkipsNothing(t *testing.T) {
 			if rows := e.fel.Rows("pgfeldera_progress"); len(rows) != 1 {
 				t.Fatalf("progress rows after the first run: %v", rows)
 			}
-			if err := e.fel.Put("pgfeldera_progress", fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.slot, uint64(1)<<40)); err != nil {
+			if err := e.fel.Put("pgfeldera_progress", fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.progressKey(), uint64(1)<<40)); err != nil {
 				t.Fatal(err)
 			}
 			e.dropSlot(e.slot)

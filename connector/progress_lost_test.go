@@ -1,6 +1,7 @@
 package connector_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -61,7 +62,7 @@ func TestProgress_FelderaBehindTheSlotResnapshots(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			row := fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.slot, uint64(back))
+			row := fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.progressKey(), uint64(back))
 			var err error
 			if c.removed {
 				err = e.fel.Delete("pgfeldera_progress", row)
@@ -111,11 +112,23 @@ func TestProgress_FelderaBehindTheSlotResnapshots(t *testing.T) {
 	}
 }
 
+// progressKey is the key of e's progress row: the server's system
+// identifier, the database and the slot (delivery.Progress.Key).
+func (e *env) progressKey() string {
+	e.t.Helper()
+	var sysid, db string
+	if err := e.db.QueryRow(context.Background(), "SELECT system_identifier::text, current_database() FROM pg_control_system()").Scan(&sysid, &db); err != nil {
+		e.t.Fatal(err)
+	}
+	return sysid + "/" + db + "/" + e.slot
+}
+
 // progressRow is the slot's progress row in the double (0: none).
 func progressRow(t *testing.T, e *env) pglogrepl.LSN {
 	t.Helper()
+	key := e.progressKey()
 	for _, r := range e.fel.Rows("pgfeldera_progress") {
-		if string(r["slot"]) == fmt.Sprintf("%q", e.slot) {
+		if string(r["slot"]) == fmt.Sprintf("%q", key) {
 			n, err := strconv.ParseUint(string(r["lsn"]), 10, 64)
 			if err != nil {
 				t.Fatal(err)

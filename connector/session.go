@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/decode"
 	"github.com/pgfeldera/pgfeldera/delivery"
+	"github.com/pgfeldera/pgfeldera/failover"
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/incremental"
 	"github.com/pgfeldera/pgfeldera/replconn"
@@ -74,6 +75,9 @@ func (c *Connector) session(ctx context.Context) error {
 	if progress && !c.test.NoReset {
 		st.ResetProgress, st.ReadProgress = c.out.PutProgress, c.out.ReadProgress
 		st.ProgressFingerprint = setup.Fingerprint(*p.Progress)
+	}
+	if progress {
+		st.Identified = func(srv failover.Server) { c.out.Progress.Keyed(srv.SystemID, srv.Database) }
 	}
 	conn, err := st.OpenReplication(ctx)
 	if err != nil {

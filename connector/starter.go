@@ -64,6 +64,10 @@ type Starter struct {
 	// a failover, what it held before it is cleared says what Feldera
 	// holds (progress.go).
 	ReadProgress func(ctx context.Context) (pglogrepl.LSN, bool, error)
+	// Identified sees the server once the session identified it, before
+	// anything reads the progress row: the row is keyed by its source
+	// (delivery.Progress.Keyed). Nil: nothing to key.
+	Identified func(failover.Server)
 	// ProgressFingerprint is the progress table's definition
 	// (setup.Fingerprint), with ResetProgress.
 	ProgressFingerprint string
@@ -104,6 +108,9 @@ func (s *Starter) begin(ctx context.Context, p *setup.Plan, conn *pgconn.PgConn)
 	var err error
 	if s.srv, err = failover.Identify(ctx, conn, s.SlotFailover); err != nil {
 		return 0, err
+	}
+	if s.Identified != nil {
+		s.Identified(s.srv)
 	}
 	if err := s.failoverChecker().Preflight(ctx, conn, s.srv); err != nil {
 		return 0, err

@@ -18,15 +18,40 @@ import (
 // it: Feldera takes no checkpoint while a transaction is open or
 // committing (DURABILITY.md §1). A session reads it first and skips what
 // it covers.
+//
+// The row is keyed by its source, in the slot column: the Postgres
+// cluster's system identifier (a physical standby shares it, so a
+// failover keeps the key), the database and the slot, as
+// "<system identifier>/<database>/<slot>". Two sidecars that read two
+// servers into one pipeline with the same slot name each keep their own
+// row; a row of another source is never read as this one's.
 type Progress struct {
 	Table string // the table's canonical name
 	Slot  string
+	// Source is "<system identifier>/<database>" once the session
+	// identified its server (Keyed); "" keys the row by the slot name
+	// alone, as rows were written before.
+	Source   string
+	tookOver bool // a row keyed by the slot alone was read as this source's
+}
+
+// Keyed keys the row to the server a session reached.
+func (p *Progress) Keyed(systemID, database string) {
+	p.Source = systemID + "/" + database
+}
+
+// Key is the row's value in the slot column.
+func (p *Progress) Key() string {
+	if p.Source == "" {
+		return p.Slot
+	}
+	return p.Source + "/" + p.Slot
 }
 
 // line is the upsert of the slot's row at lsn (an insert into a table
 // with a primary key replaces the row).
 func (p *Progress) line(lsn pglogrepl.LSN) []byte {
-	slot, _ := json.Marshal(p.Slot)
+	slot, _ := json.Marshal(p.Key())
 	b := append([]byte(`{"insert":{"slot":`), slot...)
 	b = append(b, `,"lsn":`...)
 	b = strconv.AppendUint(b, uint64(lsn), 10)
@@ -76,14 +101,37 @@ func (s *Sender) PutProgress(ctx context.Context, lsn pglogrepl.LSN) error {
 	return s.Txns.RowCommitted(lsn)
 }
 
-// ReadProgress reads the slot's row through the fenced ad-hoc query: the
-// end LSN of the last source transaction Feldera holds from the slot, and
-// whether there is a row. The table holds a row per slot, so all of it is
-// read, and the slot's picked here.
+// ReadProgress reads the source's row through the fenced ad-hoc query:
+// the end LSN of the last source transaction Feldera holds from it, and
+// whether there is a row. The table holds a row per source, so all of it
+// is read, and this source's picked here (Progress.Key). With none, a row
+// keyed by the slot name alone, which a deployment wrote before rows
+// were keyed by their source, is taken over: the first row committed
+// under the source's key supersedes it.
 func (s *Sender) ReadProgress(ctx context.Context) (pglogrepl.LSN, bool, error) {
 	p := s.Progress
-	var lsn pglogrepl.LSN
-	found := false
+	rows, err := s.progressRows(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("read the progress row of %s from %s: %w", p.Key(), p.Table, err)
+	}
+	if lsn, ok := rows[p.Key()]; ok {
+		return lsn, true, nil
+	}
+	lsn, ok := rows[p.Slot]
+	if !ok || p.Source == "" {
+		return 0, false, nil
+	}
+	if !p.tookOver {
+		p.tookOver = true
+		s.Logger.Info("progress: taking over the progress row keyed by the slot name alone; the next row is written under the source's key", "slot", p.Slot, "key", p.Key(), "progress_lsn", lsn)
+	}
+	return lsn, true, nil
+}
+
+// progressRows reads every row of the progress table, by key.
+func (s *Sender) progressRows(ctx context.Context) (map[string]pglogrepl.LSN, error) {
+	p := s.Progress
+	rows := map[string]pglogrepl.LSN{}
 	err := s.Query(ctx, "SELECT slot, lsn FROM "+feldera.SQLIdent(p.Table), func(row json.RawMessage) error {
 		var r struct {
 			Slot string       `json:"slot"`
@@ -92,18 +140,15 @@ func (s *Sender) ReadProgress(ctx context.Context) (pglogrepl.LSN, bool, error) 
 		if err := json.Unmarshal(row, &r); err != nil || r.LSN == nil {
 			return fmt.Errorf("unexpected row %s", row)
 		}
-		if r.Slot != p.Slot {
-			return nil
+		if r.Slot != p.Key() && r.Slot != p.Slot {
+			return nil // another source's
 		}
 		n, err := strconv.ParseUint(r.LSN.String(), 10, 64)
 		if err != nil {
-			return fmt.Errorf("lsn %s: %w", r.LSN, err)
+			return fmt.Errorf("lsn %s of %s: %w", r.LSN, r.Slot, err)
 		}
-		lsn, found = pglogrepl.LSN(n), true
+		rows[r.Slot] = pglogrepl.LSN(n)
 		return nil
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("read the progress row of slot %s from %s: %w", p.Slot, p.Table, err)
-	}
-	return lsn, found, nil
+	return rows, err
 }

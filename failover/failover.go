@@ -42,6 +42,7 @@ const minFailoverVersion = 17
 type Server struct {
 	Major    int
 	SystemID string
+	Database string // the database the session reads (IDENTIFY_SYSTEM's dbname)
 	Timeline int32
 	Failover bool // slots are created with FAILOVER, and converted
 	// WALEnd is IDENTIFY_SYSTEM's xlogpos: the server's WAL flush
@@ -63,7 +64,7 @@ func Identify(ctx context.Context, conn *pgconn.PgConn, setting string) (Server,
 	if err != nil {
 		return srv, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
-	srv.SystemID, srv.Timeline, srv.WALEnd = id.SystemID, id.Timeline, id.XLogPos
+	srv.SystemID, srv.Database, srv.Timeline, srv.WALEnd = id.SystemID, id.DBName, id.Timeline, id.XLogPos
 	switch setting {
 	case On:
 		if major < minFailoverVersion {
