@@ -101,8 +101,8 @@ type Config struct {
 	Transactions string
 	// ProgressTable is FELDERA_PROGRESS_TABLE: setup.ProgressAuto (use the
 	// pipeline's progress table when it declares one, unless
-	// FELDERA_TRANSACTIONS=off), ProgressOn (require it) or ProgressOff
-	// (the default until a real Feldera's commit and checkpoint costs are measured; progress.go).
+	// FELDERA_TRANSACTIONS=off; the default), ProgressOn (require it) or
+	// ProgressOff (ignore it; setup/progress.go).
 	ProgressTable string
 	// SnapshotTransaction loads an initial snapshot (not a resnapshot
 	// with retraction) as one Feldera transaction: views see no table

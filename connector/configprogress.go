@@ -26,7 +26,7 @@ func transactionDefaults(cfg *Config) error {
 func progressDefaults(cfg *Config) error {
 	switch cfg.ProgressTable {
 	case "":
-		cfg.ProgressTable = setup.ProgressOff // until the feature is whole: docs/exactly-once-design.md
+		cfg.ProgressTable = setup.ProgressAuto // declaring the table is the opt-in
 	case setup.ProgressAuto, setup.ProgressOn, setup.ProgressOff:
 	default:
 		return fmt.Errorf("connector: FELDERA_PROGRESS_TABLE=%q: want auto, on or off", cfg.ProgressTable)

@@ -80,7 +80,7 @@ type Connector struct {
 	step          atomic.Uint64
 	probed        bool // POST /checkpoint was tried once under fault tolerance
 	warnedOutputs bool
-	saidProgress  bool           // the absence of a progress table was logged
+	saidProgress  bool           // whether the progress table is used was logged (once a process)
 	test          testhook.Hooks // the tests' seams: zero in production; set only by export_test.go
 }
 

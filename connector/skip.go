@@ -34,9 +34,13 @@ func (c *Connector) setProgress(p *setup.Plan) bool {
 	switch {
 	case p.Progress != nil:
 		c.out.Progress = &delivery.Progress{Table: p.Progress.CanonicalName(), Slot: c.cfg.Slot}
+		if !c.saidProgress {
+			c.saidProgress = true
+			c.logger.Info("progress: the pipeline declares " + setup.ProgressTable + ": every flush commits this source's position with its rows, and a restart skips what Feldera holds (exactly once)")
+		}
 		return true
 	case c.cfg.ProgressTable == setup.ProgressOff:
-		why = "the progress table is off (FELDERA_PROGRESS_TABLE=off, the default, or FELDERA_TRANSACTIONS=off)"
+		why = "the progress table is off (FELDERA_PROGRESS_TABLE=off, or FELDERA_TRANSACTIONS=off)"
 	default:
 		why = "the pipeline declares no progress table (" + setup.ProgressTable + "; `pgfeldera ddl` prints it)"
 	}

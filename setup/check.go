@@ -30,6 +30,10 @@ type CheckReport struct {
 	// CheckpointWAL is the WAL budget that asks for a checkpoint under
 	// the checkpoint gate, in bytes (0: by time only).
 	CheckpointWAL int64 `json:"checkpoint_wal_bytes,omitempty"`
+	// ExactlyOnce says whether a run would use the progress table, and
+	// Replays what the user gets either way (ProgressSays).
+	ExactlyOnce bool   `json:"exactly_once"`
+	Replays     string `json:"replays,omitempty"`
 }
 
 // OK reports whether a run would start.
@@ -78,6 +82,7 @@ func Check(ctx context.Context, cfg Config, opts CheckOptions, pipes Pipeliner) 
 			r.Tables = 0 // the plan is not whole
 		}
 		r.CheckpointWAL = p.WALBudget
+		r.ExactlyOnce, r.Replays = p.Progress != nil, ProgressSays(cfg.Progress, p.Progress != nil)
 		if p.Model != "" {
 			r.Model, r.Gate = string(p.Model), delivery.GateFor(p.Model, opts.AckAccepted).String()
 		}

@@ -31,6 +31,19 @@ const (
 	ProgressOff  = "off"
 )
 
+// ProgressSays is what a user gets of replays under setting, with the
+// progress table used or not (used: the pipeline declares it, in the
+// right shape): `pgfeldera check` prints it.
+func ProgressSays(setting string, used bool) string {
+	switch {
+	case used:
+		return "exactly once: the pipeline declares " + ProgressTable + ", so every flush commits this source's position with its rows, and a restart sends nothing Feldera holds again"
+	case setting == ProgressOff:
+		return "at least once: FELDERA_PROGRESS_TABLE=off, so a restart may send again rows Feldera holds (primary keys absorb them; a keyless table is refused)"
+	}
+	return "at least once: the pipeline declares no " + ProgressTable + ", so a restart may send again rows Feldera holds; declare it (`pgfeldera ddl` prints it) and replays become exact"
+}
+
 // progressTable is the pipeline's progress table under setting, nil when
 // none is used; an error refuses a table declared with another shape, or
 // none under "on".

@@ -28,6 +28,7 @@ import (
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/verify"
 )
 
@@ -55,7 +56,8 @@ CREATE PUBLICATION pgfeldera FOR TABLE customers, orders;`
 
 const demoFeldera = `
 CREATE TABLE customers (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR NOT NULL, city VARCHAR, created TIMESTAMP NOT NULL);
-CREATE TABLE orders (id BIGINT NOT NULL PRIMARY KEY, customer_id BIGINT NOT NULL, amount DECIMAL(10,2) NOT NULL, status VARCHAR NOT NULL, placed TIMESTAMP NOT NULL);`
+CREATE TABLE orders (id BIGINT NOT NULL PRIMARY KEY, customer_id BIGINT NOT NULL, amount DECIMAL(10,2) NOT NULL, status VARCHAR NOT NULL, placed TIMESTAMP NOT NULL);
+` + setup.ProgressDDL // declared, the default (FELDERA_PROGRESS_TABLE=auto) makes replays exact
 
 // runDemo starts a throwaway Postgres and (unless FELDERA_URL is set) the
 // built-in Feldera double, runs the connector with a live workload, and

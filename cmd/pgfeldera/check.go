@@ -59,4 +59,7 @@ func printCheck(w io.Writer, cfg *Config, r *setup.CheckReport) {
 	}
 	fmt.Fprintf(w, "ok: %d tables ready; postgres %s, feldera pipeline %s (fault tolerance %s, ack gate %s)\n",
 		r.Tables, redactDSN(cfg.DSN), cfg.Pipeline, r.Model, r.Gate)
+	if r.Replays != "" {
+		fmt.Fprintf(w, "replays: %s\n", r.Replays)
+	}
 }

@@ -180,3 +180,51 @@ func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
 		t.Errorf("the wrong pipeline: %+v\n%s", p, out)
 	}
 }
+
+// check says what a user gets of replays: exactly once when the
+// pipeline declares the progress table (the default, auto, uses it), at
+// least once with the way to exact replays when it does not, and a
+// problem naming the table when it is declared in a shape pgfeldera
+// cannot write.
+func TestCheck_SaysWhetherReplaysAreExact(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	c := pgcluster.Shared(t)
+	dsn := c.NewDB(t)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	if err := c.Exec(context.Background(), db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
+		CREATE PUBLICATION pub FOR TABLE users`); err != nil {
+		t.Fatal(err)
+	}
+	const users = `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`
+	for _, tc := range []struct {
+		name, ddl, setting string
+		exact              bool
+		want               string // in the replays line, or in the problem
+		problem            bool
+	}{
+		{"declared", users + setup.ProgressDDL, "", true, "exactly once", false},
+		{"not declared", users, "", false, "declare it (`pgfeldera ddl` prints it)", false},
+		{"off", users + setup.ProgressDDL, "off", false, "FELDERA_PROGRESS_TABLE=off", false},
+		{"wrong shape", users + "CREATE TABLE pgfeldera_progress (slot VARCHAR NOT NULL PRIMARY KEY, lsn INT NOT NULL);", "", false, "lsn", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fel := newDouble(t, tc.ddl)
+			vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "check_replays",
+				"TABLES": "users", "FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p",
+				"STATE_FILE": filepath.Join(t.TempDir(), "state.json"), "HTTP_ADDR": "off"}
+			if tc.setting != "" {
+				vars["FELDERA_PROGRESS_TABLE"] = tc.setting
+			}
+			code, report, out := check(t, vars)
+			if tc.problem {
+				if code != exitConfig || len(report.Problems) != 1 || report.Problems[0].Subject != "FELDERA_PROGRESS_TABLE" || !strings.Contains(report.Problems[0].What, tc.want) {
+					t.Fatalf("exit %d, problems %+v; want one about FELDERA_PROGRESS_TABLE naming %q\n%s", code, report.Problems, tc.want, out)
+				}
+				return
+			}
+			if code != exitOK || report.ExactlyOnce != tc.exact || !strings.Contains(report.Replays, tc.want) || !strings.Contains(out, "replays: "+report.Replays) {
+				t.Fatalf("exit %d, exactly_once %v, replays %q; want %v and %q\n%s", code, report.ExactlyOnce, report.Replays, tc.exact, tc.want, out)
+			}
+		})
+	}
+}

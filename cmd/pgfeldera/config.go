@@ -260,7 +260,7 @@ var settings = []setting{
 			c.Transactions = v
 			return nil
 		}},
-	{Env: "FELDERA_PROGRESS_TABLE", Default: "off", Help: "exactly-once replays (docs/exactly-once-design.md; off by default until measured on a real Feldera): auto uses the table pgfeldera_progress when the pipeline declares it (pgfeldera ddl prints it): every flush is a Feldera transaction that ends with this slot's position, and a restart skips what Feldera holds instead of replaying it; on: require the table; off (default): ignore it",
+	{Env: "FELDERA_PROGRESS_TABLE", Default: "auto", Help: "exactly-once replays (docs/exactly-once-design.md): auto (default) uses the table pgfeldera_progress when the pipeline declares it (pgfeldera ddl prints it): every flush is a Feldera transaction that ends with this source's position, and a restart skips what Feldera holds instead of replaying it; on: require the table; off: ignore it (replays are at least once)",
 		parse: func(c *Config, v string) error {
 			if v != "auto" && v != "on" && v != "off" {
 				return badValue("FELDERA_PROGRESS_TABLE", v, "auto, on or off")
