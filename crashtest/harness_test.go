@@ -87,6 +87,14 @@ type world struct {
 	// the world adds (mirrorKeyless).
 	tables   string
 	extraEnv []string
+	// inv checks the slot against the progress row while processes run
+	// (watchRow); noRowInvariant turns it off where a test makes Feldera
+	// go back on purpose.
+	inv            *rowInvariant
+	noRowInvariant bool
+	// declared: the double declares the progress table and the keyless
+	// mirror's events (tableDouble).
+	declared bool
 }
 
 // slotN numbers the slots of one test binary: slots are cluster-wide, and
@@ -188,6 +196,7 @@ func (p *proc) streaming() bool {
 
 func (w *world) start(extra ...string) *proc {
 	w.t.Helper()
+	w.watchRow()
 	cmd := exec.Command(binary, "run")
 	cmd.Env = append(w.env(), extra...)
 	p := w.launch(cmd)

@@ -39,12 +39,12 @@ CREATE TRIGGER mirror_truncate AFTER TRUNCATE ON users FOR EACH STATEMENT EXECUT
 INSERT INTO events SELECT id / 2, name FROM users;
 ALTER PUBLICATION pub ADD TABLE events;`
 
-// mirrorKeyless adds the keyless mirror to the world under
-// -crashtest.progress (the double declares events: suiteDouble), before
-// pgfeldera first starts.
+// mirrorKeyless adds the keyless mirror to a world whose double
+// declares the progress table and events (suiteDouble under
+// -crashtest.progress, tableDouble), before pgfeldera first starts.
 func (w *world) mirrorKeyless() {
 	w.t.Helper()
-	if !*suiteProgress {
+	if !w.declared {
 		return
 	}
 	w.exec(mirrorSQL)

@@ -456,7 +456,7 @@ func matrixTable(t *testing.T, results []outcome) {
 // Feldera received: the baseline replays are counted against.
 func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 	t.Helper()
-	w := newWorld(t, suiteDouble)
+	w := newSuiteWorld(t, false)
 	if !incrementalWorkload(wl) {
 		w.mirrorKeyless()
 	}
@@ -477,7 +477,7 @@ func cleanRun(t *testing.T, wl workload) (int, keyOps) {
 
 func crashCase(t *testing.T, wl workload, point string, n int, baseline int, clean keyOps) outcome {
 	o := outcome{workload: wl.name, point: point, batches: n, firstPost: -1}
-	w := newWorld(t, suiteDouble)
+	w := newSuiteWorld(t, false)
 	if !incrementalWorkload(wl) {
 		w.mirrorKeyless()
 	}

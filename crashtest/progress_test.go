@@ -1,6 +1,7 @@
 package crashtest_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -244,4 +245,41 @@ func (b *bank) sent() int {
 		}
 	}
 	return n
+}
+
+// A fresh deployment whose pipeline declares the progress table, with
+// FELDERA_PROGRESS_TABLE unset: the default uses the table, the start
+// says so once (not per session: a Feldera restart starts another one),
+// and the row is written under the source's key.
+func TestProgress_OnByDefaultWhenDeclared(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	w := newWorld(t, func(c *felderatest.Config) {
+		crashDouble(c)
+		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
+	})
+	w.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 10) g")
+	p := w.start()
+	w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
+	w.exec("INSERT INTO users VALUES (11, 'streamed', 11)")
+	w.fel.Restart() // a second session in the same process
+	w.exec("INSERT INTO users VALUES (12, 'after the restart', 12)")
+	target := w.lsn("SELECT pg_current_wal_insert_lsn()::text")
+	w.poll("the slot to pass the writes", 90*time.Second, func() bool { return w.confirmed() >= target })
+	p.stop(t)
+	out := p.output()
+	if n := strings.Count(out, "progress: the pipeline declares "+setup.ProgressTable); n != 1 {
+		t.Fatalf("the start said %d times that it uses the progress table, want once:\n%s", n, excerpt(out, 3000))
+	}
+	var sysid string
+	if err := w.db.QueryRow(context.Background(), "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysid); err != nil {
+		t.Fatal(err)
+	}
+	var db string
+	if err := w.db.QueryRow(context.Background(), "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if row, ok := w.rowOf(fmt.Sprintf("%q", sysid+"/"+db+"/"+w.slot)); !ok || row < target {
+		t.Fatalf("progress row %s (found %v), want one at or past %s under the source's key; rows %v", row, ok, target, w.fel.Rows(setup.ProgressTable))
+	}
 }

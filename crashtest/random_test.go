@@ -136,7 +136,11 @@ func TestCrashRandom(t *testing.T) {
 					n = 1 + r.IntN(min(retracts, 3))
 				}
 			}
-			w := newWorld(t, suiteDouble)
+			// Odd seeds run at default settings with the progress table
+			// declared, which the default (auto) then uses; even ones
+			// without it (every one under -crashtest.progress).
+			withTable := *suiteProgress || s%2 == 1
+			w := newSuiteWorld(t, withTable)
 			if pre > 0 {
 				w.exec(fmt.Sprintf("INSERT INTO users SELECT g, 'pre', g FROM generate_series(-%d, -1) g", pre))
 				w.exec(fmt.Sprintf("INSERT INTO items SELECT g, 'pre', 1 FROM generate_series(1000, %d) g", 1000+pre/10))
@@ -171,6 +175,9 @@ func TestCrashRandom(t *testing.T) {
 			}
 			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode + " " + lanes
 			progress := progressEnv()
+			if withTable && !*suiteProgress {
+				progress = "FELDERA_PROGRESS_TABLE=" // unset: the default, auto
+			}
 			settings += " " + progress
 			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode, lanes, progress)
 			seeded(w, p, pre > 0)
@@ -260,6 +267,25 @@ func (w *world) crashedOrCaughtUp(p *proc) int {
 func suiteDouble(c *felderatest.Config) {
 	crashDouble(c)
 	if *suiteProgress {
-		c.Tables = felderatest.MustParseDDL(felderaDDL + keylessDDL + setup.ProgressDDL)
+		tableDouble(c)
 	}
+}
+
+// tableDouble declares the progress table and the keyless mirror's
+// events beside the harness's tables.
+func tableDouble(c *felderatest.Config) {
+	c.Tables = felderatest.MustParseDDL(felderaDDL + keylessDDL + setup.ProgressDDL)
+}
+
+// newSuiteWorld is a world on suiteDouble, or with the table when
+// withTable says so.
+func newSuiteWorld(t *testing.T, withTable bool) *world {
+	w := newWorld(t, func(c *felderatest.Config) {
+		suiteDouble(c)
+		if withTable {
+			tableDouble(c)
+		}
+	})
+	w.declared = withTable || *suiteProgress
+	return w
 }

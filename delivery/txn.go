@@ -138,6 +138,7 @@ func (x *Transactions) Mark() *TxnMark { return x.cur.mark }
 func (x *Transactions) Posted(table string) {
 	if t := x.cur; t != nil && t.tables != nil {
 		t.tables[table] = true
+		t.posted = true
 	}
 }
 
@@ -168,6 +169,7 @@ type openTxn struct {
 	whole                 bool // its POSTs all answered, the progress row last (Whole)
 	since                 time.Time
 	rejoined              bool // left open by a crash or a failure, and joined (Settle)
+	posted                bool // this process POSTed into it
 }
 
 // txnBackoffMax bounds the wait between start_transaction attempts under
@@ -270,6 +272,14 @@ func (x *Transactions) Absorbed(ctx context.Context) error {
 			if st.IngressBuffered(t.tables) == 0 {
 				t.unfedRows, t.unfedBytes = 0, 0
 				x.checkTaken(st)
+				return true, nil
+			}
+		case txnview.Pending:
+			// Input starts a transaction, and ours buffers nothing: it
+			// holds no record (one this process joined, whose every
+			// batch the replay skipped), so it has nothing to take, and
+			// its commit drops it.
+			if !t.posted && st.IngressBuffered(t.tables) == 0 {
 				return true, nil
 			}
 		}
