@@ -19,13 +19,13 @@ import (
 var randomRuns = flag.Int("crashtest.random", 25, "randomised crash histories to run (CRASHTEST_SEED fixes the first seed)")
 
 // suiteProgress runs the crash matrix and the random histories with the
-// progress table (FELDERA_PROGRESS_TABLE=on, the pipeline declaring it).
+// progress table declared by the pipeline, which the default setting
+// (FELDERA_PROGRESS_TABLE=auto) then uses.
 var suiteProgress = flag.Bool("crashtest.progress", false, "run the crash matrix and the random crash histories with the progress table")
 
-// progressEnv is FELDERA_PROGRESS_TABLE as -crashtest.progress says.
-func progressEnv() string {
-	return "FELDERA_PROGRESS_TABLE=" + map[bool]string{false: "off", true: "on"}[*suiteProgress]
-}
+// progressEnv leaves FELDERA_PROGRESS_TABLE unset (empty is unset): the
+// default, auto, uses the table exactly when the double declares it.
+func progressEnv() string { return "FELDERA_PROGRESS_TABLE=" }
 
 // history generates a random workload: inserts, non-key and key-changing
 // updates, deletes, truncates, multi-table and large transactions.
@@ -175,10 +175,7 @@ func TestCrashRandom(t *testing.T) {
 			}
 			settings := bytesBound + " " + inFlight + fmt.Sprintf(" slow_steps=%v", slow) + " " + mode + " " + lanes
 			progress := progressEnv()
-			if withTable && !*suiteProgress {
-				progress = "FELDERA_PROGRESS_TABLE=" // unset: the default, auto
-			}
-			settings += " " + progress
+			settings += fmt.Sprintf(" progress_table=%v", withTable)
 			p := w.start("CRASH_AT="+point, fmt.Sprintf("CRASH_AFTER_BATCHES=%d", n), bytesBound, inFlight, mode, lanes, progress)
 			seeded(w, p, pre > 0)
 			if pre > 0 && point != "snapshot_after_chunk" {
