@@ -231,3 +231,46 @@ func TestProgress_ProgressTableChangedWritesTheRowAgain(t *testing.T) {
 		t.Fatalf("progress rows %v, want the slot's", e.fel.Rows(setup.ProgressTable))
 	}
 }
+
+// A deployment that wrote its row keyed by the slot name alone (before
+// rows were keyed by source) keeps it across the upgrade: the start
+// takes the row over, not reading its absence under the new key as lost
+// data, and the next row goes under the source's key.
+func TestProgress_RowKeyedBySlotAloneIsTakenOver(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	e, cfg := progressEnv(t)
+	r := e.start(cfg)
+	e.waitSlot()
+	e.exec("INSERT INTO users VALUES (500, 'streamed', 0)")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	row := progressRow(t, e)
+	if row == 0 {
+		t.Fatal("no progress row under the source's key")
+	}
+	// As the deployment before the upgrade left it.
+	if err := e.fel.Delete("pgfeldera_progress", fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.progressKey(), uint64(row))); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fel.Put("pgfeldera_progress", fmt.Sprintf(`{"slot": %q, "lsn": %d}`, e.slot, uint64(row))); err != nil {
+		t.Fatal(err)
+	}
+	r = e.start(cfg)
+	e.waitSlot()
+	e.exec("INSERT INTO users VALUES (501, 'after the upgrade', 0)")
+	e.waitConfirmed(e.currentLSN(), 30*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	logs := e.logs.String()
+	if strings.Contains(logs, "startup: resnapshot") || !strings.Contains(logs, "taking over the progress row keyed by the slot name alone") {
+		t.Fatalf("the row keyed by the slot alone was not taken over:\n%s", tail(logs, 3000))
+	}
+	if now := progressRow(t, e); now <= row {
+		t.Fatalf("the row under the source's key is %s, want past %s", now, row)
+	}
+	e.assertEqual("users", "users")
+}
