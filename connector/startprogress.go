@@ -77,12 +77,12 @@ func (s *Starter) serverMoved(ctx context.Context) error {
 // progressLost reads the progress row when the state says the slot never
 // passes it, and says why Feldera lost acknowledged data ("" when the row
 // holds the slot's confirmed position; setup.ProgressLost). Every other
-// check of what Feldera restored has passed. A row missing or behind
-// under another definition of the progress table than the one the state
-// recorded was emptied by Feldera itself (a program change starts a
-// modified table empty, modifying.md): nothing else was lost, so the row
-// is written again at the slot's position. The state then records the
-// table's definition.
+// check of what Feldera restored has passed. A row missing under another
+// definition of the progress table than the one the state recorded was
+// emptied by Feldera itself (a program change starts a modified table
+// empty, modifying.md): nothing else was lost, so the row is written
+// again at the slot's position. (A row present and behind is no table
+// emptied: still lost.) The state then records the table's definition.
 func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed pglogrepl.LSN) (string, error) {
 	if s.ReadProgress == nil || !st.ProgressKept || s.Hooks.TrustProgress {
 		return "", nil
@@ -92,7 +92,7 @@ func (s *Starter) progressLost(ctx context.Context, st *state.State, confirmed p
 		return "", fmt.Errorf("read the progress row: %w", err)
 	}
 	why := setup.ProgressLost(st.ProgressKept, s.Slot, row, found, confirmed)
-	if why != "" && (st.ProgressFingerprint == "" || st.ProgressFingerprint == s.ProgressFingerprint) {
+	if why != "" && (found || st.ProgressFingerprint == "" || st.ProgressFingerprint == s.ProgressFingerprint) {
 		return why, nil
 	}
 	if why != "" {
