@@ -219,11 +219,12 @@ func (x *Transactions) Begin(ctx context.Context) error {
 		waited := time.Since(start)
 		if waited >= x.CompletionTimeout {
 			x.clearRecord()
-			return fmt.Errorf("%w: another client has held the pipeline's transaction for %s (409 TransactionInProgress to POST /start_transaction; FELDERA_COMPLETION_TIMEOUT): nothing acknowledged", ErrFelderaUnavailable, waited.Round(time.Millisecond))
+			return fmt.Errorf("%w: another client has held the pipeline's transaction%s for %s (409 TransactionInProgress to POST /start_transaction; FELDERA_COMPLETION_TIMEOUT): nothing acknowledged; "+
+				"if no other client posts to this pipeline, it is one whose record the fence file lost: it stays open until Feldera restarts", ErrFelderaUnavailable, x.heldBy(ctx), waited.Round(time.Millisecond))
 		}
 		if !warned && waited >= CompletionLogAfter {
 			warned = true
-			x.Logger.Warn("flush: another client holds Feldera's transaction (409 TransactionInProgress); retrying. Another pgfeldera on this pipeline?", "waited", waited.Round(time.Millisecond))
+			x.Logger.Warn("flush: another client holds Feldera's transaction"+x.heldBy(ctx)+" (409 TransactionInProgress); retrying. Another pgfeldera on this pipeline?", "waited", waited.Round(time.Millisecond))
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
@@ -235,6 +236,20 @@ func (x *Transactions) Begin(ctx context.Context) error {
 		}
 		wait = min(2*wait, txnBackoffMax)
 	}
+}
+
+// heldBy names the transaction the API holds, as /stats shows it ("" when
+// it cannot tell).
+func (x *Transactions) heldBy(ctx context.Context) string {
+	st, err := x.API.Stats(ctx)
+	if err != nil {
+		return ""
+	}
+	in := st.GlobalMetrics.TransactionInitiators
+	if in == nil || in.TransactionID == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (transaction %d, incarnation %s)", *in.TransactionID, st.GlobalMetrics.IncarnationUUID)
 }
 
 func (x *Transactions) clearRecord() {

@@ -217,16 +217,30 @@ func (ff *FenceFile) Unclear(cause string) error {
 	return ff.write()
 }
 
-// Transaction records the Feldera transaction open (nil: none). Like the
-// request marks it is written in place without an fsync: a crash of the
-// process keeps it. Were it lost (a crash of the machine), the transaction
-// would stay open until Feldera restarts; pgfeldera's next start then
-// meets 409 TransactionInProgress and says who holds it.
+// Transaction records the Feldera transaction open (nil: none). The
+// record written before start_transaction (t.ID 0: asked, no answer yet)
+// is fsynced: a crash of the machine must not lose it, or the
+// transaction would stay open in Feldera with no process that knows it
+// is its own, and every start would meet 409 TransactionInProgress. The
+// other records are written in place without an fsync, like the request
+// marks: a crash of the machine that loses the ID leaves the one before
+// it, ID 0, and the next start takes the API's transaction for it
+// (delivery.Transactions.Settle); one that loses the clearing leaves a
+// record of a transaction Feldera no longer holds, which the next start
+// finds gone.
 func (ff *FenceFile) Transaction(t *OpenTransaction) error {
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	ff.rec.Transaction = t
-	return ff.write()
+	if err := ff.write(); err != nil {
+		return err
+	}
+	if t != nil && t.ID == 0 {
+		if err := ff.f.Sync(); err != nil {
+			return fmt.Errorf("fence file %s: %w", ff.path, err)
+		}
+	}
+	return nil
 }
 
 // Past records what Feldera holds past the progress row (nil: nothing
