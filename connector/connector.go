@@ -98,7 +98,7 @@ func New(cfg Config, sink Sink) (*Connector, error) {
 	c.fence = delivery.NewFence(cfg.IngressFence, c.logger)
 	c.txns = &delivery.Transactions{API: sink, Fence: c.fence, Observer: c.observer, Logger: c.logger,
 		CompletionTimeout: cfg.CompletionTimeout, CommitStallTimeout: cfg.CommitStallTimeout, Accepted: cfg.AckMode == AckAccepted,
-		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts}
+		Started: &c.stats.Transactions, Conflicts: &c.stats.TransactionConflicts, Partial: &c.stats.PartialCommits}
 	c.out = &delivery.Sender{Sink: sink, Fence: c.fence, Txns: c.txns, Observer: c.observer, Logger: c.logger, Hooks: &c.test,
 		HardStop: c.stopContext, CompletionTimeout: cfg.CompletionTimeout,
 		NeedStep:   func() bool { return c.Gate() == delivery.GateCheckpoint },
@@ -158,7 +158,27 @@ func (c *Connector) Run(ctx context.Context) error {
 	if c.test.Session != nil {
 		session = c.test.Session
 	}
-	return c.supervise(ctx, session)
+	err := c.supervise(ctx, session)
+	c.exitTxn(err)
+	return err
+}
+
+// exitTxn commits, as the process exits, a Feldera transaction a session
+// left open: one whose send failed (with the progress table the next
+// session would have joined it), or the part of a source transaction a
+// fatal error came in the middle of. Left open, it would hold every
+// other writer's input and every checkpoint until a start joined it.
+// It holds part of a source transaction, so the commit is said loudly
+// (Transactions.NotePart).
+func (c *Connector) exitTxn(err error) {
+	if !c.txns.Held() || c.txns.ID() == 0 {
+		return
+	}
+	why := "the process exits inside a source transaction"
+	if err != nil {
+		why += ": " + err.Error()
+	}
+	c.txns.Abandon(context.Background(), why)
 }
 
 // armStop makes a graceful stop (ctx canceled) hard after STOP_TIMEOUT:

@@ -2,6 +2,7 @@ package connector
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -217,8 +218,7 @@ func (s *stream) finishTxn() (context.Context, context.CancelFunc) {
 // STOP_TIMEOUT ran out), it commits the part it read, and says so.
 func (s *stream) shutdown() error {
 	if s.midTransaction() {
-		s.logger.Error("session: stopping inside a source transaction that did not end within half of STOP_TIMEOUT: committing the part read, so that no Feldera transaction is left open; views see part of it until the next start replays the rest",
-			"commit_lsn", s.openCommit, "transaction_id", s.c.txns.ID())
+		s.c.txns.NotePart(s.c.txns.ID(), fmt.Sprintf("stopping inside source transaction %s, which did not end within half of STOP_TIMEOUT: the part read is committed, so that no Feldera transaction is left open, and the next start replays the rest", s.openCommit))
 	}
 	s.logger.Info("session: stopping: flushing what was read")
 	if err := s.closeTxn(); err != nil {

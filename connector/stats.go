@@ -21,6 +21,9 @@ type Stats struct {
 	// TransactionInProgress answers met meanwhile (another client held it).
 	Transactions         atomic.Int64
 	TransactionConflicts atomic.Int64
+	// PartialCommits counts Feldera transactions committed holding part
+	// of a source transaction (delivery.Transactions.NotePart).
+	PartialCommits atomic.Int64
 	// CheckpointFailures counts Feldera checkpoints asked for that
 	// failed (/checkpoint_status).
 	CheckpointFailures atomic.Int64

@@ -85,12 +85,26 @@ func (f *Fence) Open(stateFile string) (*state.OpenTransaction, error) {
 			return nil, err
 		}
 	}
+	if prev.Partial != nil {
+		if err := ff.PartialCommitted(prev.Partial); err != nil {
+			return nil, err
+		}
+	}
 	return prev.Transaction, nil
 }
 
 // LeftPast is what the previous process's fence file counted past the
 // progress row (nil: nothing).
 func (f *Fence) LeftPast() *state.PastRow { return f.leftPast }
+
+// PartialCommitted records the last Feldera transaction committed with
+// part of a source transaction in it (state.PartialCommit).
+func (f *Fence) PartialCommitted(p *state.PartialCommit) error {
+	if f.file == nil {
+		return nil
+	}
+	return f.file.PartialCommitted(p)
+}
 
 // Past records what Feldera holds past the progress row.
 func (f *Fence) Past(p *state.PastRow) error {

@@ -62,11 +62,10 @@ type Pipeline struct {
 	retracting     bool   // a retraction runs: nothing is in flight meanwhile
 	// txnOpen: the last batch sent left a Feldera transaction open (it
 	// ended inside a source transaction); the next one continues it.
-	txnOpen      bool
-	txnTo        pglogrepl.LSN // the last COMMIT the open Feldera transaction carries: its progress row
-	join         Join          // the Feldera transaction a crash left open, joined
-	warnedTxnCut bool
-	seq          int
+	txnOpen bool
+	txnTo   pglogrepl.LSN // the last COMMIT the open Feldera transaction carries: its progress row
+	join    Join          // the Feldera transaction a crash left open, joined
+	seq     int
 
 	skip      ProgressSkip  // the source transactions Feldera holds already
 	keepsRows bool          // the slot keeps behind the progress row

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/pgfeldera/pgfeldera/crashtest"
@@ -163,11 +164,7 @@ func (p *Pipeline) cutLarge(spans bool) bool {
 	if !spans || !p.txnOpen || p.led.InFlight() < MaxTxnFlight-1 {
 		return spans
 	}
-	if !p.warnedTxnCut {
-		p.warnedTxnCut = true
-		p.Logger.Warn("flush: a source transaction is larger than one Feldera transaction may hold in flight; committing it in Feldera in parts (views see the parts)",
-			"batches", MaxTxnFlight, "batch_max_rows", p.Bounds.Rows)
-	}
+	p.Sender.Txns.NotePart(0, fmt.Sprintf("a source transaction is larger than one Feldera transaction may hold in flight (%d batches of up to BATCH_MAX_ROWS=%d): committed in parts", MaxTxnFlight, p.Bounds.Rows))
 	return false
 }
 

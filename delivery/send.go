@@ -240,7 +240,7 @@ func (s *Sender) AbandonTxn() {
 		s.Logger.Warn("flush: leaving the Feldera transaction open after a failure: the next session joins it, and commits it once the replay completes it", "transaction_id", s.Txns.ID())
 		return
 	}
-	s.Txns.Abandon(s.HardStop(context.Background()))
+	s.Txns.Abandon(s.HardStop(context.Background()), "a send failed inside it")
 }
 
 // WaitFence blocks while an unanswered ingress request may still be queued

@@ -77,8 +77,10 @@ type Transactions struct {
 	// a transaction to take its input; CommitStallTimeout a commit that
 	// shows no progress.
 	CompletionTimeout, CommitStallTimeout time.Duration
-	// Started counts transactions started, Conflicts the 409 answers.
-	Started, Conflicts *atomic.Int64
+	// Started counts transactions started, Conflicts the 409 answers,
+	// Partial the transactions committed holding part of a source
+	// transaction (NotePart).
+	Started, Conflicts, Partial *atomic.Int64
 	// Incarnation is the pipeline process the session feeds.
 	Incarnation string
 	// Accepted is FELDERA_ACK_MODE=accepted (unsafe, kept to show the
@@ -485,12 +487,26 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		if t.whole {
 			x.Logger.Info("startup: committing the Feldera transaction left open: it holds whole source transactions, its progress row last", "transaction_id", t.id, "state", v.String())
 		} else {
-			x.Logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
+			x.NotePart(t.id, "left open by a crash or a failed session, and without the progress table the replay cannot join it: the slot replays the rest")
 		}
 		return x.Commit(ctx)
 	}
 	x.done()
 	return nil
+}
+
+// NotePart says loudly, counts and records in the fence file (for
+// `pgfeldera status`) that Feldera transaction id (0: the one open) is
+// committed holding part of a source transaction: views see a prefix of
+// it until the rest comes. why says what forced the commit.
+func (x *Transactions) NotePart(id int64, why string) {
+	x.Logger.Error("flush: committing a Feldera transaction that holds part of a source transaction: views see a prefix of it until the rest comes", "transaction_id", id, "why", why)
+	if x.Partial != nil {
+		x.Partial.Add(1)
+	}
+	if err := x.Fence.PartialCommitted(&state.PartialCommit{TransactionID: id, At: time.Now(), Why: why}); err != nil {
+		x.Logger.Warn("fence: could not record the partial commit", "err", err)
+	}
 }
 
 // Release commits the transaction held open before a send that starts
@@ -501,20 +517,24 @@ func (x *Transactions) Release(ctx context.Context) error {
 	if x == nil || x.cur == nil {
 		return nil
 	}
-	x.Logger.Warn("flush: committing the Feldera transaction left open before a snapshot or a retraction; what it holds becomes visible", "transaction_id", x.cur.id)
+	x.NotePart(x.cur.id, "a snapshot, a retraction or a progress reset needs everything sent complete, and the joined transaction held the replay's part")
 	return x.Commit(ctx)
 }
 
-// Abandon commits, on a failure path, the transaction a batch left open,
-// so that no error leaves one open; it is bounded by stop (STOP_TIMEOUT's
-// context) and 5 s. If even that fails the next session tries again.
-func (x *Transactions) Abandon(stop context.Context) {
+// Abandon commits, on a failure path or as the process exits, the
+// transaction a batch left open, so that nothing leaves one open (it
+// would hold every other writer's input and every checkpoint); why says
+// what forced it, and the commit is said loudly (NotePart). It is
+// bounded by stop (STOP_TIMEOUT's context) and 5 s. If even that fails
+// the next session, or process, tries again.
+func (x *Transactions) Abandon(stop context.Context, why string) {
 	if x.cur == nil || x.cur.id == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(stop, 5*time.Second)
 	defer cancel()
 	id := x.cur.id
+	x.NotePart(id, why)
 	if err := x.Commit(ctx); err != nil && x.cur != nil {
 		x.Logger.Warn("flush: could not commit the Feldera transaction after a failure; the next session commits it, or waits for its commit", "transaction_id", id, "err", err)
 	}

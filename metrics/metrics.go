@@ -245,6 +245,7 @@ var (
 	descSessions  = prometheus.NewDesc("pgfeldera_sessions_total", "Replication sessions started.", nil, nil)
 	descTxns      = prometheus.NewDesc("pgfeldera_feldera_transactions_total", "Feldera transactions started (FELDERA_TRANSACTIONS, SNAPSHOT_TRANSACTION).", nil, nil)
 	descTxnBusy   = prometheus.NewDesc("pgfeldera_feldera_transaction_conflicts_total", "start_transaction answers 409 TransactionInProgress: another client held the pipeline's transaction.", nil, nil)
+	descPartial   = prometheus.NewDesc("pgfeldera_partial_commits_total", "Feldera transactions committed holding part of a source transaction, so that views saw a prefix of it: a failed send, a stop or an exit inside one, a snapshot or retraction after a joined one, or one larger than 1,024 batches. The log says which (ERROR).", nil, nil)
 	descCkptFail  = prometheus.NewDesc("pgfeldera_checkpoint_failures_total", "Feldera checkpoints asked for that failed (/checkpoint_status): under at_least_once nothing completed since the last checkpoint can be acknowledged while they fail.", nil, nil)
 	descReceived  = prometheus.NewDesc("pgfeldera_received_lsn", "Highest WAL position read from the slot.", nil, nil)
 	descFlushed   = prometheus.NewDesc("pgfeldera_flushed_lsn", "flush_lsn last sent to Postgres: everything below it is complete in Feldera.", nil, nil)
@@ -262,7 +263,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descCkptFail, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descCkptWAL, descChunks} {
+	for _, d := range []*prometheus.Desc{descRows, descNulled, descEstimate, descBatches, descRetracted, descSessions, descTxns, descTxnBusy, descPartial, descCkptFail, descReceived, descFlushed, descConfirmed, descLag, descRetained, descSafe, descStatus, descReady, descFence, descGate, descCkptWait, descCkptWAL, descChunks} {
 		ch <- d
 	}
 }
@@ -281,6 +282,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions.Load()))
 	ch <- prometheus.MustNewConstMetric(descTxns, prometheus.CounterValue, float64(st.Transactions.Load()))
 	ch <- prometheus.MustNewConstMetric(descTxnBusy, prometheus.CounterValue, float64(st.TransactionConflicts.Load()))
+	ch <- prometheus.MustNewConstMetric(descPartial, prometheus.CounterValue, float64(st.PartialCommits.Load()))
 	ch <- prometheus.MustNewConstMetric(descCkptFail, prometheus.CounterValue, float64(st.CheckpointFailures.Load()))
 	received := st.Received.Load()
 	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(received))

@@ -34,6 +34,18 @@ type Fence struct {
 	Transaction *OpenTransaction `json:"transaction,omitempty"`
 	// Past is what Feldera holds past the progress row, counted.
 	Past *PastRow `json:"past,omitempty"`
+	// Partial is the last Feldera transaction pgfeldera committed
+	// holding part of a source transaction (views saw a prefix of it):
+	// kept across processes for `pgfeldera status`.
+	Partial *PartialCommit `json:"partial_commit,omitempty"`
+}
+
+// PartialCommit is a Feldera transaction committed with part of a source
+// transaction in it, and why.
+type PartialCommit struct {
+	TransactionID int64     `json:"transaction_id"`
+	At            time.Time `json:"at"`
+	Why           string    `json:"why"`
 }
 
 // OpenTransaction is a Feldera API transaction pgfeldera started. ID 0:
@@ -252,11 +264,19 @@ func (ff *FenceFile) Past(p *PastRow) error {
 	return ff.write()
 }
 
+// PartialCommitted records the last partial commit (PartialCommit).
+func (ff *FenceFile) PartialCommitted(p *PartialCommit) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.rec.Partial = p
+	return ff.write()
+}
+
 // Close records durably that this process stopped, with the fence
 // deadline (zero: none) the next process must honour.
 func (ff *FenceFile) Close(until time.Time) error {
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	ff.f.Close()
-	return SaveFence(ff.path, &Fence{Until: until, Transaction: ff.rec.Transaction, Past: ff.rec.Past})
+	return SaveFence(ff.path, &Fence{Until: until, Transaction: ff.rec.Transaction, Past: ff.rec.Past, Partial: ff.rec.Partial})
 }

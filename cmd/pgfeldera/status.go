@@ -359,6 +359,9 @@ func printState(tw io.Writer, st *Status) {
 			line += fmt.Sprintf("; ingress fenced for %s more", wait.Round(time.Second))
 		}
 		fmt.Fprintf(tw, "\tfence\t%s\n", line)
+		if p := f.Partial; p != nil {
+			fmt.Fprintf(tw, "\tpartial commit\tFeldera transaction %d at %s held part of a source transaction (views saw a prefix): %s\n", p.TransactionID, p.At.Format(time.RFC3339), p.Why)
+		}
 	}
 }
 
