@@ -194,6 +194,13 @@ func TestRedactDSN(t *testing.T) {
 		"host=h user=u password=pw dbname=d":        "host=h user=u password=xxxxx dbname=d",
 		"host=h password='p w' dbname=d":            "host=h password=xxxxx dbname=d",
 		"postgres://u@h/db?password=pw":             "postgres://u@h/db?password=xxxxx",
+		// The client key's passphrase is a secret too, in every form.
+		"postgres://u@h/db?sslpassword=kpw&sslmode=verify-full": "postgres://u@h/db?sslmode=verify-full&sslpassword=xxxxx",
+		"postgres://u:pw@h/db?sslpassword=kpw":                  "postgres://u:xxxxx@h/db?sslpassword=xxxxx",
+		"postgres://u@h/db?pass%77ord=pw":                       "postgres://u@h/db?password=xxxxx",
+		"postgresql://u@h/db?SSLPASSWORD=kpw":                   "postgresql://u@h/db?SSLPASSWORD=xxxxx",
+		"host=h sslpassword=kpw sslkey=/k.key dbname=d":         "host=h sslpassword=xxxxx sslkey=/k.key dbname=d",
+		"host=h sslpassword='k pw' password=pw":                 "host=h sslpassword=xxxxx password=xxxxx",
 	} {
 		if got := redactDSN(in); got != want {
 			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
@@ -214,18 +221,27 @@ func TestVersionAndUnknownCommand(t *testing.T) {
 // Every subcommand that connects fails on unreachable servers without
 // printing a secret.
 func TestSecretsNeverPrinted_OnConnectionFailure(t *testing.T) {
-	for _, cmd := range [][]string{{"verify"}, {"verify", "--json"}, {"status"}, {"status", "--json"}} {
-		var out, errb bytes.Buffer
-		vars := base()
-		vars["STATE_FILE"] = t.TempDir() + "/state.json"
-		code := run(context.Background(), func() {}, cmd, env(vars), &out, &errb)
-		all := out.String() + errb.String()
-		if code != exitFatal || all == "" {
-			t.Errorf("%v: exit %d, output %q: want exit 1 with a reason", cmd, code, all)
-		}
-		for _, secret := range []string{"TOPSECRETKEY", "s3cretPW"} {
-			if strings.Contains(all, secret) {
-				t.Errorf("%v printed a secret: %s", cmd, all)
+	dsns := []string{
+		base()["PG_DSN"],
+		"postgres://app:s3cretPW@127.0.0.1:1/db?sslpassword=K3YPASS&sslmode=disable",
+		"host=127.0.0.1 port=1 dbname=db user=app password=s3cretPW sslpassword='K3YPASS' sslmode=disable",
+		"host=127.0.0.1 port=1 dbname=db user=app password=s3cretPW sslpassword=K3YPASS sslmode=bogus", // invalid: the parse error
+	}
+	for _, dsn := range dsns {
+		for _, cmd := range [][]string{{"verify"}, {"verify", "--json"}, {"status"}, {"status", "--json"}} {
+			var out, errb bytes.Buffer
+			vars := base()
+			vars["PG_DSN"] = dsn
+			vars["STATE_FILE"] = t.TempDir() + "/state.json"
+			code := run(context.Background(), func() {}, cmd, env(vars), &out, &errb)
+			all := out.String() + errb.String()
+			if code == exitOK || all == "" {
+				t.Errorf("%v: exit %d, output %q: want a failure with a reason", cmd, code, all)
+			}
+			for _, secret := range []string{"TOPSECRETKEY", "s3cretPW", "K3YPASS"} {
+				if strings.Contains(all, secret) {
+					t.Errorf("%v with PG_DSN %s… printed a secret: %s", cmd, dsn[:20], all)
+				}
 			}
 		}
 	}
