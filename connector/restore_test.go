@@ -302,3 +302,27 @@ func (e *env) snapshotted(cfg connector.Config, unsafe bool) *connector.Connecto
 	e.waitLog("snapshot: complete", 60*time.Second)
 	return conn
 }
+
+// A fault-tolerant pipeline that reports no checkpoint can succeed
+// (/stats permanent_checkpoint_errors: no storage, an input connector
+// that cannot suspend) is refused at the start, naming the reason and
+// the fix: under at_least_once nothing it completes could ever be
+// acknowledged, which the run otherwise found only at
+// NO_PROGRESS_TIMEOUT. The same pipeline without the errors starts.
+func TestRestore_PipelineThatCannotCheckpointIsRefused(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	t.Parallel()
+	e := newEnvOn(t, pgcluster.Shared(t), mixedPG, mixedFeldera, func(fc *felderatest.Config) {
+		fc.FaultTolerance = `{"model": "at_least_once", "checkpoint_interval_secs": 1}`
+	})
+	e.fel.SetPermanentCheckpointErrors(`"StorageRequired"`, `{"UnsupportedInputEndpoint": "kafka_in"}`)
+	r := e.start(e.snapshotConfig("users"))
+	e.refusal(r, "a pipeline that cannot checkpoint", 30*time.Second, "StorageRequired", "kafka_in", "no checkpoint can succeed",
+		"runtime_config.storage", "input connector kafka_in cannot checkpoint")
+	e.fel.SetPermanentCheckpointErrors()
+	r = e.start(e.snapshotConfig("users"))
+	e.waitSlot()
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,9 +2,11 @@ package setup
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -41,6 +43,7 @@ type Config struct {
 // *feldera.Client satisfies it.
 type Pipeliner interface {
 	Pipeline(ctx context.Context) (*feldera.Pipeline, error)
+	Stats(ctx context.Context) (*feldera.Stats, error)
 }
 
 // checker is one look at the prerequisites.
@@ -208,6 +211,14 @@ func (c *checker) preparePipeline(ctx context.Context, p *Plan, mode Mode, ps *F
 		return pipe, nil
 	}
 	p.Model, p.FaultTolerant = model, model.FaultTolerant()
+	if p.FaultTolerant && mode != ForVerify {
+		if err := c.canCheckpoint(ctx, pipe.Name, model); err != nil {
+			if mode != ForCheck {
+				return nil, err
+			}
+			ps.Add(subject, err)
+		}
+	}
 	if mode == ForCheck {
 		return pipe, nil
 	}
@@ -217,6 +228,50 @@ func (c *checker) preparePipeline(ctx context.Context, p *Plan, mode Mode, ps *F
 		c.logger.Info("feldera pipeline has no fault tolerance: a Feldera restart loses its state, and pgfeldera resnapshots", "model", model)
 	}
 	return pipe, nil
+}
+
+// canCheckpoint refuses a fault-tolerant pipeline that reports no
+// checkpoint can succeed until its configuration changes (/stats
+// permanent_checkpoint_errors): under at_least_once nothing completed
+// could ever be acknowledged, and under exactly_once a program change
+// would leave no journal; without the refusal the run found it only at
+// NO_PROGRESS_TIMEOUT.
+func (c *checker) canCheckpoint(ctx context.Context, name string, model feldera.FTModel) error {
+	st, err := c.pipes.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("read feldera pipeline %s's /stats: %w", name, err)
+	}
+	if len(st.PermanentCheckpointErrors) == 0 {
+		return nil
+	}
+	var whys, fixes []string
+	for _, raw := range st.PermanentCheckpointErrors {
+		whys = append(whys, string(raw))
+		fixes = append(fixes, checkpointFix(raw))
+	}
+	return Refuse("FELDERA_PIPELINE", fmt.Sprintf("feldera pipeline %s has fault tolerance (%s) but reports that no checkpoint can succeed (permanent_checkpoint_errors: %s): nothing it completes could be made durable",
+		name, model, strings.Join(whys, ", ")), strings.Join(slices.Compact(fixes), "; "))
+}
+
+// checkpointFix is the fix for one of Feldera's permanent checkpoint
+// errors (stats.rs, PermanentCheckpointError).
+func checkpointFix(raw json.RawMessage) string {
+	var name string
+	if json.Unmarshal(raw, &name) != nil {
+		var m map[string]string
+		if json.Unmarshal(raw, &m) == nil {
+			if ep, ok := m["UnsupportedInputEndpoint"]; ok {
+				return fmt.Sprintf("input connector %s cannot checkpoint: remove it, or use one that supports fault tolerance", ep)
+			}
+		}
+	}
+	switch name {
+	case "StorageRequired":
+		return "give the pipeline storage (runtime_config.storage): checkpoints are written there"
+	case "EnterpriseFeature":
+		return "fault tolerance needs Feldera Enterprise: use it, or run the pipeline without fault tolerance"
+	}
+	return "fix the pipeline's configuration so that it can checkpoint (docs.feldera.com, fault tolerance)"
 }
 
 // quoteIfNeeded turns a canonical Feldera name into the form

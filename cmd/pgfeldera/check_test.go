@@ -228,3 +228,33 @@ func TestCheck_SaysWhetherReplaysAreExact(t *testing.T) {
 		})
 	}
 }
+
+// check names a fault-tolerant pipeline that reports no checkpoint can
+// succeed, with the fix for each reason.
+func TestCheck_PipelineThatCannotCheckpoint(t *testing.T) {
+	pgcluster.AnyVersion(t)
+	c := pgcluster.Shared(t)
+	dsn := c.NewDB(t)
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	if err := c.Exec(context.Background(), db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
+		CREATE PUBLICATION pub FOR TABLE users`); err != nil {
+		t.Fatal(err)
+	}
+	fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", FaultTolerance: `{"model": "at_least_once"}`,
+		Tables: felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fel.Close()
+	fel.SetPermanentCheckpointErrors(`"EnterpriseFeature"`)
+	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "check_ckpt",
+		"TABLES": "users", "FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p",
+		"STATE_FILE": filepath.Join(t.TempDir(), "state.json"), "HTTP_ADDR": "off"}
+	code, report, out := check(t, vars)
+	if code != exitConfig || len(report.Problems) != 1 {
+		t.Fatalf("check: exit %d with %d problems, want %d with 1:\n%s", code, len(report.Problems), exitConfig, out)
+	}
+	if p := report.Problems[0]; p.Subject != "FELDERA_PIPELINE" || !strings.Contains(p.What, "EnterpriseFeature") || !strings.Contains(p.Fix, "Enterprise") {
+		t.Fatalf("the problem: %+v", p)
+	}
+}

@@ -1,6 +1,7 @@
 package felderatest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -258,6 +259,25 @@ func (s *Server) FailCheckpoints(msg string) {
 	s.ckptFail = msg
 }
 
+// SetPermanentCheckpointErrors makes /stats report why no checkpoint can
+// succeed until the pipeline's configuration changes, each a JSON value
+// as Feldera serializes its PermanentCheckpointError ("StorageRequired",
+// "EnterpriseFeature", {"UnsupportedInputEndpoint": name}: stats.rs,
+// ControllerStatus), and every checkpoint fail with the first (Feldera
+// refuses them: controller.rs, can_checkpoint). None clears them.
+func (s *Server) SetPermanentCheckpointErrors(errs ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.permErrors = nil
+	for _, e := range errs {
+		s.permErrors = append(s.permErrors, json.RawMessage(e))
+	}
+	s.ckptFail = ""
+	if len(errs) > 0 {
+		s.ckptFail = "cannot checkpoint: " + errs[0]
+	}
+}
+
 // Steps is how many steps the pipeline has run (its circuit step count).
 func (s *Server) Steps() uint64 {
 	s.mu.Lock()
@@ -317,9 +337,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 			"commit_progress":        progress,
 			"transaction_initiators": s.c.TxnInitiators(),
 		},
-		"inputs":              s.inputStats(),
-		"outputs":             outputs,
-		"checkpoint_activity": activity,
+		"inputs":                      s.inputStats(),
+		"outputs":                     outputs,
+		"checkpoint_activity":         activity,
+		"permanent_checkpoint_errors": append([]json.RawMessage{}, s.permErrors...),
 	})
 }
 

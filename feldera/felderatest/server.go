@@ -123,9 +123,10 @@ type Server struct {
 	checkpoints    []checkpoint
 	ckptSeq        int // per process, like Feldera's checkpoint_sequence_number
 	ckptSuccess    int
-	ckptFailure    map[string]any // /checkpoint_status failure: the last checkpoint that failed
-	ckptFail       string         // FailCheckpoints: every checkpoint fails with this
-	journalGap     bool           // exactly_once after a program change: no journal until a checkpoint
+	ckptFailure    map[string]any    // /checkpoint_status failure: the last checkpoint that failed
+	ckptFail       string            // FailCheckpoints: every checkpoint fails with this
+	permErrors     []json.RawMessage // SetPermanentCheckpointErrors
+	journalGap     bool              // exactly_once after a program change: no journal until a checkpoint
 	ckptRequests   int
 	lastCheckpoint time.Time
 	programVersion int64
