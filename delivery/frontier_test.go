@@ -461,3 +461,25 @@ func TestFrontier_CompactKeepsTheHighestStep(t *testing.T) {
 		t.Fatalf("a checkpoint covering every step made %s durable, want %s", got, pglogrepl.LSN(n*10))
 	}
 }
+
+// A batch completed twice (a completion reported again) counts once: the
+// batches in flight do not drop below those still open, and the second
+// report's step does not replace the first's, so a later checkpoint's
+// cover is judged by the step that processed the batch.
+func TestFrontier_RepeatedCompletionCountsOnce(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := newFrontier(GateCheckpoint, 10)
+	a := f.enter(20, t0)
+	b := f.enter(30, t0)
+	f.done(a, 7, t0)
+	f.done(a, 3, t0) // again, with an earlier step
+	if n := f.inFlight(); n != 1 {
+		t.Fatalf("in flight after a repeated completion: %d, want 1 (batch %d still open)", n, b)
+	}
+	if got := f.checkpointed(5); got != 10 {
+		t.Fatalf("a checkpoint of 5 steps acknowledged %s: the repeated report's step replaced the batch's 7", got)
+	}
+	if got := f.checkpointed(7); got != 20 {
+		t.Fatalf("a checkpoint of 7 steps acknowledged %s, want 0/14", got)
+	}
+}
