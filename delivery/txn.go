@@ -487,6 +487,7 @@ func (x *Transactions) Settle(ctx context.Context, join map[string]bool) error {
 		if t.whole {
 			x.Logger.Info("startup: committing the Feldera transaction left open: it holds whole source transactions, its progress row last", "transaction_id", t.id, "state", v.String())
 		} else {
+			x.Logger.Warn("startup: committing the Feldera transaction left open; what it holds becomes visible, and the slot replays the rest", "transaction_id", t.id, "state", v.String())
 			x.NotePart(t.id, "left open by a crash or a failed session, and without the progress table the replay cannot join it: the slot replays the rest")
 		}
 		return x.Commit(ctx)
