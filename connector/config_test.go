@@ -23,7 +23,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 		}{
 			{"AckMode", cfg.AckMode, connector.AckCompleted},
 			{"Transactions", cfg.Transactions, connector.TxnAuto},
-			{"ProgressTable", cfg.ProgressTable, "off"},
+			{"ProgressTable", cfg.ProgressTable, "auto"}, // declaring the table is the opt-in
 			{"SnapshotMode", cfg.SnapshotMode, connector.SnapshotInitial},
 			{"BatchMaxRows", cfg.BatchMaxRows, connector.DefaultBatchMaxRows},
 			{"BatchMaxBytes", cfg.BatchMaxBytes, connector.DefaultBatchMaxBytes},
@@ -72,6 +72,7 @@ func TestConfig_WithDefaults(t *testing.T) {
 			{"auto", "on", "on", ""},
 			{"off", "auto", "off", ""},
 			{"off", "", "off", ""},
+			{"auto", "", "auto", ""}, // the default
 			{"off", "on", "", "FELDERA_PROGRESS_TABLE=on writes the progress row inside Feldera transactions"},
 			{"auto", "sometimes", "", `FELDERA_PROGRESS_TABLE="sometimes": want auto, on or off`},
 		} {

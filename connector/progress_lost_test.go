@@ -78,6 +78,15 @@ func TestProgress_FelderaBehindTheSlotResnapshots(t *testing.T) {
 				connector.TrustProgressLoss(conn)
 			}
 			r = e.run(conn)
+			if !c.trust {
+				// The resnapshot's new slot confirms its consistent point
+				// at once, before the copy is in: wait for the copy (the
+				// first run's snapshot said so once already), else the
+				// stop below interrupts it.
+				e.poll("the resnapshot to complete", 60*time.Second, func() bool {
+					return strings.Count(e.logs.String(), "snapshot: complete") >= 2
+				})
+			}
 			e.waitSlot()
 			e.exec("INSERT INTO users VALUES (600, 'after', 0)")
 			e.waitConfirmed(e.currentLSN(), 60*time.Second)

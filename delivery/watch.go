@@ -55,6 +55,9 @@ type Checkpoints struct {
 	Error     atomic.Pointer[string]
 	Failures  *atomic.Int64
 	failedSeq atomic.Uint64 // the last failed checkpoint reported
+	// succeeded is the newest fresh checkpoint the watcher saw: only a
+	// newer one clears Failed.
+	succeeded atomic.Pointer[string]
 }
 
 // Watcher watches the pipeline while a session streams (Start), and waits
@@ -177,7 +180,12 @@ func (c *Watcher) lookAtCheckpoints(ctx context.Context, p *Watched, ask *asker)
 	now := time.Now()
 	if ok {
 		c.CP.Steps.Store(cp.Steps)
-		c.CP.Failed.Store(false)
+		if last := c.CP.succeeded.Load(); last == nil || *last != cp.UUID {
+			// A checkpoint that succeeded since: the one seen at every
+			// look until then does not clear a later failure.
+			c.CP.succeeded.Store(&cp.UUID)
+			c.CP.Failed.Store(false)
+		}
 		ask.seen(cp.UUID, now)
 	}
 	// A checkpoint is asked for only of the process the session feeds
