@@ -3,10 +3,11 @@ package crashtest_test
 import (
 	"context"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 
 	"github.com/pgfeldera/pgfeldera/feldera"
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"

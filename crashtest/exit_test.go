@@ -8,7 +8,6 @@ import (
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
-	"github.com/pgfeldera/pgfeldera/setup"
 )
 
 // A fatal error in the middle of a source transaction larger than a
@@ -22,10 +21,7 @@ import (
 func TestExit_FatalInsideATransactionCommitsLoudly(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
-	w := newWorld(t, func(c *felderatest.Config) {
-		crashDouble(c)
-		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
-	})
+	w := newWorld(t, progressDouble)
 	p := w.start()
 	w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
 	before := len(w.fel.Requests())

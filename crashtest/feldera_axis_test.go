@@ -2,11 +2,12 @@ package crashtest_test
 
 import (
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"github.com/pgfeldera/pgfeldera/setup"
 )
@@ -111,10 +110,7 @@ func (w *world) rowOf(key string) (pglogrepl.LSN, bool) {
 func TestHarness_RowInvariantSeesTheSlotPastTheRow(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
-	w := newWorld(t, func(c *felderatest.Config) {
-		crashDouble(c)
-		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
-	})
+	w := newWorld(t, progressDouble)
 	p := w.start()
 	w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
 	w.exec("INSERT INTO users VALUES (1, 'a', 1)")

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
-	"github.com/pgfeldera/pgfeldera/setup"
 	"github.com/pgfeldera/pgfeldera/state"
 )
 
@@ -30,10 +28,7 @@ func TestProgress_MachineCrashLosesTheTransactionID(t *testing.T) {
 	}{{"id_lost", false}, {"record_lost_UNSAFE", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, func(fc *felderatest.Config) {
-				crashDouble(fc)
-				fc.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
-			})
+			w := newWorld(t, progressDouble)
 			p := w.start("CRASH_AT=after_post", "CRASH_AFTER_BATCHES=2")
 			w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
 			w.exec("INSERT INTO users SELECT g, 'big', g FROM generate_series(1, 1000) g") // ten batches, one source transaction

@@ -254,10 +254,7 @@ func (b *bank) sent() int {
 func TestProgress_OnByDefaultWhenDeclared(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
-	w := newWorld(t, func(c *felderatest.Config) {
-		crashDouble(c)
-		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
-	})
+	w := newWorld(t, progressDouble)
 	w.exec("INSERT INTO users SELECT g, 'u' || g, g FROM generate_series(1, 10) g")
 	p := w.start()
 	w.poll("pgfeldera to stream", 60*time.Second, p.streaming)

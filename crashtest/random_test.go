@@ -268,6 +268,12 @@ func suiteDouble(c *felderatest.Config) {
 	}
 }
 
+// progressDouble is crashDouble with the progress table declared.
+func progressDouble(c *felderatest.Config) {
+	crashDouble(c)
+	c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
+}
+
 // tableDouble declares the progress table and the keyless mirror's
 // events beside the harness's tables.
 func tableDouble(c *felderatest.Config) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
-	"github.com/pgfeldera/pgfeldera/state"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -16,6 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
+	"github.com/pgfeldera/pgfeldera/state"
 
 	"github.com/jackc/pgx/v5"
 )

@@ -1,9 +1,10 @@
 package crashtest_test
 
 import (
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 
 	"github.com/pgfeldera/pgfeldera/feldera/felderatest"
 )

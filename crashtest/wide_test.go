@@ -2,12 +2,13 @@ package crashtest_test
 
 import (
 	"fmt"
-	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgfeldera/pgfeldera/internal/pgcluster"
 )
 
 // One transaction of 400 rows of 512 KB (200 MB, stored uncompressed)

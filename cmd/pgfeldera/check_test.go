@@ -143,10 +143,10 @@ func newDouble(t *testing.T, ddl string) *felderatest.Server {
 	return fel
 }
 
-// check names a table in TABLES that does not exist as missing (not as
-// one to add to the publication, which would fail), and a pipeline name
-// Feldera does not know once, with a fix; one problem reads "1 problem".
-func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
+// usersDB is a new database of the shared cluster with a keyed table
+// users in publication pub.
+func usersDB(t *testing.T) string {
+	t.Helper()
 	pgcluster.AnyVersion(t)
 	c := pgcluster.Shared(t)
 	dsn := c.NewDB(t)
@@ -155,6 +155,14 @@ func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
 		CREATE PUBLICATION pub FOR TABLE users`); err != nil {
 		t.Fatal(err)
 	}
+	return dsn
+}
+
+// check names a table in TABLES that does not exist as missing (not as
+// one to add to the publication, which would fail), and a pipeline name
+// Feldera does not know once, with a fix; one problem reads "1 problem".
+func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
+	dsn := usersDB(t)
 	fel := newDouble(t, `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)
 	vars := map[string]string{"PG_DSN": dsn, "PG_PUBLICATION": "pub", "PG_SLOT": "check_missing",
 		"TABLES": "users,ghost", "FELDERA_URL": fel.URL, "FELDERA_PIPELINE": "p",
@@ -187,14 +195,7 @@ func TestCheck_MissingTableAndWrongPipeline(t *testing.T) {
 // problem naming the table when it is declared in a shape pgfeldera
 // cannot write.
 func TestCheck_SaysWhetherReplaysAreExact(t *testing.T) {
-	pgcluster.AnyVersion(t)
-	c := pgcluster.Shared(t)
-	dsn := c.NewDB(t)
-	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
-	if err := c.Exec(context.Background(), db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
-		CREATE PUBLICATION pub FOR TABLE users`); err != nil {
-		t.Fatal(err)
-	}
+	dsn := usersDB(t)
 	const users = `CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`
 	for _, tc := range []struct {
 		name, ddl, setting string
@@ -232,14 +233,7 @@ func TestCheck_SaysWhetherReplaysAreExact(t *testing.T) {
 // check names a fault-tolerant pipeline that reports no checkpoint can
 // succeed, with the fix for each reason.
 func TestCheck_PipelineThatCannotCheckpoint(t *testing.T) {
-	pgcluster.AnyVersion(t)
-	c := pgcluster.Shared(t)
-	dsn := c.NewDB(t)
-	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
-	if err := c.Exec(context.Background(), db, `CREATE TABLE users (id bigint PRIMARY KEY, name text);
-		CREATE PUBLICATION pub FOR TABLE users`); err != nil {
-		t.Fatal(err)
-	}
+	dsn := usersDB(t)
 	fel, err := felderatest.NewServer(felderatest.Config{Pipeline: "p", FaultTolerance: `{"model": "at_least_once"}`,
 		Tables: felderatest.MustParseDDL(`CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR);`)})
 	if err != nil {
