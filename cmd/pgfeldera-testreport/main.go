@@ -1,6 +1,7 @@
 // Command pgfeldera-testreport reads `go test -json` on stdin and prints
-// what CI needs to see: every failed test with its output, each package's
-// time, the slowest tests, and the tests that had to pass in this run and
+// what CI needs to see: every failed test with its output, every skipped
+// test with its reason, each package's time, the slowest tests, and the
+// tests that had to pass in this run and
 // did not (-must, e.g. the failover tests on PostgreSQL 17 and 18). It
 // exits 1 unless the run is green.
 package main

@@ -113,6 +113,31 @@ func (rep *report) missing(must []string) []string {
 	return out
 }
 
+// skipped lists the tests that were skipped, each with the reason its
+// output gives (the line of its t.Skip, without the file prefix).
+func (rep *report) skipped() []string {
+	var out []string
+	for _, r := range rep.order {
+		if r.Test == "" || r.Action != "skip" {
+			continue
+		}
+		why := ""
+		for _, line := range strings.Split(r.output.String(), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "--- ") {
+				continue
+			}
+			if i := strings.Index(line, ": "); i > 0 && strings.Contains(line[:i], ".go:") {
+				line = line[i+2:]
+			}
+			why = line
+			break
+		}
+		out = append(out, r.name()+": "+why)
+	}
+	return out
+}
+
 // slowest returns the n longest top-level tests.
 func (rep *report) slowest(n int) []*result {
 	var tops []*result
@@ -139,8 +164,9 @@ func (rep *report) packages() []*result {
 	return out
 }
 
-// write prints the failures with their output, the packages' times and the
-// slowest tests, and reports whether the run is green.
+// write prints the failures with their output, the skipped tests with
+// why, the packages' times and the slowest tests, and reports whether the
+// run is green.
 func (rep *report) write(w io.Writer, must []string, top int) bool {
 	ok := true
 	for _, r := range rep.failed() {
@@ -150,6 +176,12 @@ func (rep *report) write(w io.Writer, must []string, top int) bool {
 	for _, name := range rep.missing(must) {
 		ok = false
 		fmt.Fprintf(w, "=== NOT PASSED: %s must pass in this run and did not (skipped, failed or never ran)\n", name)
+	}
+	if skips := rep.skipped(); len(skips) > 0 {
+		fmt.Fprintf(w, "skipped tests (%d):\n", len(skips))
+		for _, s := range skips {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
 	}
 	fmt.Fprintf(w, "packages:\n")
 	for _, r := range rep.packages() {

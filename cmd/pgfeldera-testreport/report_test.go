@@ -16,6 +16,9 @@ const run = `make: go test
 {"Action":"fail","Package":"p","Test":"TestB/sub","Elapsed":1}
 {"Action":"fail","Package":"p","Test":"TestB","Elapsed":1.5}
 {"Action":"run","Package":"p","Test":"TestC"}
+{"Action":"output","Package":"p","Test":"TestC","Output":"=== RUN   TestC\n"}
+{"Action":"output","Package":"p","Test":"TestC","Output":"    c_test.go:12: pgcluster: no PostgreSQL 17 here\n"}
+{"Action":"output","Package":"p","Test":"TestC","Output":"--- SKIP: TestC (0.00s)\n"}
 {"Action":"skip","Package":"p","Test":"TestC","Elapsed":0}
 {"Action":"fail","Package":"p","Elapsed":5}
 {"Action":"start","Package":"q"}
@@ -64,6 +67,9 @@ func TestReport(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "it broke") || !strings.Contains(out.String(), "panic: test timed out") || !strings.Contains(out.String(), "syntax error") {
 		t.Errorf("the failures' output is not in the report:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "skipped tests (1):\n  p.TestC: pgcluster: no PostgreSQL 17 here\n") {
+		t.Errorf("the skipped test and its reason are not in the report:\n%s", out.String())
 	}
 	if strings.Contains(out.String(), "a log line") {
 		t.Errorf("a passing test's output is in the report:\n%s", out.String())
