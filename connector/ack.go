@@ -109,10 +109,12 @@ func (s *stream) publishWait() {
 // transaction arrive at its commit record's start (the walsender decodes a
 // transaction at its commit), and a fork exactly there leaves that commit
 // out: its end lies at least one byte further.
-func (s *stream) noteSent(openRows bool) {
-	if high := failover.SentBound(s.received, s.openCommit, openRows); high > s.c.sentHigh {
+func (s *stream) noteSent(openRows bool) pglogrepl.LSN {
+	high := failover.SentBound(s.received, s.openCommit, openRows)
+	if high > s.c.sentHigh {
 		s.c.sentHigh = high
 	}
+	return high
 }
 
 // advance publishes the ledger's position: the stages' clock, the

@@ -22,6 +22,11 @@ func (c *Connector) openFence() error {
 		return nil
 	}
 	c.txns.LeftOpen(*left)
+	// What the dead process POSTed into it counts as sent: after a
+	// failover, a fork before it means the transaction holds rows the
+	// new primary never had, and the start resnapshots instead of
+	// joining them into Feldera's state (failover.Checker.Diverged).
+	c.sentHigh = max(c.sentHigh, c.txns.LeftThrough())
 	c.logger.Warn("startup: the previous pgfeldera process left a Feldera transaction open; settling it before anything is sent (committing it, or with the progress table joining it)",
 		"transaction_id", left.ID, "since", delivery.FormatTime(left.Since))
 	return c.fence.Transaction(left)

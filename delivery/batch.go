@@ -27,6 +27,10 @@ type Batch struct {
 	// COMMIT the transaction carries (its batches' highest AckTo): what
 	// its progress row records (0: none).
 	Progress pglogrepl.LSN
+	// Through bounds the WAL positions of its changes (Pipeline.Sealed):
+	// recorded with the Feldera transaction it goes into, before its
+	// POSTs (Transactions.Through).
+	Through pglogrepl.LSN
 	// Multi: the batch holds a whole source transaction of more than one
 	// record (a key-changing UPDATE is two), which Feldera may feed to
 	// its views over several steps unless it is inside a Feldera
@@ -104,6 +108,7 @@ func (b *Batch) Reset(seq int) {
 		b.Chunked[i] = false
 	}
 	b.Total, b.AckTo, b.Progress, b.Seq, b.First, b.SealNow, b.Multi = 0, 0, 0, seq, time.Time{}, false, false
+	b.Through = 0
 }
 
 // Shrink drops buffers that grew far past what a batch needs, so one huge

@@ -44,9 +44,10 @@ type Pipeline struct {
 	// blocks (see EventBuffer).
 	Emit func(Event)
 	// Sealed sees each batch sealed, with whether it holds rows of the
-	// open source transaction (the failover check's bound on what
-	// Feldera may hold).
-	Sealed func(openRows bool)
+	// open source transaction, and returns the bound of the WAL
+	// positions of its changes (the failover check's bound on what
+	// Feldera may hold: failover.SentBound).
+	Sealed func(openRows bool) pglogrepl.LSN
 	Logger *slog.Logger
 
 	led     *Ledger

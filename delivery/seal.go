@@ -128,7 +128,7 @@ func (p *Pipeline) Seal(end bool) {
 	// transactions, which carry no rows, hit that at every chunk).
 	spans := p.open && p.openRows && !end
 	if p.Sealed != nil {
-		p.Sealed(p.open && p.openRows)
+		b.Through = p.Sealed(p.open && p.openRows)
 	}
 	p.openRows = false
 	if !spans && !end && p.txnOpen && p.joinHolds() {

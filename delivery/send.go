@@ -100,6 +100,9 @@ func (s *Sender) Send(ctx context.Context, targets []*decode.Target, b *Batch, p
 	var mark *TxnMark
 	if plan.In {
 		mark = s.Txns.Mark()
+		if err := s.Txns.Through(b.Through); err != nil {
+			return fail(err)
+		}
 	}
 	tokens, start, err := s.post(ctx, targets, b, true)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/pgfeldera/pgfeldera/crashtest"
 	"github.com/pgfeldera/pgfeldera/delivery/internal/txnview"
 	"github.com/pgfeldera/pgfeldera/feldera"
@@ -101,12 +102,12 @@ type Transactions struct {
 // LeftOpen takes over the transaction a previous process left open, by
 // its id and the pipeline process it was opened in: Settle deals with it.
 func (x *Transactions) LeftOpen(left state.OpenTransaction) {
-	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since}
+	x.cur = &openTxn{id: left.ID, incarnation: left.Incarnation, whole: left.Whole, since: left.Since, through: pglogrepl.LSN(left.Through)}
 }
 
 // record is the fence file's record of the held transaction.
 func (t *openTxn) record() *state.OpenTransaction {
-	return &state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: t.whole}
+	return &state.OpenTransaction{ID: t.id, Incarnation: t.incarnation, Since: t.since, Whole: t.whole, Through: uint64(t.through)}
 }
 
 // Whole records, in the fence file too, that every POST of the held
@@ -118,6 +119,28 @@ func (x *Transactions) Whole() error {
 	t := x.cur
 	t.whole = true
 	return x.Fence.Transaction(t.record())
+}
+
+// Through records, before a POST into the held transaction, the bound of
+// the WAL positions of the changes it carries (Batch.Through), in the
+// fence file too: a process that starts after a failover checks the fork
+// against it before it joins the transaction or commits it.
+func (x *Transactions) Through(lsn pglogrepl.LSN) error {
+	t := x.cur
+	if t == nil || lsn <= t.through {
+		return nil
+	}
+	t.through = lsn
+	return x.Fence.Transaction(t.record())
+}
+
+// LeftThrough is the bound of what a transaction a previous process left
+// open may hold (0: none recorded).
+func (x *Transactions) LeftThrough() pglogrepl.LSN {
+	if x.cur == nil {
+		return 0
+	}
+	return x.cur.through
 }
 
 // Held reports whether a transaction is held open.
@@ -170,8 +193,9 @@ type openTxn struct {
 	joined                bool // said once: an input connector holds it too
 	whole                 bool // its POSTs all answered, the progress row last (Whole)
 	since                 time.Time
-	rejoined              bool // left open by a crash or a failure, and joined (Settle)
-	posted                bool // this process POSTed into it
+	rejoined              bool          // left open by a crash or a failure, and joined (Settle)
+	posted                bool          // this process POSTed into it
+	through               pglogrepl.LSN // Through: what its changes' positions end by
 }
 
 // txnBackoffMax bounds the wait between start_transaction attempts under

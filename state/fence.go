@@ -58,6 +58,11 @@ type OpenTransaction struct {
 	// it holds whole source transactions, and committing it shows no
 	// prefix (delivery.Transactions.Whole).
 	Whole bool `json:"whole,omitempty"`
+	// Through bounds the WAL positions of the changes POSTed into it
+	// (failover.SentBound, recorded before each POST): after a failover,
+	// a fork before it means the transaction holds rows the new primary
+	// never had.
+	Through uint64 `json:"through,omitempty"`
 }
 
 // PastRow is what Feldera holds of the stream past the progress row Row
