@@ -231,6 +231,7 @@ func runScriptedWith(t *testing.T, fc felderatest.Config, set func(*Config), o s
 	if err := c.txns.Settle(ctx, c.joinTables(p, progress)); err != nil {
 		t.Fatal(err)
 	}
+	c.out.Rejoin = c.joinTables(p, progress) != nil // as the session sets it while it streams
 	skip, err := c.readProgress(ctx, p)
 	switch {
 	case o.readErr != nil && err != nil:

@@ -114,6 +114,10 @@ func (c *Connector) session(ctx context.Context) error {
 	if err := s.skipBelow(skip); err != nil {
 		return err
 	}
+	// While the stream sends, a failure leaves its Feldera transaction
+	// for the next session to join, where that is harmless.
+	c.out.Rejoin = c.joinTables(p, progress) != nil
+	defer func() { c.out.Rejoin = false }()
 	return s.serve(ctx)
 }
 

@@ -155,17 +155,38 @@ func (s *stream) quietEnd(now time.Time) error {
 
 // joinTables is what Settle joins a transaction left open with: every
 // table the session POSTs to, the progress table included, or nil when
-// it must commit it instead (no progress row: nothing would tell the
-// replay where the transaction's rows end).
+// it must commit it instead. A replay into the transaction a prefix P
+// sits in is harmless where it cannot duplicate: with the progress row
+// (what Feldera holds past it is counted, not sent again), or when every
+// table is keyed (the replay S starts with P, and each key P touched
+// gets its last value from S). A keyless table without the row would
+// get P twice, committed or joined: it is committed, as before.
 func (c *Connector) joinTables(p *setup.Plan, progress bool) map[string]bool {
-	if !progress || c.test.NoJoin {
+	if c.test.NoJoin || !progress && !allKeyed(p) {
 		return nil
 	}
-	tables := map[string]bool{c.out.Progress.Table: true}
+	tables := map[string]bool{}
+	if progress {
+		tables[c.out.Progress.Table] = true
+	}
 	for _, t := range p.Routes {
 		tables[t.Dest.CanonicalName()] = true
 	}
 	return tables
+}
+
+// allKeyed reports whether every table of the plan has a primary key in
+// Feldera (a plan without tables has none).
+func allKeyed(p *setup.Plan) bool {
+	if len(p.Rels) == 0 {
+		return false
+	}
+	for _, r := range p.Rels {
+		if !r.Keyed() {
+			return false
+		}
+	}
+	return true
 }
 
 // countPast sets what the session counts past the progress row

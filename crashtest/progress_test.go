@@ -23,7 +23,9 @@ import (
 //
 //   - after_post of the first stream batch: the crash leaves a Feldera
 //     transaction open with half a transfer. The restart joins it; no
-//     state Feldera shows breaks the sum. Without the table the restart
+//     state Feldera shows breaks the sum. Without the table too, since
+//     every table is keyed (a replay into it is harmless). With a keyless
+//     table mapped besides and no table (the unsafe variant), the restart
 //     commits it, and the test sees the broken state.
 //   - after_complete of the second batch: the first transfer is committed
 //     with its progress row, and the slot has not heard of it. The
@@ -38,15 +40,17 @@ func TestProgress_CrashesKeepEveryStateWhole(t *testing.T) {
 	pgcluster.AnyVersion(t)
 	t.Parallel()
 	for _, c := range []struct {
-		name  string
-		crash []string // CRASH_AT and CRASH_AFTER_BATCHES, or none: a kill
-		off   bool     // without the progress table (the unsafe variant)
+		name    string
+		crash   []string // CRASH_AT and CRASH_AFTER_BATCHES, or none: a kill
+		off     bool     // without the progress table
+		keyless bool     // a keyless table mapped besides (without the table: the unsafe variant)
 	}{
-		{"after_post", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, false},
-		{"after_post/off", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, true},
-		{"after_complete", []string{"CRASH_AT=after_complete", "CRASH_AFTER_BATCHES=2"}, false},
-		{"after_complete/off", []string{"CRASH_AT=after_complete", "CRASH_AFTER_BATCHES=2"}, true},
-		{"kill", nil, false},
+		{"after_post", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, false, false},
+		{"after_post/off", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, true, false},
+		{"after_post/off_keyless_UNSAFE", []string{"CRASH_AT=after_post", "CRASH_AFTER_BATCHES=1"}, true, true},
+		{"after_complete", []string{"CRASH_AT=after_complete", "CRASH_AFTER_BATCHES=2"}, false, false},
+		{"after_complete/off", []string{"CRASH_AT=after_complete", "CRASH_AFTER_BATCHES=2"}, true, false},
+		{"kill", nil, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -54,6 +58,10 @@ func TestProgress_CrashesKeepEveryStateWhole(t *testing.T) {
 			env := []string{"BATCH_MAX_ROWS=1", "FELDERA_PROGRESS_TABLE=on"}
 			if c.off {
 				env[1] = "FELDERA_PROGRESS_TABLE=off"
+			}
+			if c.keyless {
+				b.w.exec("CREATE TABLE events (k bigint, name text); ALTER TABLE events REPLICA IDENTITY FULL; ALTER PUBLICATION pub ADD TABLE events")
+				env = append(env, "TABLES=users,public.items:catalog_items,events", "FELDERA_REQUIRE_PRIMARY_KEY=false")
 			}
 			p := b.w.start(append(env, c.crash...)...)
 			b.w.poll("pgfeldera to stream", 60*time.Second, p.streaming)
@@ -84,8 +92,10 @@ func TestProgress_CrashesKeepEveryStateWhole(t *testing.T) {
 			broken := b.brokenStates()
 			t.Logf("%d of %d states broke the sum; %d rows of users sent by the restart before the next write", len(broken), b.states.Load(), resent)
 			switch {
-			case c.name == "after_post/off" && len(broken) == 0:
-				t.Fatal("without the progress table, no state showed the half transfer the crash left: the test cannot see it")
+			case c.keyless && len(broken) == 0:
+				t.Fatal("with a keyless table and no progress table, no state showed the half transfer the crash left: the test cannot see it")
+			case c.off && !c.keyless && len(broken) > 0:
+				t.Fatalf("every table keyed, without the progress table %d states broke the sum (the transaction left open was committed, not joined), the first: %s", len(broken), broken[0])
 			case c.name == "after_complete/off" && resent == 0:
 				t.Fatal("without the progress table, the restart sent nothing again: the test cannot see a replay")
 			case !c.off && len(broken) > 0:
@@ -187,7 +197,7 @@ func newBankFT(t *testing.T, ft string) *bank {
 		if ft != "" {
 			c.FaultTolerance = ft
 		}
-		c.Tables = felderatest.MustParseDDL(felderaDDL + setup.ProgressDDL)
+		c.Tables = felderatest.MustParseDDL(felderaDDL + keylessDDL + setup.ProgressDDL)
 		c.OnState = b.see
 	})
 	b.w.exec("INSERT INTO users SELECT g, 'u' || g, 100 FROM generate_series(1, 10) g")

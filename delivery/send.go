@@ -63,6 +63,10 @@ type Sender struct {
 	// used: the stream's Feldera transactions end with it (Send). Set per
 	// session, while no poster runs.
 	Progress *Progress
+	// Rejoin says a Feldera transaction a failure leaves open is left for
+	// the next session to join (AbandonTxn): set by the session while it
+	// streams, when the join is harmless (connector's joinTables).
+	Rejoin bool
 
 	// step is the highest step a synchronous send (Flush: the snapshot's
 	// copy, a retraction) waited for since the session began
@@ -234,12 +238,13 @@ func (s *Sender) absorbedUnlessHooked(ctx context.Context) error {
 }
 
 // AbandonTxn commits, on a failure path, the Feldera transaction a batch
-// left open, bounded by STOP_TIMEOUT (Transactions.Abandon). With the
-// progress row it leaves it open instead: a commit would show a prefix
-// of the flush, and the next session joins it (Transactions.Settle),
-// replays into it, and commits it whole.
+// left open, bounded by STOP_TIMEOUT (Transactions.Abandon). When the
+// stream's next session can join it (Rejoin) it leaves it open instead:
+// a commit would show a prefix of the flush, and the next session joins
+// it (Transactions.Settle), replays into it, and commits it whole. A
+// process that exits leaves none open (connector.exitTxn).
 func (s *Sender) AbandonTxn() {
-	if s.Progress != nil && s.Txns.ID() != 0 && !s.Hooks.Get().CommitOnFailure {
+	if s.Rejoin && s.Txns.ID() != 0 && !s.Hooks.Get().CommitOnFailure {
 		s.Logger.Warn("flush: leaving the Feldera transaction open after a failure: the next session joins it, and commits it once the replay completes it", "transaction_id", s.Txns.ID())
 		return
 	}
