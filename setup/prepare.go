@@ -254,7 +254,8 @@ func (c *checker) canCheckpoint(ctx context.Context, name string, model feldera.
 }
 
 // checkpointFix is the fix for one of Feldera's permanent checkpoint
-// errors (stats.rs, PermanentCheckpointError).
+// errors (a PermanentSuspendError: StorageRequired, EnterpriseFeature,
+// UnsupportedInputEndpoint; DURABILITY.md, /stats).
 func checkpointFix(raw json.RawMessage) string {
 	var name string
 	if json.Unmarshal(raw, &name) != nil {

@@ -261,10 +261,12 @@ func (s *Server) FailCheckpoints(msg string) {
 
 // SetPermanentCheckpointErrors makes /stats report why no checkpoint can
 // succeed until the pipeline's configuration changes, each a JSON value
-// as Feldera serializes its PermanentCheckpointError ("StorageRequired",
-// "EnterpriseFeature", {"UnsupportedInputEndpoint": name}: stats.rs,
-// ControllerStatus), and every checkpoint fail with the first (Feldera
-// refuses them: controller.rs, can_checkpoint). None clears them.
+// as Feldera serializes a PermanentSuspendError ("StorageRequired",
+// "EnterpriseFeature", {"UnsupportedInputEndpoint": name}), in the
+// controller status's permanent_checkpoint_errors (an Option: null when
+// there are none; DURABILITY.md, /stats), and every checkpoint fail with
+// the first (FIDELITY.md 13: Feldera refuses to checkpoint then). None
+// clears them.
 func (s *Server) SetPermanentCheckpointErrors(errs ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -340,7 +342,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		"inputs":                      s.inputStats(),
 		"outputs":                     outputs,
 		"checkpoint_activity":         activity,
-		"permanent_checkpoint_errors": append([]json.RawMessage{}, s.permErrors...),
+		"permanent_checkpoint_errors": s.permErrors, // null when none, as Feldera's None
 	})
 }
 
